@@ -1,0 +1,15 @@
+//! Generates the rankscope.v1 Rust types. protoc comes from
+//! `protoc-bin-vendored` unless `$PROTOC` names one.
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    if std::env::var_os("PROTOC").is_none() {
+        let protoc = protoc_bin_vendored::protoc_bin_path()?;
+        std::env::set_var("PROTOC", protoc);
+    }
+    println!("cargo:rerun-if-env-changed=PROTOC");
+    println!("cargo:rerun-if-changed=rankscope");
+    tonic_prost_build::configure().compile_protos(
+        &["rankscope/v1/events.proto", "rankscope/v1/ingest.proto"],
+        &["."],
+    )?;
+    Ok(())
+}
