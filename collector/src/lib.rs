@@ -1,1 +1,217 @@
-//! placeholder
+//! rankscope-collector: receives agent batches over gRPC, stores them in
+//! ClickHouse and serves the query API.
+//!
+//! Flow: `service` (gRPC `CollectorIngest`: validate, [`convert`], [`dedupe`])
+//! -> `store::writer` (the one task that owns buffered rows; batches per table
+//! and acknowledges after ClickHouse accepted) -> ClickHouse. `api` reads back
+//! through `store` queries. `retention` drops expired day partitions.
+//!
+//! Backpressure: the writer queue is bounded; when full the service answers
+//! UNAVAILABLE at once and the agent keeps the batch and retries. Nothing is
+//! acknowledged before it is stored.
+
+pub mod api;
+pub mod config;
+pub mod convert;
+pub mod dedupe;
+pub mod limits;
+pub mod metrics;
+pub mod service;
+pub mod store;
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use rankscope_proto::v1 as proto;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+pub use config::Config;
+
+/// Why the collector could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error(transparent)]
+    Config(#[from] config::ConfigError),
+    #[error("ClickHouse: {0}")]
+    Store(#[from] store::StoreError),
+    #[error("cannot listen on {addr}: {source}")]
+    Bind {
+        addr: String,
+        source: std::io::Error,
+    },
+}
+
+/// A running collector.
+pub struct Collector {
+    /// Bound address of the gRPC ingest service.
+    pub grpc_addr: SocketAddr,
+    /// Bound address of the HTTP API.
+    pub http_addr: SocketAddr,
+    metrics: Arc<metrics::Metrics>,
+    writer: store::WriterHandle,
+    shutdown: watch::Sender<bool>,
+    tasks: Vec<JoinHandle<()>>,
+}
+
+impl Collector {
+    /// Pipeline counters.
+    pub fn metrics(&self) -> &metrics::Metrics {
+        &self.metrics
+    }
+
+    /// The writer (for its counters).
+    pub fn writer(&self) -> &store::WriterHandle {
+        &self.writer
+    }
+
+    /// Stops accepting requests, lets in-flight batches finish, flushes the
+    /// writer and waits for every task.
+    pub async fn shutdown(self) {
+        let _ = self.shutdown.send(true);
+        for t in self.tasks {
+            let _ = t.await;
+        }
+    }
+}
+
+/// Starts the collector: migrates the schema, seeds duplicate detection,
+/// binds both listeners and spawns the tasks.
+pub async fn start(cfg: Config) -> Result<Collector, StartError> {
+    cfg.validate()?;
+    let store = store::Store::connect(&cfg.clickhouse)?;
+    let applied = store.migrate().await?;
+    tracing::info!(applied = ?applied, database = %cfg.clickhouse.database, "schema up to date");
+
+    let mut dedupe = dedupe::Dedupe::new(cfg.dedupe_max_sessions);
+    let since = service::now_ns().saturating_sub(cfg.dedupe_seed_window_secs * 1_000_000_000);
+    dedupe.seed(store.acked_batches(since).await?);
+    let dedupe = Arc::new(Mutex::new(dedupe));
+
+    let (shutdown, shutdown_rx) = watch::channel(false);
+    let (writer, writer_task) = store::spawn_writer(
+        store.clone(),
+        cfg.writer.clone(),
+        wait_for(shutdown_rx.clone()),
+    );
+    let metrics = Arc::new(metrics::Metrics::default());
+
+    let grpc = bind(&cfg.grpc_listen_addr).await?;
+    let http = bind(&cfg.http_listen_addr).await?;
+    let grpc_addr = grpc.local_addr().map_err(|source| StartError::Bind {
+        addr: cfg.grpc_listen_addr.clone(),
+        source,
+    })?;
+    let http_addr = http.local_addr().map_err(|source| StartError::Bind {
+        addr: cfg.http_listen_addr.clone(),
+        source,
+    })?;
+
+    let svc = service::IngestService::new(writer.clone(), dedupe, metrics.clone());
+    let server = proto::collector_ingest_server::CollectorIngestServer::new(svc)
+        .max_decoding_message_size(cfg.max_message_bytes);
+    let grpc_task = {
+        let stop = wait_for(shutdown_rx.clone());
+        tokio::spawn(async move {
+            let incoming = tokio_stream_incoming(grpc);
+            let res = tonic::transport::Server::builder()
+                .layer(tower::util::MapResponseLayer::new(limits::rewrite_too_large))
+                .add_service(server)
+                .serve_with_incoming_shutdown(incoming, stop)
+                .await;
+            if let Err(e) = res {
+                tracing::error!(error = %e, "gRPC server failed");
+            }
+        })
+    };
+    let api_task = {
+        let state = api::ApiState {
+            store: store.clone(),
+            metrics: metrics.clone(),
+            writer: writer.clone(),
+        };
+        let stop = wait_for(shutdown_rx.clone());
+        tokio::spawn(async move {
+            let res = axum::serve(http, api::router(state))
+                .with_graceful_shutdown(stop)
+                .await;
+            if let Err(e) = res {
+                tracing::error!(error = %e, "HTTP server failed");
+            }
+        })
+    };
+    let retention_task = tokio::spawn(retention(
+        store,
+        cfg.retention_days,
+        Duration::from_secs(cfg.retention_check_interval_secs),
+        wait_for(shutdown_rx),
+    ));
+    tracing::info!(grpc = %grpc_addr, http = %http_addr, "collector listening");
+    Ok(Collector {
+        grpc_addr,
+        http_addr,
+        metrics,
+        writer,
+        shutdown,
+        // Servers first: in-flight batches finish before the writer's final flush.
+        tasks: vec![grpc_task, api_task, retention_task, writer_task],
+    })
+}
+
+async fn bind(addr: &str) -> Result<tokio::net::TcpListener, StartError> {
+    tokio::net::TcpListener::bind(addr)
+        .await
+        .map_err(|source| StartError::Bind {
+            addr: addr.to_owned(),
+            source,
+        })
+}
+
+fn tokio_stream_incoming(
+    l: tokio::net::TcpListener,
+) -> impl futures_util::Stream<Item = std::io::Result<tokio::net::TcpStream>> {
+    futures_util::stream::unfold(l, |l| async move {
+        let r = l.accept().await.map(|(s, _)| {
+            let _ = s.set_nodelay(true);
+            s
+        });
+        Some((r, l))
+    })
+}
+
+/// Resolves when the shutdown flag turns true (or its sender is gone).
+fn wait_for(mut rx: watch::Receiver<bool>) -> impl Future<Output = ()> + Send + 'static {
+    async move {
+        let _ = rx.wait_for(|stop| *stop).await;
+    }
+}
+
+/// Drops day partitions older than `retention_days` every `every`.
+async fn retention(
+    store: store::Store,
+    retention_days: u32,
+    every: Duration,
+    stop: impl Future<Output = ()>,
+) {
+    if retention_days == 0 {
+        return;
+    }
+    tokio::pin!(stop);
+    let mut tick = tokio::time::interval(every);
+    loop {
+        tokio::select! {
+            _ = &mut stop => return,
+            _ = tick.tick() => {
+                match store.drop_expired_partitions(retention_days, service::now_ns()).await {
+                    Ok(dropped) if !dropped.is_empty() => {
+                        tracing::info!(?dropped, retention_days, "dropped expired partitions");
+                    }
+                    Ok(_) => {}
+                    Err(e) => tracing::warn!(error = %e, "retention check failed"),
+                }
+            }
+        }
+    }
+}

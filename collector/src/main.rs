@@ -1,1 +1,96 @@
-fn main() {}
+//! `rankscope-collector`: parses configuration (defaults < file < flags /
+//! env), starts the collector and runs until SIGINT or SIGTERM.
+
+use anyhow::Context as _;
+use clap::{Parser, Subcommand};
+use rankscope_collector::Config;
+
+/// Stores every rank's events in ClickHouse and serves the query API.
+#[derive(Debug, Parser)]
+#[command(name = "rankscope-collector", version)]
+struct Args {
+    /// TOML configuration file.
+    #[arg(long, env = "RANKSCOPE_COLLECTOR_CONFIG")]
+    config: Option<String>,
+    /// Address of the agent-facing gRPC service.
+    #[arg(long, env = "RANKSCOPE_GRPC_LISTEN_ADDR")]
+    grpc_listen_addr: Option<String>,
+    /// Address of the HTTP API.
+    #[arg(long, env = "RANKSCOPE_HTTP_LISTEN_ADDR")]
+    http_listen_addr: Option<String>,
+    /// ClickHouse HTTP URL.
+    #[arg(long, env = "RANKSCOPE_CLICKHOUSE_URL")]
+    clickhouse_url: Option<String>,
+    /// ClickHouse database.
+    #[arg(long, env = "RANKSCOPE_CLICKHOUSE_DATABASE")]
+    clickhouse_database: Option<String>,
+    /// Days of data kept (0 = forever).
+    #[arg(long, env = "RANKSCOPE_RETENTION_DAYS")]
+    retention_days: Option<u32>,
+    #[command(subcommand)]
+    command: Option<Command>,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Print the default configuration as TOML and exit.
+    GenConfig,
+}
+
+fn config(args: &Args) -> anyhow::Result<Config> {
+    let mut cfg = match &args.config {
+        Some(path) => Config::load(path)?,
+        None => Config::default(),
+    };
+    if let Some(v) = &args.grpc_listen_addr {
+        cfg.grpc_listen_addr = v.clone();
+    }
+    if let Some(v) = &args.http_listen_addr {
+        cfg.http_listen_addr = v.clone();
+    }
+    if let Some(v) = &args.clickhouse_url {
+        cfg.clickhouse.url = v.clone();
+    }
+    if let Some(v) = &args.clickhouse_database {
+        cfg.clickhouse.database = v.clone();
+    }
+    if let Some(v) = args.retention_days {
+        cfg.retention_days = v;
+    }
+    cfg.validate()?;
+    Ok(cfg)
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    if let Some(Command::GenConfig) = args.command {
+        print!("{}", Config::default().to_toml());
+        return Ok(());
+    }
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| "info".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let cfg = config(&args)?;
+    let collector = rankscope_collector::start(cfg)
+        .await
+        .context("starting the collector")?;
+    shutdown_signal().await?;
+    tracing::info!("shutting down");
+    collector.shutdown().await;
+    Ok(())
+}
+
+async fn shutdown_signal() -> anyhow::Result<()> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = signal(SignalKind::terminate())?;
+    tokio::select! {
+        r = tokio::signal::ctrl_c() => r?,
+        _ = term.recv() => {}
+    }
+    Ok(())
+}

@@ -1,1 +1,108 @@
-//! placeholder
+//! Test support for rankscope: private ClickHouse servers and free ports.
+//!
+//! In: the environment (`RANKSCOPE_CLICKHOUSE_URL`, a ClickHouse binary on `PATH` or in
+//! `/usr/bin`, `/usr/sbin`). Out: a [`ClickHouse`] handle with an HTTP URL that answers
+//! `/ping`, uniquely named databases ([`ClickHouse::fresh_database`]) and a plain-text
+//! [`ClickHouse::query`] helper for assertions.
+//!
+//! Invariants:
+//! - A private server listens on 127.0.0.1 only, keeps everything in its own temp dir and
+//!   dies with its handle (and, through `PR_SET_PDEATHSIG`, with the test process).
+//! - With `RANKSCOPE_CLICKHOUSE_URL` set no process is started; tests stay isolated by
+//!   working in fresh databases.
+//! - Depends only on std, `tempfile` and `libc`, so every crate can use it cheaply.
+//!
+//! End-to-end tests of the whole system live in `testkit/tests/`.
+
+mod clickhouse;
+mod http;
+
+use std::fmt;
+use std::net::TcpListener;
+
+pub use clickhouse::ClickHouse;
+
+/// Errors of the test kit. Messages are written for a person reading a failed test.
+#[derive(Debug)]
+pub enum TestkitError {
+    /// No ClickHouse binary: the message names the install command.
+    NotInstalled(String),
+    /// The server did not come up; `log_tail` holds the end of its error log.
+    StartFailed { reason: String, log_tail: String },
+    /// A file or process operation failed.
+    Io { context: String, source: std::io::Error },
+    /// An HTTP exchange failed (connect, read, malformed response).
+    Http(String),
+    /// ClickHouse answered a query with an error.
+    Query { sql: String, status: u16, body: String },
+    /// The operation needs a private server but this handle uses an external one.
+    NotPrivate(&'static str),
+}
+
+impl TestkitError {
+    pub(crate) fn io(context: impl Into<String>, source: std::io::Error) -> TestkitError {
+        TestkitError::Io { context: context.into(), source }
+    }
+}
+
+impl fmt::Display for TestkitError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            TestkitError::NotInstalled(msg) => write!(f, "ClickHouse is not installed: {msg}"),
+            TestkitError::StartFailed { reason, log_tail } => {
+                write!(f, "ClickHouse did not start: {reason}\n{log_tail}")
+            }
+            TestkitError::Io { context, source } => write!(f, "{context}: {source}"),
+            TestkitError::Http(msg) => write!(f, "HTTP: {msg}"),
+            TestkitError::Query { sql, status, body } => {
+                write!(f, "query failed with HTTP {status}: {}\nquery: {sql}", body.trim())
+            }
+            TestkitError::NotPrivate(op) => {
+                write!(f, "{op} needs a private server, but RANKSCOPE_CLICKHOUSE_URL is in use")
+            }
+        }
+    }
+}
+
+impl std::error::Error for TestkitError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            TestkitError::Io { source, .. } => Some(source),
+            _ => None,
+        }
+    }
+}
+
+/// A TCP port on 127.0.0.1 that was free a moment ago (bound to port 0, then released).
+///
+/// Another process may take it before the caller binds it; callers that start servers on
+/// it should retry on "address in use".
+///
+/// # Panics
+/// If the loopback interface cannot be bound at all (the test environment is broken).
+pub fn free_port() -> u16 {
+    try_free_port().unwrap_or_else(|e| panic!("cannot bind 127.0.0.1:0 to find a free port: {e}"))
+}
+
+pub(crate) fn try_free_port() -> std::io::Result<u16> {
+    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn free_ports_are_bindable() {
+        let port = free_port();
+        assert_ne!(port, 0);
+        TcpListener::bind(("127.0.0.1", port)).unwrap();
+    }
+
+    #[test]
+    fn not_installed_message_names_the_install_command() {
+        let msg = TestkitError::NotInstalled(clickhouse::install_hint().into()).to_string();
+        assert!(msg.contains("apt-get install -y clickhouse-server"), "{msg}");
+        assert!(msg.contains("make test"), "{msg}");
+    }
+}

@@ -1,0 +1,46 @@
+# rankscope: the two commands are `make demo` and `make test` (see README.md).
+SHELL := /bin/bash
+CARGO ?= cargo
+BIN := target/release
+DEMO_JOB ?= demo-$(shell date +%s)
+
+.PHONY: deps build demo up down status test lint fmt clean-state
+
+## Install what a fresh Debian/Ubuntu machine lacks: ClickHouse server and curl.
+deps:
+	@command -v curl >/dev/null || deploy/dev/clickhouse.sh apt curl
+	@deploy/dev/clickhouse.sh install
+
+## Build the three binaries (release).
+build:
+	$(CARGO) build --release --locked --bins
+
+## Start ClickHouse, collector and agent in the background; print the URLs.
+up: deps build
+	@deploy/dev/stack.sh up
+
+## Stop the local stack.
+down:
+	@deploy/dev/stack.sh down
+
+status:
+	@deploy/dev/stack.sh status
+
+## The main job: local stack + an 8-rank simulated job with a straggler, then the step table.
+demo: up
+	$(BIN)/rankscope simulate --job $(DEMO_JOB) --ranks 8 --steps 50 --straggler 5:1.3
+	$(BIN)/rankscope steps --job $(DEMO_JOB) --last 10
+
+## Every test, against real ClickHouse servers the suite starts itself.
+test: deps
+	$(CARGO) test --workspace --locked
+
+lint:
+	$(CARGO) fmt --all -- --check
+	$(CARGO) clippy --workspace --all-targets --locked -- -D warnings
+
+fmt:
+	$(CARGO) fmt --all
+
+clean-state: down
+	rm -rf .rankscope

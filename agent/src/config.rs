@@ -1,0 +1,285 @@
+//! The agent's TOML configuration.
+//!
+//! In: a TOML file (optional; every field has a default) and, applied by
+//! `main.rs`, command-line flags. Out: a validated [`Config`].
+//!
+//! Precedence is defaults < file < flags; environment variables only act
+//! through the flags (clap `env =`). Unknown keys are errors. Options carry
+//! their unit in the name (`*_ms`, `*_events`, `*_batches`, `*_bytes`).
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::backoff::{Backoff, BackoffError};
+
+/// Configuration errors.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read config file {path}: {source}")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("invalid config file {path}: {source}")]
+    Parse {
+        path: PathBuf,
+        source: Box<toml::de::Error>,
+    },
+    #[error("config: {field} = {value}: {problem}")]
+    Invalid {
+        field: &'static str,
+        value: String,
+        problem: &'static str,
+    },
+    #[error("config: {0}")]
+    Backoff(#[from] BackoffError),
+    #[error("cannot render config as TOML: {0}")]
+    Render(#[from] toml::ser::Error),
+}
+
+/// Configuration of `rankscope-agent`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Config {
+    /// TCP address of the rank-facing gRPC service (port 0: pick a free one).
+    pub listen_addr: SocketAddr,
+    /// Unix socket of the rank-facing gRPC service; empty disables it.
+    /// Default: `$XDG_RUNTIME_DIR/rankscope/agent.sock`, else
+    /// `/tmp/rankscope-<uid>/agent.sock`.
+    pub unix_socket_path: PathBuf,
+    /// gRPC URL of the collector.
+    pub collector_url: String,
+    /// Stable id of this agent in every batch (default: host name).
+    pub agent_id: String,
+    /// Node name filled into rank identities that leave it empty (default:
+    /// host name).
+    pub node: String,
+    /// Capacity of the rank-facing queue, in events. When full, the newest
+    /// message's events are dropped (never blocks a rank).
+    pub queue_max_events: usize,
+    /// A batch is cut when it holds this many events...
+    pub batch_max_events: usize,
+    /// ...or this long after its first event.
+    pub batch_max_delay_ms: u64,
+    /// Batches held in memory while the collector is slow or unreachable.
+    pub backlog_max_batches: usize,
+    /// Batches sent to the collector concurrently.
+    pub max_in_flight_batches: usize,
+    /// First retry delay after a transient collector failure.
+    pub retry_initial_ms: u64,
+    /// Upper bound of the retry delay.
+    pub retry_max_ms: u64,
+    /// Deadline of one call to the collector.
+    pub request_timeout_ms: u64,
+    /// Largest rank message accepted (larger: RESOURCE_EXHAUSTED).
+    pub max_message_bytes: usize,
+    /// At shutdown, how long the backlog may take to drain.
+    pub shutdown_flush_timeout_ms: u64,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        let host = host_name();
+        Self {
+            listen_addr: SocketAddr::from(([127, 0, 0, 1], 7710)),
+            unix_socket_path: default_unix_socket_path(),
+            collector_url: "http://127.0.0.1:7700".to_owned(),
+            agent_id: host.clone(),
+            node: host,
+            queue_max_events: 1_000_000,
+            batch_max_events: 50_000,
+            batch_max_delay_ms: 200,
+            backlog_max_batches: 256,
+            max_in_flight_batches: 4,
+            retry_initial_ms: 100,
+            retry_max_ms: 10_000,
+            request_timeout_ms: 30_000,
+            max_message_bytes: 16 * 1024 * 1024,
+            shutdown_flush_timeout_ms: 10_000,
+        }
+    }
+}
+
+impl Config {
+    /// Parses a TOML document; missing fields take their defaults.
+    pub fn from_toml(text: &str, origin: &Path) -> Result<Self, ConfigError> {
+        let config: Config = toml::from_str(text).map_err(|e| ConfigError::Parse {
+            path: origin.to_owned(),
+            source: Box::new(e),
+        })?;
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// Reads and parses a TOML file.
+    pub fn from_file(path: &Path) -> Result<Self, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.to_owned(),
+            source,
+        })?;
+        Self::from_toml(&text, path)
+    }
+
+    /// The configuration as TOML (what `gen-config` prints).
+    pub fn to_toml(&self) -> Result<String, ConfigError> {
+        Ok(toml::to_string(self)?)
+    }
+
+    /// Whether the Unix socket listener is enabled.
+    pub fn unix_socket(&self) -> Option<&Path> {
+        let p = self.unix_socket_path.as_path();
+        (!p.as_os_str().is_empty()).then_some(p)
+    }
+
+    /// The uplink's retry policy: doubling from `retry_initial_ms` up to
+    /// `retry_max_ms`, equal jitter (see [`Backoff`]).
+    pub fn backoff(&self) -> Result<Backoff, BackoffError> {
+        Backoff::try_new(self.retry_initial_ms, self.retry_max_ms, 2.0, 0.5)
+    }
+
+    /// Checks value ranges (called by the parsers and by `start`).
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let positive: [(&'static str, u64); 8] = [
+            ("queue_max_events", self.queue_max_events as u64),
+            ("batch_max_events", self.batch_max_events as u64),
+            ("batch_max_delay_ms", self.batch_max_delay_ms),
+            ("backlog_max_batches", self.backlog_max_batches as u64),
+            ("max_in_flight_batches", self.max_in_flight_batches as u64),
+            ("request_timeout_ms", self.request_timeout_ms),
+            ("max_message_bytes", self.max_message_bytes as u64),
+            ("retry_initial_ms", self.retry_initial_ms),
+        ];
+        for (field, value) in positive {
+            if value == 0 {
+                return Err(ConfigError::Invalid {
+                    field,
+                    value: "0".to_owned(),
+                    problem: "must be >= 1",
+                });
+            }
+        }
+        if self.queue_max_events > tokio::sync::Semaphore::MAX_PERMITS {
+            return Err(ConfigError::Invalid {
+                field: "queue_max_events",
+                value: self.queue_max_events.to_string(),
+                problem: "too large",
+            });
+        }
+        for (field, value) in [("agent_id", &self.agent_id), ("node", &self.node)] {
+            if value.is_empty() {
+                return Err(ConfigError::Invalid {
+                    field,
+                    value: "\"\"".to_owned(),
+                    problem: "must not be empty",
+                });
+            }
+        }
+        if !(self.collector_url.starts_with("http://") || self.collector_url.starts_with("https://"))
+        {
+            return Err(ConfigError::Invalid {
+                field: "collector_url",
+                value: self.collector_url.clone(),
+                problem: "must start with http:// or https://",
+            });
+        }
+        self.backoff()?;
+        Ok(())
+    }
+}
+
+/// `$XDG_RUNTIME_DIR/rankscope/agent.sock`, else `/tmp/rankscope-<uid>/agent.sock`.
+pub fn default_unix_socket_path() -> PathBuf {
+    match std::env::var_os("XDG_RUNTIME_DIR") {
+        Some(dir) if !dir.is_empty() => PathBuf::from(dir).join("rankscope/agent.sock"),
+        _ => {
+            // SAFETY: getuid has no preconditions and cannot fail.
+            let uid = unsafe { libc::getuid() };
+            PathBuf::from(format!("/tmp/rankscope-{uid}/agent.sock"))
+        }
+    }
+}
+
+/// This machine's host name: /proc, else gethostname(2), else `$HOSTNAME`,
+/// else "localhost".
+pub fn host_name() -> String {
+    if let Ok(s) = std::fs::read_to_string("/proc/sys/kernel/hostname") {
+        let s = s.trim();
+        if !s.is_empty() {
+            return s.to_owned();
+        }
+    }
+    let mut buf = [0u8; 256];
+    // SAFETY: the buffer is valid for `buf.len()` bytes; gethostname writes at
+    // most that many and we only read up to the first NUL inside it.
+    let rc = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) };
+    if rc == 0 {
+        let end = buf.iter().position(|b| *b == 0).unwrap_or(buf.len());
+        if let Ok(s) = std::str::from_utf8(&buf[..end]) {
+            if !s.is_empty() {
+                return s.to_owned();
+            }
+        }
+    }
+    match std::env::var("HOSTNAME") {
+        Ok(s) if !s.is_empty() => s,
+        _ => "localhost".to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const EXAMPLE: &str = include_str!(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../deploy/agent.example.toml"
+    ));
+
+    #[test]
+    fn example_config_parses_and_sets_what_it_says() {
+        let c = Config::from_toml(EXAMPLE, Path::new("deploy/agent.example.toml")).unwrap();
+        assert_eq!(c.listen_addr, "127.0.0.1:7710".parse().unwrap());
+        assert_eq!(c.collector_url, "http://127.0.0.1:7700");
+        assert_eq!(c.queue_max_events, 1_000_000);
+        assert_eq!(c.batch_max_events, 50_000);
+        assert_eq!(c.max_message_bytes, 16 * 1024 * 1024);
+    }
+
+    #[test]
+    fn generated_config_round_trips() {
+        let d = Config::default();
+        let text = d.to_toml().unwrap();
+        let back = Config::from_toml(&text, Path::new("gen")).unwrap();
+        assert_eq!(back, d);
+        assert!(!d.agent_id.is_empty());
+    }
+
+    #[test]
+    fn missing_fields_take_defaults_and_unknown_fields_are_errors() {
+        let c = Config::from_toml("batch_max_events = 7\n", Path::new("x")).unwrap();
+        assert_eq!(c.batch_max_events, 7);
+        assert_eq!(c.batch_max_delay_ms, 200);
+        let err = Config::from_toml("batch_max_rows = 7\n", Path::new("x")).unwrap_err();
+        assert!(err.to_string().contains("batch_max_rows"), "{err}");
+    }
+
+    #[test]
+    fn invalid_values_are_named() {
+        let err = Config::from_toml("max_in_flight_batches = 0\n", Path::new("x")).unwrap_err();
+        assert!(err.to_string().contains("max_in_flight_batches"), "{err}");
+        let err = Config::from_toml("retry_max_ms = 5\n", Path::new("x")).unwrap_err();
+        assert!(err.to_string().contains("5 ms"), "{err}");
+        let err = Config::from_toml("collector_url = \"127.0.0.1:1\"\n", Path::new("x"))
+            .unwrap_err();
+        assert!(err.to_string().contains("collector_url"), "{err}");
+    }
+
+    #[test]
+    fn empty_unix_socket_path_disables_the_socket() {
+        let c = Config::from_toml("unix_socket_path = \"\"\n", Path::new("x")).unwrap();
+        assert_eq!(c.unix_socket(), None);
+        assert!(Config::default().unix_socket().is_some());
+    }
+}

@@ -1,0 +1,140 @@
+//! HTTP JSON API of the collector.
+//!
+//! Routes: `GET /healthz`, `GET /metrics` (Prometheus text),
+//! `GET /api/v1/jobs`, `GET /api/v1/jobs/{job}/steps?from_step=&to_step=&last=`.
+//! In: HTTP requests. Out: JSON documents (`{"error": "..."}` with a 4xx/5xx
+//! status on failure). Reads go to ClickHouse through [`Store`]; the API holds
+//! no state of its own.
+
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
+
+use axum::extract::{Path, Query, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::{Json, Router};
+use serde::{Deserialize, Serialize};
+
+use crate::metrics::Metrics;
+use crate::store::{JobRow, StepTimeRow, Store, WriterHandle};
+
+/// Shared state of the handlers.
+#[derive(Clone)]
+pub struct ApiState {
+    /// Read access to ClickHouse.
+    pub store: Store,
+    /// Pipeline counters.
+    pub metrics: Arc<Metrics>,
+    /// The writer, for its counters.
+    pub writer: WriterHandle,
+}
+
+/// The API's router.
+pub fn router(state: ApiState) -> Router {
+    Router::new()
+        .route("/healthz", get(healthz))
+        .route("/metrics", get(metrics))
+        .route("/api/v1/jobs", get(jobs))
+        .route("/api/v1/jobs/{job}/steps", get(steps))
+        .with_state(state)
+}
+
+/// An error answered as `{"error": ".."}`.
+#[derive(Debug)]
+pub struct ApiError(StatusCode, String);
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        (self.0, Json(serde_json::json!({ "error": self.1 }))).into_response()
+    }
+}
+
+impl From<crate::store::StoreError> for ApiError {
+    fn from(e: crate::store::StoreError) -> Self {
+        tracing::warn!(error = %e, "query failed");
+        ApiError(StatusCode::SERVICE_UNAVAILABLE, format!("query failed: {e}"))
+    }
+}
+
+async fn healthz(State(st): State<ApiState>) -> Response {
+    match st.store.ping().await {
+        Ok(()) => (StatusCode::OK, "ok\n").into_response(),
+        Err(e) => (StatusCode::SERVICE_UNAVAILABLE, format!("clickhouse: {e}\n")).into_response(),
+    }
+}
+
+async fn metrics(State(st): State<ApiState>) -> Response {
+    let w = st.writer.metrics();
+    let extra = [
+        (
+            "rankscope_collector_clickhouse_inserts_total",
+            "INSERT statements ClickHouse accepted.",
+            w.inserts.load(Relaxed),
+        ),
+        (
+            "rankscope_collector_clickhouse_insert_failures_total",
+            "INSERT statements that failed.",
+            w.insert_failures.load(Relaxed),
+        ),
+        (
+            "rankscope_collector_clickhouse_rows_written_total",
+            "Rows ClickHouse accepted (all tables).",
+            w.rows_written.load(Relaxed),
+        ),
+    ];
+    (
+        [("content-type", "text/plain; version=0.0.4")],
+        st.metrics.render(&extra),
+    )
+        .into_response()
+}
+
+#[derive(Serialize)]
+struct JobsResponse {
+    jobs: Vec<JobRow>,
+}
+
+async fn jobs(State(st): State<ApiState>) -> Result<Json<JobsResponse>, ApiError> {
+    Ok(Json(JobsResponse {
+        jobs: st.store.jobs().await?,
+    }))
+}
+
+/// Query parameters of the steps route.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StepsQuery {
+    from_step: Option<u64>,
+    to_step: Option<u64>,
+    last: Option<u64>,
+}
+
+#[derive(Serialize)]
+struct StepsResponse {
+    job: String,
+    steps: Vec<StepTimeRow>,
+}
+
+async fn steps(
+    State(st): State<ApiState>,
+    Path(job): Path<String>,
+    Query(q): Query<StepsQuery>,
+) -> Result<Json<StepsResponse>, ApiError> {
+    if let (Some(a), Some(b)) = (q.from_step, q.to_step) {
+        if a > b {
+            return Err(ApiError(
+                StatusCode::BAD_REQUEST,
+                format!("from_step = {a} is after to_step = {b}"),
+            ));
+        }
+    }
+    if q.last == Some(0) {
+        return Err(ApiError(StatusCode::BAD_REQUEST, "last must be >= 1".into()));
+    }
+    let steps = st.store.step_times(&job, q.from_step, q.to_step, q.last).await?;
+    if steps.is_empty() && !st.store.job_exists(&job).await? {
+        return Err(ApiError(StatusCode::NOT_FOUND, format!("job {job:?} not found")));
+    }
+    Ok(Json(StepsResponse { job, steps }))
+}

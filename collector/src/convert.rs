@@ -1,0 +1,233 @@
+//! Conversion of one validated `AgentBatch` into ClickHouse rows.
+//!
+//! In: a `proto::AgentBatch` as received from an agent. Out: a
+//! [`RowSet`] (one row per event, plus one `ranks` row per rank group and one
+//! `ingest_batches` row), or a [`ConvertError`] naming the first invalid field.
+//!
+//! Invariants: the batch is validated as a whole before any row is produced
+//! (all or nothing); every row carries the batch's identity (agent id,
+//! session, seq) so duplicates can be found in the store; interned name ids
+//! are resolved here, so proto types and name ids never travel further.
+
+use std::collections::HashMap;
+
+use rankscope_proto::v1 as proto;
+use rankscope_proto::validate::{self, StepState, ValidationError};
+
+use crate::store::{BatchRow, CollectiveRow, KernelRow, RankRow, RowSet, SpanRow, StepRow};
+
+/// Why a batch was rejected.
+#[derive(Debug, thiserror::Error)]
+pub enum ConvertError {
+    /// A batch-level field is missing or invalid.
+    #[error("batch: {0}")]
+    Batch(String),
+    /// One rank group of the batch failed validation.
+    #[error("ranks[{index}] (job {job:?}, rank {rank}): {source}")]
+    Rank {
+        index: usize,
+        job: String,
+        rank: u32,
+        source: ValidationError,
+    },
+}
+
+impl ConvertError {
+    /// Short label for the `rankscope_collector_rejected_batches_total{reason}` counter.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            Self::Batch(_) => "bad_batch_header",
+            Self::Rank { source, .. } => source.reason(),
+        }
+    }
+}
+
+/// Validates `batch` and converts it into rows.
+pub fn convert(batch: &proto::AgentBatch, received_ns: u64) -> Result<RowSet, ConvertError> {
+    if batch.agent_id.is_empty() {
+        return Err(ConvertError::Batch("agent_id is empty".into()));
+    }
+    if batch.agent_session == 0 {
+        return Err(ConvertError::Batch("agent_session is 0; it must be a random non-zero id".into()));
+    }
+    if batch.seq == 0 {
+        return Err(ConvertError::Batch("seq is 0; batch sequence numbers start at 1".into()));
+    }
+    let mut rows = RowSet::default();
+    for (index, group) in batch.ranks.iter().enumerate() {
+        let (job, rank) = group
+            .identity
+            .as_ref()
+            .map(|i| (i.job_id.clone(), i.rank))
+            .unwrap_or_default();
+        let wrap = |source| ConvertError::Rank {
+            index,
+            job: job.clone(),
+            rank,
+            source,
+        };
+        let identity = validate::validate_identity(group.identity.as_ref()).map_err(wrap)?;
+        let no_names: HashMap<u32, String> = HashMap::new();
+        validate::validate_names(&group.names, &no_names).map_err(wrap)?;
+        validate::validate_events(&group.events, &group.names, &no_names, StepState::default())
+            .map_err(wrap)?;
+        push_group(&mut rows, batch, identity, group, received_ns);
+    }
+    rows.batches.push(BatchRow {
+        agent_id: batch.agent_id.clone(),
+        agent_session: batch.agent_session,
+        batch_seq: batch.seq,
+        node: batch.node.clone(),
+        received_ns,
+        rows: rows.len() as u64,
+    });
+    Ok(rows)
+}
+
+/// Common columns of every event row of one rank group.
+struct Ctx<'a> {
+    batch: &'a proto::AgentBatch,
+    id: &'a proto::RankIdentity,
+    node: &'a str,
+    names: HashMap<u32, &'a str>,
+}
+
+impl Ctx<'_> {
+    fn name(&self, id: u32) -> String {
+        self.names.get(&id).copied().unwrap_or_default().to_owned()
+    }
+}
+
+fn push_group(
+    rows: &mut RowSet,
+    batch: &proto::AgentBatch,
+    id: &proto::RankIdentity,
+    group: &proto::RankEvents,
+    received_ns: u64,
+) {
+    use proto::event::Kind;
+    let node = if id.node.is_empty() { &batch.node } else { &id.node };
+    let cx = Ctx {
+        batch,
+        id,
+        node,
+        names: group.names.iter().map(|n| (n.id, n.name.as_str())).collect(),
+    };
+    let mut labels: Vec<(&String, &String)> = id.labels.iter().collect();
+    labels.sort();
+    rows.ranks.push(RankRow {
+        job_id: id.job_id.clone(),
+        run_id: id.run_id.clone(),
+        rank: id.rank,
+        world_size: id.world_size,
+        local_rank: id.local_rank,
+        node: node.to_owned(),
+        pid: id.pid,
+        label_keys: labels.iter().map(|(k, _)| (*k).clone()).collect(),
+        label_values: labels.iter().map(|(_, v)| (*v).clone()).collect(),
+        seen_ns: received_ns,
+    });
+    for ev in &group.events {
+        match &ev.kind {
+            Some(Kind::StepBegin(s)) => rows.steps.push(step_row(&cx, s.step, 1, s.ts_ns)),
+            Some(Kind::StepEnd(s)) => rows.steps.push(step_row(&cx, s.step, 2, s.ts_ns)),
+            Some(Kind::Span(s)) => rows.spans.push(span_row(&cx, s)),
+            Some(Kind::Collective(c)) => rows.collectives.push(collective_row(&cx, c)),
+            Some(Kind::Kernel(k)) => rows.kernels.push(kernel_row(&cx, k)),
+            None => {} // rejected by validation
+        }
+    }
+}
+
+fn step_row(cx: &Ctx<'_>, step: u64, kind: i8, ts_ns: u64) -> StepRow {
+    StepRow {
+        job_id: cx.id.job_id.clone(),
+        run_id: cx.id.run_id.clone(),
+        rank: cx.id.rank,
+        step,
+        kind,
+        ts_ns,
+        node: cx.node.to_owned(),
+        local_rank: cx.id.local_rank,
+        pid: cx.id.pid,
+        agent_id: cx.batch.agent_id.clone(),
+        agent_session: cx.batch.agent_session,
+        batch_seq: cx.batch.seq,
+    }
+}
+
+fn span_row(cx: &Ctx<'_>, s: &proto::Span) -> SpanRow {
+    SpanRow {
+        job_id: cx.id.job_id.clone(),
+        run_id: cx.id.run_id.clone(),
+        rank: cx.id.rank,
+        node: cx.node.to_owned(),
+        category: enum8(s.category),
+        name: cx.name(s.name_id),
+        start_ns: s.start_ns,
+        end_ns: s.end_ns,
+        stream: s.stream,
+        device: s.device,
+        agent_id: cx.batch.agent_id.clone(),
+        agent_session: cx.batch.agent_session,
+        batch_seq: cx.batch.seq,
+    }
+}
+
+fn collective_row(cx: &Ctx<'_>, c: &proto::Collective) -> CollectiveRow {
+    // Unknown dtypes are stored as 'unspecified' rather than rejected: the
+    // element type is descriptive, bytes are what the statistics use.
+    let dtype = proto::DataType::try_from(c.dtype).map_or(0, |d| d as i32);
+    CollectiveRow {
+        job_id: cx.id.job_id.clone(),
+        run_id: cx.id.run_id.clone(),
+        rank: cx.id.rank,
+        node: cx.node.to_owned(),
+        op: enum8(c.op),
+        process_group: cx.name(c.process_group_id),
+        group_ranks: c.group_ranks.clone(),
+        group_size: c.group_size,
+        dtype: enum8(dtype),
+        count: c.count,
+        bytes: c.bytes,
+        seq: c.seq,
+        peer: c.peer,
+        stream: c.stream,
+        device: c.device,
+        start_ns: c.start_ns,
+        end_ns: c.end_ns,
+        agent_id: cx.batch.agent_id.clone(),
+        agent_session: cx.batch.agent_session,
+        batch_seq: cx.batch.seq,
+    }
+}
+
+fn kernel_row(cx: &Ctx<'_>, k: &proto::Kernel) -> KernelRow {
+    KernelRow {
+        job_id: cx.id.job_id.clone(),
+        run_id: cx.id.run_id.clone(),
+        rank: cx.id.rank,
+        node: cx.node.to_owned(),
+        kind: enum8(k.kind),
+        name: cx.name(k.name_id),
+        stream: k.stream,
+        device: k.device,
+        start_ns: k.start_ns,
+        end_ns: k.end_ns,
+        correlation: k.correlation,
+        bytes: k.bytes,
+        agent_id: cx.batch.agent_id.clone(),
+        agent_session: cx.batch.agent_session,
+        batch_seq: cx.batch.seq,
+    }
+}
+
+/// Proto enum numbers are small (validated against the generated enums) and
+/// the Enum8 columns use the same numbers.
+fn enum8(v: i32) -> i8 {
+    i8::try_from(v).unwrap_or(0)
+}
+
+#[cfg(test)]
+#[path = "convert_tests.rs"]
+mod tests;

@@ -1,0 +1,127 @@
+use super::*;
+use proto::event::Kind;
+
+fn identity(rank: u32) -> proto::RankIdentity {
+    proto::RankIdentity {
+        job_id: "job-1".into(),
+        rank,
+        world_size: 4,
+        local_rank: rank,
+        node: String::new(),
+        pid: 100 + rank,
+        run_id: "r1".into(),
+        labels: [("team".to_string(), "llm".to_string())].into(),
+    }
+}
+
+fn batch(groups: Vec<proto::RankEvents>) -> proto::AgentBatch {
+    proto::AgentBatch {
+        agent_id: "agent-a".into(),
+        agent_session: 42,
+        seq: 7,
+        node: "node-a".into(),
+        sent_at_ns: 1,
+        ranks: groups,
+    }
+}
+
+fn ev(k: Kind) -> proto::Event {
+    proto::Event { kind: Some(k) }
+}
+
+fn group(rank: u32) -> proto::RankEvents {
+    proto::RankEvents {
+        identity: Some(identity(rank)),
+        names: vec![
+            proto::InternedName { id: 1, name: "sm80_xmma_gemm".into() },
+            proto::InternedName { id: 2, name: "default_pg".into() },
+        ],
+        events: vec![
+            ev(Kind::StepBegin(proto::StepBegin { step: 3, ts_ns: 1_000 })),
+            ev(Kind::Span(proto::Span {
+                category: proto::SpanCategory::Forward as i32,
+                name_id: 0,
+                start_ns: 1_000,
+                end_ns: 1_500,
+                stream: 0,
+                device: -1,
+            })),
+            ev(Kind::Kernel(proto::Kernel {
+                kind: proto::KernelKind::Kernel as i32,
+                name_id: 1,
+                stream: 7,
+                device: 0,
+                start_ns: 1_100,
+                end_ns: 1_200,
+                correlation: 9,
+                bytes: 0,
+            })),
+            ev(Kind::Collective(proto::Collective {
+                op: proto::CollectiveOp::AllReduce as i32,
+                process_group_id: 2,
+                group_ranks: vec![0, 1, 2, 3],
+                group_size: 4,
+                dtype: proto::DataType::Bfloat16 as i32,
+                count: 1024,
+                bytes: 2048,
+                seq: 5,
+                stream: 9,
+                device: 0,
+                start_ns: 1_300,
+                end_ns: 1_400,
+                peer: 0,
+            })),
+            ev(Kind::StepEnd(proto::StepEnd { step: 3, ts_ns: 2_000 })),
+        ],
+    }
+}
+
+#[test]
+fn converts_every_event_with_batch_identity() {
+    let rows = convert(&batch(vec![group(0), group(1)]), 99).unwrap();
+    assert_eq!(rows.steps.len(), 4);
+    assert_eq!(rows.spans.len(), 2);
+    assert_eq!(rows.kernels.len(), 2);
+    assert_eq!(rows.collectives.len(), 2);
+    assert_eq!(rows.ranks.len(), 2);
+    assert_eq!(rows.len(), 10);
+    let k = &rows.kernels[1];
+    assert_eq!((k.rank, k.name.as_str(), k.node.as_str()), (1, "sm80_xmma_gemm", "node-a"));
+    assert_eq!((k.agent_id.as_str(), k.agent_session, k.batch_seq), ("agent-a", 42, 7));
+    let c = &rows.collectives[0];
+    assert_eq!(c.process_group, "default_pg");
+    assert_eq!((c.op, c.dtype, c.bytes, c.seq), (1, 10, 2048, 5));
+    assert_eq!(rows.steps[0].kind, 1);
+    assert_eq!(rows.steps[1].kind, 2);
+    assert_eq!(rows.ranks[0].label_keys, vec!["team".to_string()]);
+    let b = &rows.batches[0];
+    assert_eq!((b.batch_seq, b.rows, b.received_ns), (7, 10, 99));
+}
+
+#[test]
+fn one_bad_group_rejects_the_whole_batch() {
+    let mut bad = group(2);
+    bad.identity.as_mut().unwrap().rank = 4;
+    let err = convert(&batch(vec![group(0), bad]), 1).unwrap_err();
+    assert_eq!(err.reason(), "rank_out_of_range");
+    let msg = err.to_string();
+    assert!(msg.contains("ranks[1]") && msg.contains("rank = 4"), "{msg}");
+}
+
+#[test]
+fn names_must_be_in_the_batch() {
+    let mut g = group(0);
+    g.names.retain(|n| n.id != 1);
+    let err = convert(&batch(vec![g]), 1).unwrap_err();
+    assert_eq!(err.reason(), "unknown_name_id");
+}
+
+#[test]
+fn batch_header_is_checked() {
+    let mut b = batch(vec![group(0)]);
+    b.agent_session = 0;
+    assert_eq!(convert(&b, 1).unwrap_err().reason(), "bad_batch_header");
+    let mut b = batch(vec![group(0)]);
+    b.agent_id.clear();
+    assert!(convert(&b, 1).unwrap_err().to_string().contains("agent_id"));
+}

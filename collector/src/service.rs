@@ -1,0 +1,122 @@
+//! The agent-facing gRPC service `rankscope.v1.CollectorIngest`.
+//!
+//! In: `AgentBatch` requests. Out: an `IngestAck` once every row of the batch
+//! is stored in ClickHouse, or a status the agent acts on:
+//! * `INVALID_ARGUMENT`: the batch is malformed (message names field and
+//!   value) or ClickHouse rejected its rows as malformed: never retried;
+//! * `UNAVAILABLE`: ClickHouse is unreachable or erroring, the writer queue is
+//!   full, or the same batch is being written: the agent retries it;
+//! * `RESOURCE_EXHAUSTED`: the message is over `max_message_bytes` (see
+//!   [`crate::limits`]).
+//!
+//! Thin by design: validate and convert, check for duplicates, hand the rows
+//! to the writer task and await its acknowledgement.
+
+use std::sync::{Arc, Mutex};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use rankscope_proto::v1 as proto;
+use tonic::{Request, Response, Status};
+
+use crate::convert;
+use crate::dedupe::{Dedupe, Verdict};
+use crate::metrics::Metrics;
+use crate::store::{WriteError, WriterHandle};
+
+/// Implementation of `CollectorIngest`.
+#[derive(Clone)]
+pub struct IngestService {
+    writer: WriterHandle,
+    dedupe: Arc<Mutex<Dedupe>>,
+    metrics: Arc<Metrics>,
+}
+
+impl IngestService {
+    /// A service writing through `writer`.
+    pub fn new(writer: WriterHandle, dedupe: Arc<Mutex<Dedupe>>, metrics: Arc<Metrics>) -> Self {
+        Self {
+            writer,
+            dedupe,
+            metrics,
+        }
+    }
+
+    fn verdict(&self, b: &proto::AgentBatch) -> Result<Verdict, Status> {
+        let mut d = self
+            .dedupe
+            .lock()
+            .map_err(|_| Status::internal("duplicate tracker poisoned"))?;
+        Ok(d.begin(&b.agent_id, b.agent_session, b.seq))
+    }
+
+    fn finish(&self, b: &proto::AgentBatch, done: bool) {
+        if let Ok(mut d) = self.dedupe.lock() {
+            d.finish(&b.agent_id, b.agent_session, b.seq, done);
+        }
+    }
+}
+
+/// Nanoseconds since the Unix epoch.
+pub fn now_ns() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
+}
+
+#[tonic::async_trait]
+impl proto::collector_ingest_server::CollectorIngest for IngestService {
+    async fn ingest(
+        &self,
+        request: Request<proto::AgentBatch>,
+    ) -> Result<Response<proto::IngestAck>, Status> {
+        use std::sync::atomic::Ordering::Relaxed;
+        let batch = request.into_inner();
+        self.metrics.batches_received.fetch_add(1, Relaxed);
+        let rows = convert::convert(&batch, now_ns()).map_err(|e| {
+            self.metrics.reject(e.reason());
+            tracing::debug!(agent = %batch.agent_id, seq = batch.seq, error = %e, "batch rejected");
+            Status::invalid_argument(e.to_string())
+        })?;
+        match self.verdict(&batch)? {
+            Verdict::Duplicate => {
+                self.metrics.batches_duplicate.fetch_add(1, Relaxed);
+                return Ok(Response::new(proto::IngestAck {
+                    seq: batch.seq,
+                    rows: 0,
+                    duplicate: true,
+                }));
+            }
+            Verdict::InFlight => {
+                self.metrics.batches_retry.fetch_add(1, Relaxed);
+                return Err(Status::unavailable(format!(
+                    "batch seq {} of agent {:?} is being written; retry later",
+                    batch.seq, batch.agent_id
+                )));
+            }
+            Verdict::New => {}
+        }
+        let n = rows.len() as u64;
+        let result = self.writer.write(rows).await;
+        self.finish(&batch, !matches!(result, Err(WriteError::Unavailable(_) | WriteError::Overloaded)));
+        match result {
+            Ok(_) => {
+                self.metrics.batches_stored.fetch_add(1, Relaxed);
+                self.metrics.events_stored.fetch_add(n, Relaxed);
+                Ok(Response::new(proto::IngestAck {
+                    seq: batch.seq,
+                    rows: n,
+                    duplicate: false,
+                }))
+            }
+            Err(e @ (WriteError::Unavailable(_) | WriteError::Overloaded)) => {
+                self.metrics.batches_retry.fetch_add(1, Relaxed);
+                Err(Status::unavailable(e.to_string()))
+            }
+            Err(e) => {
+                self.metrics.reject("clickhouse_rejected");
+                tracing::warn!(agent = %batch.agent_id, seq = batch.seq, error = %e, "ClickHouse rejected a batch; dropping it");
+                Err(Status::invalid_argument(e.to_string()))
+            }
+        }
+    }
+}

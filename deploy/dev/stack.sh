@@ -1,0 +1,121 @@
+#!/usr/bin/env bash
+# Local rankscope stack for development and demos: a private ClickHouse, the
+# collector and one agent, all on 127.0.0.1, state and logs in one directory.
+#
+#   stack.sh up      start everything in the background (idempotent), print URLs
+#   stack.sh down    stop everything started by `up`
+#   stack.sh status  show what runs
+#
+# Environment: RANKSCOPE_STATE_DIR (default ./.rankscope), RANKSCOPE_BIN_DIR
+# (default ./target/release), RANKSCOPE_CLICKHOUSE_URL (use that server instead
+# of starting one), RANKSCOPE_ALERT_WEBHOOK_URL (passed to the collector).
+set -euo pipefail
+
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(cd "$here/../.." && pwd)
+state=${RANKSCOPE_STATE_DIR:-$root/.rankscope}
+bin=${RANKSCOPE_BIN_DIR:-$root/target/release}
+ch_http=${RANKSCOPE_DEV_CLICKHOUSE_HTTP_PORT:-18123}
+ch_tcp=${RANKSCOPE_DEV_CLICKHOUSE_TCP_PORT:-19000}
+grpc_addr=127.0.0.1:7700
+http_addr=127.0.0.1:7701
+agent_addr=127.0.0.1:7710
+sock=$state/agent.sock
+
+running() { [ -f "$1" ] && kill -0 "$(cat "$1")" 2>/dev/null; }
+
+wait_http() { # url seconds
+  local i
+  for ((i = 0; i < $2 * 10; i++)); do
+    if curl -fsS "$1" >/dev/null 2>&1; then return 0; fi
+    sleep 0.1
+  done
+  return 1
+}
+
+wait_port() { # host:port seconds
+  local i
+  for ((i = 0; i < $2 * 10; i++)); do
+    if (exec 3<>"/dev/tcp/${1%:*}/${1#*:}") 2>/dev/null; then return 0; fi
+    sleep 0.1
+  done
+  return 1
+}
+
+up() {
+  mkdir -p "$state"
+  for b in rankscope-collector rankscope-agent rankscope; do
+    [ -x "$bin/$b" ] || { echo "missing $bin/$b: run 'make build' first" >&2; exit 1; }
+  done
+  local ch_url
+  if [ -n "${RANKSCOPE_CLICKHOUSE_URL:-}" ]; then
+    ch_url=$RANKSCOPE_CLICKHOUSE_URL
+  else
+    "$here/clickhouse.sh" start "$state/clickhouse" "$ch_http" "$ch_tcp" >/dev/null
+    ch_url=http://127.0.0.1:$ch_http
+  fi
+  echo "$ch_url" >"$state/clickhouse.url"
+
+  if ! running "$state/collector.pid"; then
+    RANKSCOPE_ALERT_WEBHOOK_URL=${RANKSCOPE_ALERT_WEBHOOK_URL:-} \
+      nohup "$bin/rankscope-collector" --clickhouse-url "$ch_url" \
+      --grpc-listen-addr "$grpc_addr" --http-listen-addr "$http_addr" \
+      >>"$state/collector.log" 2>&1 &
+    echo $! >"$state/collector.pid"
+    if ! wait_http "http://$http_addr/healthz" 30; then
+      echo "collector did not become healthy; last log lines:" >&2
+      tail -20 "$state/collector.log" >&2
+      exit 1
+    fi
+  fi
+  if ! running "$state/agent.pid"; then
+    nohup "$bin/rankscope-agent" --listen-addr "$agent_addr" --unix-socket "$sock" \
+      --collector-url "http://$grpc_addr" >>"$state/agent.log" 2>&1 &
+    echo $! >"$state/agent.pid"
+    if ! wait_port "$agent_addr" 30; then
+      echo "agent did not start; last log lines:" >&2
+      tail -20 "$state/agent.log" >&2
+      exit 1
+    fi
+  fi
+  cat <<MSG
+rankscope stack is up (state and logs in $state)
+  ClickHouse     $ch_url
+  collector      gRPC http://$grpc_addr   API http://$http_addr  (/healthz, /metrics, /api/v1/jobs)
+  agent          gRPC http://$agent_addr  unix:$sock
+Try: $bin/rankscope simulate --ranks 8 --steps 50 && $bin/rankscope jobs
+MSG
+}
+
+stop_pid() { # pidfile name
+  if running "$1"; then
+    local pid i
+    pid=$(cat "$1")
+    kill "$pid"
+    for ((i = 0; i < 100; i++)); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+    kill -9 "$pid" 2>/dev/null || true
+    echo "stopped $2"
+  fi
+  rm -f "$1"
+}
+
+down() {
+  stop_pid "$state/agent.pid" agent
+  stop_pid "$state/collector.pid" collector
+  if [ -d "$state/clickhouse" ]; then "$here/clickhouse.sh" stop "$state/clickhouse"; fi
+}
+
+status() {
+  for p in agent collector; do
+    if running "$state/$p.pid"; then echo "$p: running (pid $(cat "$state/$p.pid"))"; else echo "$p: stopped"; fi
+  done
+  [ -f "$state/clickhouse.url" ] && echo "clickhouse: $(cat "$state/clickhouse.url")"
+  return 0
+}
+
+case "${1:-}" in
+  up) up ;;
+  down) down ;;
+  status) status ;;
+  *) echo "usage: $0 up|down|status" >&2; exit 2 ;;
+esac

@@ -1,0 +1,271 @@
+//! Shared fixture of the end-to-end tests: a private ClickHouse, a collector
+//! and an agent on free ports, plus helpers to read back what was stored.
+#![allow(dead_code)]
+
+pub mod proxy;
+
+use std::time::{Duration, Instant};
+
+use rankscope_proto::v1 as proto;
+use rankscope_testkit::ClickHouse;
+
+/// Row counts of the event tables for one job.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Counts {
+    pub steps: u64,
+    pub spans: u64,
+    pub collectives: u64,
+    pub kernels: u64,
+}
+
+impl Counts {
+    pub fn total(&self) -> u64 {
+        self.steps + self.spans + self.collectives + self.kernels
+    }
+}
+
+pub struct Stack {
+    pub clickhouse: ClickHouse,
+    pub database: String,
+    pub collector: Option<rankscope_collector::Collector>,
+    pub collector_cfg: rankscope_collector::Config,
+    pub agent: Option<rankscope_agent::AgentHandle>,
+    pub dir: tempfile::TempDir,
+}
+
+pub fn collector_config(clickhouse_url: &str, database: &str) -> rankscope_collector::Config {
+    let mut cfg = rankscope_collector::Config::default();
+    cfg.grpc_listen_addr = "127.0.0.1:0".into();
+    cfg.http_listen_addr = "127.0.0.1:0".into();
+    cfg.clickhouse.url = clickhouse_url.to_owned();
+    cfg.clickhouse.database = database.to_owned();
+    // Small flush interval keeps the tests quick; the batching logic is the same.
+    cfg.writer.flush_interval_ms = 50;
+    cfg
+}
+
+pub fn agent_config(collector_url: &str, dir: &std::path::Path) -> rankscope_agent::Config {
+    let mut cfg = rankscope_agent::Config::default();
+    cfg.listen_addr = "127.0.0.1:0".into();
+    cfg.unix_socket_path = dir.join("agent.sock").to_string_lossy().into_owned();
+    cfg.collector_url = collector_url.to_owned();
+    cfg.agent_id = "e2e-agent".into();
+    cfg.node = "e2e-node".into();
+    cfg.batch_max_delay_ms = 20;
+    cfg.retry_initial_ms = 10;
+    cfg.retry_max_ms = 200;
+    cfg
+}
+
+pub fn sim_config(job: &str, ranks: u32, steps: u64) -> rankscope_cli::simulate::SimConfig {
+    rankscope_cli::simulate::SimConfig {
+        job: job.to_owned(),
+        ranks,
+        steps,
+        seed: 7,
+        ..Default::default()
+    }
+}
+
+impl Stack {
+    pub async fn start() -> Self {
+        let mut s = Self::start_without_agent().await;
+        s.start_agent(&format!("http://{}", s.grpc_addr())).await;
+        s
+    }
+
+    pub async fn start_without_agent() -> Self {
+        let clickhouse = ClickHouse::start().expect("ClickHouse");
+        let database = clickhouse.fresh_database("e2e").expect("database");
+        let collector_cfg = collector_config(&clickhouse.http_url, &database);
+        let collector = rankscope_collector::start(collector_cfg.clone())
+            .await
+            .expect("collector starts");
+        Self {
+            clickhouse,
+            database,
+            collector: Some(collector),
+            collector_cfg,
+            agent: None,
+            dir: tempfile::tempdir().expect("tempdir"),
+        }
+    }
+
+    pub async fn start_agent(&mut self, collector_url: &str) {
+        let cfg = agent_config(collector_url, self.dir.path());
+        self.agent = Some(rankscope_agent::start(cfg).await.expect("agent starts"));
+    }
+
+    pub fn grpc_addr(&self) -> std::net::SocketAddr {
+        self.collector.as_ref().expect("collector").grpc_addr
+    }
+
+    pub fn http_addr(&self) -> std::net::SocketAddr {
+        self.collector.as_ref().expect("collector").http_addr
+    }
+
+    pub fn agent_url(&self) -> String {
+        format!("http://{}", self.agent.as_ref().expect("agent").tcp_addr)
+    }
+
+    /// Stops the agent, which flushes and delivers everything it holds.
+    pub async fn stop_agent(&mut self) -> rankscope_agent::ShutdownReport {
+        self.agent.take().expect("agent").shutdown().await
+    }
+
+    pub async fn restart_collector(&mut self) {
+        if let Some(c) = self.collector.take() {
+            c.shutdown().await;
+        }
+        self.collector = Some(
+            rankscope_collector::start(self.collector_cfg.clone())
+                .await
+                .expect("collector restarts"),
+        );
+    }
+
+    pub async fn stop(mut self) {
+        if let Some(a) = self.agent.take() {
+            a.shutdown().await;
+        }
+        if let Some(c) = self.collector.take() {
+            c.shutdown().await;
+        }
+    }
+
+    /// Sends one batch straight to the collector's gRPC service.
+    pub async fn ingest(&self, batch: proto::AgentBatch) -> Result<proto::IngestAck, tonic::Status> {
+        let mut client = proto::collector_ingest_client::CollectorIngestClient::connect(format!(
+            "http://{}",
+            self.grpc_addr()
+        ))
+        .await
+        .expect("connect to collector")
+        .max_encoding_message_size(usize::MAX);
+        client.ingest(batch).await.map(|r| r.into_inner())
+    }
+
+    fn scalar(&self, sql: &str) -> u64 {
+        let out = self.clickhouse.query(sql).expect("query");
+        out.trim()
+            .parse()
+            .unwrap_or_else(|_| panic!("not a number from {sql:?}: {out:?}"))
+    }
+
+    pub async fn counts(&self, job: &str) -> Counts {
+        let db = &self.database;
+        let n = |t: &str| self.scalar(&format!("SELECT count() FROM {db}.{t} WHERE job_id = '{job}'"));
+        Counts {
+            steps: n("steps"),
+            spans: n("spans"),
+            collectives: n("collectives"),
+            kernels: n("kernels"),
+        }
+    }
+
+    /// Distinct (rank, kind, time) keys over all event tables: equals the row
+    /// count only if nothing was stored twice.
+    pub async fn distinct_event_keys(&self, job: &str) -> u64 {
+        let db = &self.database;
+        let q = |t: &str, key: &str| {
+            self.scalar(&format!(
+                "SELECT count() FROM (SELECT DISTINCT {key} FROM {db}.{t} WHERE job_id = '{job}')"
+            ))
+        };
+        q("steps", "rank, step, kind")
+            + q("spans", "rank, category, name, start_ns, end_ns")
+            + q("collectives", "rank, process_group, seq")
+            + q("kernels", "rank, kind, name, stream, start_ns, end_ns")
+    }
+
+    pub async fn api_get(&self, path: &str) -> serde_json::Value {
+        let url = format!("http://{}{}", self.http_addr(), path);
+        let body = rankscope_cli::query::get_json(&url).await.expect("API GET");
+        body
+    }
+
+    /// (step, rank, start_ns, end_ns) rows of the steps route.
+    pub async fn api_steps(&self, job: &str, query: &str) -> Vec<(u64, u32, u64, u64)> {
+        let v = self.api_get(&format!("/api/v1/jobs/{job}/steps{query}")).await;
+        v["steps"]
+            .as_array()
+            .expect("steps array")
+            .iter()
+            .map(|s| {
+                assert_eq!(
+                    s["step_time_ns"].as_u64().unwrap(),
+                    s["end_ns"].as_u64().unwrap() - s["start_ns"].as_u64().unwrap()
+                );
+                (
+                    s["step"].as_u64().unwrap(),
+                    s["rank"].as_u64().unwrap() as u32,
+                    s["start_ns"].as_u64().unwrap(),
+                    s["end_ns"].as_u64().unwrap(),
+                )
+            })
+            .collect()
+    }
+}
+
+/// Polls `cond` until it holds or `secs` pass (then panics with `what`).
+pub async fn eventually(secs: u64, what: &str, mut cond: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    while !cond() {
+        assert!(Instant::now() < deadline, "timed out waiting for: {what}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// One rank group with a step, a kernel and a collective: 4 event rows.
+pub fn small_batch(job: &str, seq: u64) -> proto::AgentBatch {
+    use proto::event::Kind;
+    let t = 1_700_000_000_000_000_000 + seq * 1_000_000;
+    let ev = |k| proto::Event { kind: Some(k) };
+    proto::AgentBatch {
+        agent_id: "test-agent".into(),
+        agent_session: 77,
+        seq,
+        node: "node-1".into(),
+        sent_at_ns: t,
+        ranks: vec![proto::RankEvents {
+            identity: Some(proto::RankIdentity {
+                job_id: job.into(),
+                rank: 1,
+                world_size: 2,
+                local_rank: 1,
+                node: "node-1".into(),
+                pid: 4242,
+                ..Default::default()
+            }),
+            names: vec![
+                proto::InternedName { id: 1, name: "ampere_sgemm_128x64_tn".into() },
+                proto::InternedName { id: 2, name: "default_pg".into() },
+            ],
+            events: vec![
+                ev(Kind::StepBegin(proto::StepBegin { step: seq, ts_ns: t })),
+                ev(Kind::Kernel(proto::Kernel {
+                    kind: proto::KernelKind::Kernel as i32,
+                    name_id: 1,
+                    stream: 7,
+                    start_ns: t + 10,
+                    end_ns: t + 500,
+                    ..Default::default()
+                })),
+                ev(Kind::Collective(proto::Collective {
+                    op: proto::CollectiveOp::AllReduce as i32,
+                    process_group_id: 2,
+                    group_size: 2,
+                    dtype: proto::DataType::Float32 as i32,
+                    count: 256,
+                    bytes: 1024,
+                    seq,
+                    stream: 9,
+                    start_ns: t + 500,
+                    end_ns: t + 900,
+                    ..Default::default()
+                })),
+                ev(Kind::StepEnd(proto::StepEnd { step: seq, ts_ns: t + 1000 })),
+            ],
+        }],
+    }
+}
