@@ -1,1 +1,50 @@
-//! Pure analytics over rank timelines (no I/O, no clock). Filled in by the analytics issue.
+//! Pure analytics over the timelines of the ranks of a distributed GPU
+//! training job. No I/O, no clock, no async, no wire types: plain values in,
+//! plain values out, deterministic and independent of input order.
+//!
+//! In: GPU events of one rank (classified kernels, memcpys, collectives),
+//! per-rank collective observations, per-rank step durations.
+//! Out: the numbers users compare with the peers whose definitions we follow:
+//! - [`interval`]: union / intersection / length of `[start_ns, end_ns)` spans
+//!   (HTA's `merge`);
+//! - [`classify`]: HTA 0.5.0 kernel classes (COMMUNICATION, MEMORY,
+//!   COMPUTATION, OTHER);
+//! - [`breakdown`](mod@breakdown): HTA temporal breakdown (span, busy, idle, compute,
+//!   non-compute) and comm/comp overlap, per step or per rank;
+//! - [`collectives`]: nccl-tests algbw/busbw, power-of-two size buckets,
+//!   cross-rank matching by `(process_group, seq)` with PyTorch Profiler's
+//!   transfer vs synchronizing (wait) split, grouped statistics;
+//! - [`straggler`]: median/MAD (Iglewicz–Hoaglin modified z-score) straggler
+//!   flags per step and a persistence tracker (K of the last N steps) that
+//!   issues verdicts with a cause (compute, input, communication);
+//! - [`stats`]: median, MAD, modified z-score, nearest-rank percentiles.
+//!
+//! Units: times are `u64` nanoseconds (`*_ns`); bandwidths are GB/s with
+//! GB = 1e9 bytes (`*_gbps`); percentages are 0..=100 (`*_pct`).
+//!
+//! This crate depends on nothing of ours (and only on `std`); the collector
+//! and the trace importer convert their inputs into these types.
+
+pub mod breakdown;
+pub mod classify;
+pub mod collectives;
+pub mod interval;
+pub mod stats;
+pub mod straggler;
+
+#[cfg(test)]
+mod test_rng;
+
+pub use breakdown::{assign_to_steps, breakdown, Breakdown, GpuEvent, StepBreakdown};
+pub use classify::{classify_kernel, classify_name, GpuEventKind, KernelClass};
+pub use collectives::matching::{match_collectives, MatchedCollective, Participant};
+pub use collectives::stats::{collective_stats, CollectiveStats};
+pub use collectives::{
+    algbw_gbps, busbw_factor, busbw_gbps, nccl_tests_bytes, size_bucket, CollOp, CollectiveObs,
+    SizeBucket, UnknownCollOp,
+};
+pub use interval::{intersect_len, intersection, total_len, union, union_vec, Interval};
+pub use straggler::{
+    score_step, PolicyError, RankStepStats, StepFlag, StragglerCause, StragglerPolicy,
+    StragglerTracker, Verdict, VerdictChange,
+};

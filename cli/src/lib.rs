@@ -12,3 +12,22 @@
 
 pub mod query;
 pub mod simulate;
+
+/// An error and its sources on one line ("a: b: c"); tonic's and hyper's
+/// errors say little without their sources.
+pub(crate) fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut out = e.to_string();
+    let mut last = out.clone();
+    let mut source = e.source();
+    while let Some(s) = source {
+        // Wrappers often repeat their source's text; say it once.
+        let text = s.to_string();
+        if text != last {
+            out.push_str(": ");
+            out.push_str(&text);
+        }
+        last = text;
+        source = s.source();
+    }
+    out
+}

@@ -1,1 +1,215 @@
-fn main() {}
+//! `rankscope`: the command-line tool.
+//!
+//! In: the command line (and `RANKSCOPE_AGENT` / `RANKSCOPE_COLLECTOR`
+//! through the flags they back). Out: results on stdout, logs on stderr,
+//! exit code 0 on success, 1 on any error (including a simulation in which
+//! the agent rejected a message).
+//!
+//! Subcommands now: `simulate`, `jobs`, `steps`. Later ones (breakdown,
+//! stragglers, collectives, import, gpus, alerts) become new variants of
+//! [`Command`] with their own `*Args` and a module in the library.
+
+use anyhow::{bail, Context as _, Result};
+use clap::{Args, Parser, Subcommand};
+use rankscope_cli::query::{self, format, http::HttpClient, OutputFormat, StepsQuery};
+use rankscope_cli::simulate::{
+    self, SimConfig, Straggler, SummaryFormat, DEFAULT_EVENTS_PER_MESSAGE,
+};
+use std::process::ExitCode;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "rankscope",
+    version,
+    about = "Cluster-wide profiler for distributed GPU training"
+)]
+struct Cli {
+    /// Debug logs on stderr (RUST_LOG overrides).
+    #[arg(long, short, global = true)]
+    verbose: bool,
+    /// Collector HTTP API for the query commands.
+    #[arg(
+        long,
+        global = true,
+        env = "RANKSCOPE_COLLECTOR",
+        default_value = "http://127.0.0.1:7701"
+    )]
+    collector: String,
+    /// Timeout of one HTTP request to the collector, ms.
+    #[arg(long, global = true, default_value_t = query::DEFAULT_TIMEOUT_MS)]
+    timeout_ms: u64,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Simulate a training job and stream it to an agent like real ranks do.
+    Simulate(SimulateArgs),
+    /// List the jobs the collector knows.
+    Jobs(JobsArgs),
+    /// Per-rank step times of one job.
+    Steps(StepsArgs),
+}
+
+#[derive(Debug, Args)]
+struct SimulateArgs {
+    /// Agent's rank ingest endpoint: http://HOST:PORT or unix:/PATH.
+    #[arg(long, env = "RANKSCOPE_AGENT", default_value = "http://127.0.0.1:7710")]
+    agent: String,
+    /// Job id [default: sim-<unix seconds>].
+    #[arg(long)]
+    job: Option<String>,
+    /// Run id the ranks report (empty = unknown).
+    #[arg(long, default_value = "")]
+    run_id: String,
+    /// Number of ranks (world size).
+    #[arg(long, default_value_t = 8)]
+    ranks: u32,
+    /// Training steps per rank.
+    #[arg(long, default_value_t = 50)]
+    steps: u64,
+    /// Ranks per node (sets node names and local ranks).
+    #[arg(long, default_value_t = 8)]
+    ranks_per_node: u32,
+    /// Seed of the timing jitter.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Slow rank as RANK:FACTOR, e.g. 5:1.3 (repeatable).
+    #[arg(long, value_name = "RANK:FACTOR")]
+    straggler: Vec<Straggler>,
+    /// Throttle all ranks together to this many events per second.
+    #[arg(long, value_name = "EVENTS_PER_S")]
+    rate: Option<f64>,
+    /// Send each step when the wall clock reaches its end (real timestamps).
+    #[arg(long)]
+    realtime: bool,
+    /// Begin of step 0, ns since the Unix epoch [default: now].
+    #[arg(long)]
+    start_ns: Option<u64>,
+    /// Transformer layers (model size).
+    #[arg(long, default_value_t = 12)]
+    layers: u32,
+    /// Timing jitter (sigma of a log-normal factor).
+    #[arg(long, default_value_t = 0.03)]
+    jitter: f64,
+    /// Most events per gRPC message.
+    #[arg(long, default_value_t = DEFAULT_EVENTS_PER_MESSAGE)]
+    events_per_message: usize,
+    /// Summary format.
+    #[arg(long, value_enum, default_value_t = SummaryFormat::Table)]
+    format: SummaryFormat,
+}
+
+#[derive(Debug, Args)]
+struct JobsArgs {
+    /// Output format.
+    #[arg(long, value_enum, default_value_t = OutputFormat::Table)]
+    format: OutputFormat,
+}
+
+#[derive(Debug, Args)]
+struct StepsArgs {
+    /// Job id.
+    #[arg(long)]
+    job: String,
+    /// Only the last K steps.
+    #[arg(long, value_name = "K")]
+    last: Option<u64>,
+    /// First step (inclusive).
+    #[arg(long)]
+    from_step: Option<u64>,
+    /// Last step (inclusive).
+    #[arg(long)]
+    to_step: Option<u64>,
+    /// Output format.
+    #[arg(long, value_enum, default_value_t = OutputFormat::Table)]
+    format: OutputFormat,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    init_logging(cli.verbose);
+    let result = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the tokio runtime")
+        .and_then(|rt| rt.block_on(run(cli)));
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(cli: Cli) -> Result<()> {
+    let http = || HttpClient::new(Duration::from_millis(cli.timeout_ms));
+    match cli.command {
+        Command::Simulate(args) => simulate_cmd(args).await,
+        Command::Jobs(args) => {
+            let jobs = query::fetch_jobs(&http(), &cli.collector).await?;
+            print!("{}", format::render_jobs(&jobs, args.format));
+            Ok(())
+        }
+        Command::Steps(args) => {
+            let q = StepsQuery {
+                last: args.last,
+                from_step: args.from_step,
+                to_step: args.to_step,
+            };
+            let steps = query::fetch_steps(&http(), &cli.collector, &args.job, &q).await?;
+            print!("{}", format::render_steps(&steps.steps, args.format));
+            Ok(())
+        }
+    }
+}
+
+async fn simulate_cmd(args: SimulateArgs) -> Result<()> {
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .context("the system clock is before 1970")?;
+    let cfg = SimConfig {
+        job: args.job.unwrap_or_else(|| format!("sim-{}", now.as_secs())),
+        run_id: args.run_id,
+        ranks: args.ranks,
+        ranks_per_node: args.ranks_per_node,
+        steps: args.steps,
+        seed: args.seed,
+        stragglers: args.straggler,
+        start_ns: args
+            .start_ns
+            .unwrap_or_else(|| u64::try_from(now.as_nanos()).unwrap_or(u64::MAX)),
+        layers: args.layers,
+        jitter: args.jitter,
+        rate_events_per_s: args.rate,
+        realtime: args.realtime,
+        events_per_message: args.events_per_message,
+    };
+    let summary = simulate::run(&cfg, &args.agent).await?;
+    print!("{}", summary.render(args.format));
+    if summary.messages_rejected > 0 {
+        bail!(
+            "the agent rejected {} message(s); first: {}",
+            summary.messages_rejected,
+            summary.first_rejection.as_deref().unwrap_or("-")
+        );
+    }
+    Ok(())
+}
+
+fn init_logging(verbose: bool) {
+    use tracing_subscriber::EnvFilter;
+    let default = if verbose {
+        "info,rankscope=debug,rankscope_cli=debug"
+    } else {
+        "warn"
+    };
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
+}

@@ -60,7 +60,7 @@ impl FromStr for Straggler {
 #[derive(Debug, Clone, PartialEq)]
 pub struct SimConfig {
     /// Job id every rank reports.
-    pub job_id: String,
+    pub job: String,
     /// Run id every rank reports; empty = unknown.
     pub run_id: String,
     /// Number of ranks (world size), >= 1.
@@ -85,14 +85,15 @@ pub struct SimConfig {
     /// Send each step only once the wall clock has passed its end (use with
     /// `start_ns` = now so timestamps are real times).
     pub realtime: bool,
-    /// Most events per `RankMessage`, >= 1.
+    /// Most events per `RankMessage`, >= 1 (under a rate, messages hold
+    /// about a tenth of a second of each rank's share, if that is less).
     pub events_per_message: usize,
 }
 
 impl Default for SimConfig {
     fn default() -> Self {
         Self {
-            job_id: "sim".to_string(),
+            job: "sim".to_string(),
             run_id: String::new(),
             ranks: 8,
             ranks_per_node: 8,
@@ -132,7 +133,7 @@ impl SimConfig {
     /// Checks every field; the model and client assume a validated config.
     pub fn validate(&self) -> Result<(), ConfigError> {
         let invalid = |field, value: String, rule| ConfigError::Invalid { field, value, rule };
-        if self.job_id.is_empty() {
+        if self.job.is_empty() {
             return Err(invalid("job", String::new(), "must not be empty"));
         }
         if self.ranks == 0 {
@@ -199,7 +200,13 @@ mod tests {
     #[test]
     fn straggler_parses_rank_and_factor() {
         let s: Straggler = "5:1.3".parse().unwrap();
-        assert_eq!(s, Straggler { rank: 5, factor: 1.3 });
+        assert_eq!(
+            s,
+            Straggler {
+                rank: 5,
+                factor: 1.3
+            }
+        );
     }
 
     #[test]
@@ -223,21 +230,33 @@ mod tests {
     #[test]
     fn validate_rejects_out_of_range_and_duplicate_stragglers() {
         let mut cfg = SimConfig {
-            stragglers: vec![Straggler { rank: 8, factor: 1.3 }],
+            stragglers: vec![Straggler {
+                rank: 8,
+                factor: 1.3,
+            }],
             ..SimConfig::default()
         };
         let err = cfg.validate().unwrap_err();
         assert_eq!(err, ConfigError::StragglerRank { rank: 8, ranks: 8 });
         assert!(err.to_string().contains("out of range"), "{err}");
         cfg.stragglers = vec![
-            Straggler { rank: 1, factor: 1.3 },
-            Straggler { rank: 1, factor: 2.0 },
+            Straggler {
+                rank: 1,
+                factor: 1.3,
+            },
+            Straggler {
+                rank: 1,
+                factor: 2.0,
+            },
         ];
         assert_eq!(
             cfg.validate().unwrap_err(),
             ConfigError::StragglerTwice { rank: 1 }
         );
-        cfg.stragglers = vec![Straggler { rank: 7, factor: 1.3 }];
+        cfg.stragglers = vec![Straggler {
+            rank: 7,
+            factor: 1.3,
+        }];
         assert_eq!(cfg.validate(), Ok(()));
         assert_eq!(cfg.slowdown(7), 1.3);
         assert_eq!(cfg.slowdown(0), 1.0);
@@ -246,12 +265,48 @@ mod tests {
     #[test]
     fn validate_rejects_degenerate_sizes() {
         let cases: [(&str, SimConfig); 6] = [
-            ("ranks", SimConfig { ranks: 0, ..SimConfig::default() }),
-            ("ranks_per_node", SimConfig { ranks_per_node: 0, ..SimConfig::default() }),
-            ("layers", SimConfig { layers: 0, ..SimConfig::default() }),
-            ("jitter", SimConfig { jitter: 1.5, ..SimConfig::default() }),
-            ("rate", SimConfig { rate_events_per_s: Some(0.0), ..SimConfig::default() }),
-            ("job", SimConfig { job_id: String::new(), ..SimConfig::default() }),
+            (
+                "ranks",
+                SimConfig {
+                    ranks: 0,
+                    ..SimConfig::default()
+                },
+            ),
+            (
+                "ranks_per_node",
+                SimConfig {
+                    ranks_per_node: 0,
+                    ..SimConfig::default()
+                },
+            ),
+            (
+                "layers",
+                SimConfig {
+                    layers: 0,
+                    ..SimConfig::default()
+                },
+            ),
+            (
+                "jitter",
+                SimConfig {
+                    jitter: 1.5,
+                    ..SimConfig::default()
+                },
+            ),
+            (
+                "rate",
+                SimConfig {
+                    rate_events_per_s: Some(0.0),
+                    ..SimConfig::default()
+                },
+            ),
+            (
+                "job",
+                SimConfig {
+                    job: String::new(),
+                    ..SimConfig::default()
+                },
+            ),
         ];
         for (field, cfg) in cases {
             match cfg.validate() {
@@ -263,7 +318,11 @@ mod tests {
 
     #[test]
     fn nodes_round_up() {
-        let cfg = SimConfig { ranks: 17, ranks_per_node: 8, ..SimConfig::default() };
+        let cfg = SimConfig {
+            ranks: 17,
+            ranks_per_node: 8,
+            ..SimConfig::default()
+        };
         assert_eq!(cfg.nodes(), 3);
     }
 }

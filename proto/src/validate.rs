@@ -237,16 +237,15 @@ pub fn validate_events(
                     }
                 }
                 match st.open {
-                    Some((open, begin_ns)) if open == e.step => {
-                        if e.ts_ns < begin_ns {
-                            return Err(ValidationError::EndBeforeStart {
-                                index,
-                                kind: "step_end",
-                                start_ns: begin_ns,
-                                end_ns: e.ts_ns,
-                            });
-                        }
+                    Some((open, begin_ns)) if open == e.step && e.ts_ns < begin_ns => {
+                        return Err(ValidationError::EndBeforeStart {
+                            index,
+                            kind: "step_end",
+                            start_ns: begin_ns,
+                            end_ns: e.ts_ns,
+                        });
                     }
+                    Some((open, _)) if open == e.step => {}
                     // A different step is open: the stream skipped a StepEnd.
                     Some((open, _)) => {
                         return Err(ValidationError::StepMismatch {

@@ -8,7 +8,7 @@
 //! Invariant: every event a lane records ends no earlier than it starts, and
 //! kernels on one stream never overlap.
 
-use super::catalog::{Name, COMM_STREAM, COMPUTE_STREAM, LAUNCH_GAP_NS};
+use super::catalog::{KernelStep, Name, COMM_STREAM, COMPUTE_STREAM, LAUNCH_GAP_NS};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use rankscope_proto::v1 as proto;
@@ -27,11 +27,34 @@ pub(super) struct Lane {
     pub next_correlation: u64,
     /// Jitter source of this rank for this step.
     pub rng: StdRng,
+    /// Compute factor of the current phase (jitter x slowdown).
+    pub phase_factor: f64,
+    /// When the rank issued the next forward all-gather.
+    pub issued_ns: u64,
+    /// Phase boundaries of the step.
+    pub marks: Marks,
     pub events: Vec<proto::Event>,
 }
 
+/// Phase boundaries of one rank's step, ns.
+#[derive(Debug, Clone, Copy, Default)]
+pub(super) struct Marks {
+    pub begin_ns: u64,
+    pub fwd_begin_ns: u64,
+    pub fwd_end_ns: u64,
+    pub opt_begin_ns: u64,
+    pub end_ns: u64,
+}
+
 impl Lane {
-    pub fn new(rank: u32, device: i32, slowdown: f64, begin_ns: u64, correlation: u64, seed: u64) -> Self {
+    pub fn new(
+        rank: u32,
+        device: i32,
+        slowdown: f64,
+        begin_ns: u64,
+        correlation: u64,
+        seed: u64,
+    ) -> Self {
         Self {
             rank,
             device,
@@ -40,12 +63,21 @@ impl Lane {
             comm_free_ns: begin_ns,
             next_correlation: correlation,
             rng: StdRng::seed_from_u64(seed),
+            phase_factor: 1.0,
+            issued_ns: begin_ns,
+            marks: Marks::default(),
             events: Vec::new(),
         }
     }
 
     /// A host-side span (stream 0, device -1).
-    pub fn host_span(&mut self, category: proto::SpanCategory, name: Name, start_ns: u64, end_ns: u64) {
+    pub fn host_span(
+        &mut self,
+        category: proto::SpanCategory,
+        name: Name,
+        start_ns: u64,
+        end_ns: u64,
+    ) {
         self.push(proto::event::Kind::Span(proto::Span {
             category: category as i32,
             name_id: name.id(),
@@ -57,7 +89,13 @@ impl Lane {
     }
 
     /// A device range on the compute stream.
-    pub fn device_span(&mut self, category: proto::SpanCategory, name: Name, start_ns: u64, end_ns: u64) {
+    pub fn device_span(
+        &mut self,
+        category: proto::SpanCategory,
+        name: Name,
+        start_ns: u64,
+        end_ns: u64,
+    ) {
         self.push(proto::event::Kind::Span(proto::Span {
             category: category as i32,
             name_id: name.id(),
@@ -71,7 +109,14 @@ impl Lane {
     /// Runs one activity on the compute stream, no earlier than
     /// `not_before_ns` and one launch gap after the previous one; returns its
     /// start.
-    pub fn compute(&mut self, kind: proto::KernelKind, name: Name, duration_ns: u64, bytes: u64, not_before_ns: u64) -> u64 {
+    pub fn compute(
+        &mut self,
+        kind: proto::KernelKind,
+        name: Name,
+        duration_ns: u64,
+        bytes: u64,
+        not_before_ns: u64,
+    ) -> u64 {
         let start_ns = (self.compute_free_ns + LAUNCH_GAP_NS).max(not_before_ns);
         let end_ns = start_ns + duration_ns.max(1);
         self.kernel(kind, name, COMPUTE_STREAM, start_ns, end_ns, bytes);
@@ -79,8 +124,29 @@ impl Lane {
         start_ns
     }
 
+    /// Runs one layer's kernels at the phase factor with per-kernel jitter
+    /// `sigma`, the first no earlier than `not_before_ns`; returns the first
+    /// kernel's start.
+    pub fn layer(&mut self, kernels: &[KernelStep], sigma: f64, not_before_ns: u64) -> u64 {
+        let mut first = None;
+        for k in kernels {
+            let d = scale_ns(k.base_ns, self.phase_factor * self.jitter(sigma));
+            let start = self.compute(proto::KernelKind::Kernel, k.name, d, 0, not_before_ns);
+            first.get_or_insert(start);
+        }
+        first.unwrap_or(self.compute_free_ns)
+    }
+
     /// Records a kernel-like activity with its own correlation id.
-    pub fn kernel(&mut self, kind: proto::KernelKind, name: Name, stream: u32, start_ns: u64, end_ns: u64, bytes: u64) {
+    pub fn kernel(
+        &mut self,
+        kind: proto::KernelKind,
+        name: Name,
+        stream: u32,
+        start_ns: u64,
+        end_ns: u64,
+        bytes: u64,
+    ) {
         let correlation = self.next_correlation;
         self.next_correlation += 1;
         self.push(proto::event::Kind::Kernel(proto::Kernel {
@@ -97,7 +163,13 @@ impl Lane {
 
     /// Records a collective on the NCCL stream (a `Collective` event plus its
     /// NCCL kernel) and marks the stream busy until `end_ns`.
-    pub fn collective(&mut self, spec: &CollectiveSpec, group_ranks: Vec<u32>, start_ns: u64, end_ns: u64) {
+    pub fn collective(
+        &mut self,
+        spec: &CollectiveSpec,
+        group_ranks: Vec<u32>,
+        start_ns: u64,
+        end_ns: u64,
+    ) {
         self.push(proto::event::Kind::Collective(proto::Collective {
             op: spec.op as i32,
             process_group_id: Name::DefaultPg.id(),
@@ -113,7 +185,14 @@ impl Lane {
             end_ns,
             peer: 0,
         }));
-        self.kernel(proto::KernelKind::Kernel, spec.kernel, COMM_STREAM, start_ns, end_ns, 0);
+        self.kernel(
+            proto::KernelKind::Kernel,
+            spec.kernel,
+            COMM_STREAM,
+            start_ns,
+            end_ns,
+            0,
+        );
         self.comm_free_ns = end_ns;
     }
 

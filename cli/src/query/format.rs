@@ -1,0 +1,311 @@
+//! Rendering of query results: tables for people, JSON and CSV for scripts.
+//!
+//! In: rows from the API. Out: the text to print (pure functions).
+//!
+//! Steps table: one row per step. Up to [`MAX_RANK_COLUMNS`] ranks get one
+//! column each (step time in ms, 3 decimals) followed by the median, the
+//! max/median ratio and the slowest rank; wider jobs get summary columns
+//! (ranks, min, median, max, max/median, slowest). A footer names the rank
+//! that was slowest most often. JSON and CSV carry the API's rows unchanged,
+//! with the API's field names.
+
+use super::{JobInfo, OutputFormat, StepRow};
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+/// Most ranks shown as one column each in the steps table.
+pub const MAX_RANK_COLUMNS: usize = 16;
+
+/// Renders the jobs list.
+pub fn render_jobs(jobs: &[JobInfo], format: OutputFormat) -> String {
+    match format {
+        OutputFormat::Table => jobs_table(jobs),
+        OutputFormat::Json => json_array(jobs),
+        OutputFormat::Csv => jobs_csv(jobs),
+    }
+}
+
+/// Renders step rows.
+pub fn render_steps(rows: &[StepRow], format: OutputFormat) -> String {
+    match format {
+        OutputFormat::Table => steps_table(rows),
+        OutputFormat::Json => json_array(rows),
+        OutputFormat::Csv => steps_csv(rows),
+    }
+}
+
+fn json_array<T: serde::Serialize>(rows: &[T]) -> String {
+    // Plain structs of strings and integers always serialise.
+    serde_json::to_string_pretty(rows).unwrap_or_else(|_| "[]".to_string()) + "\n"
+}
+
+/// Jobs as aligned columns.
+pub fn jobs_table(jobs: &[JobInfo]) -> String {
+    if jobs.is_empty() {
+        return "(no jobs)\n".to_string();
+    }
+    let header = [
+        "job",
+        "run_id",
+        "world_size",
+        "ranks_seen",
+        "nodes",
+        "first_seen_utc",
+        "last_seen_utc",
+        "last_step",
+    ];
+    let rows: Vec<Vec<String>> = jobs
+        .iter()
+        .map(|j| {
+            vec![
+                j.job.clone(),
+                if j.run_id.is_empty() {
+                    "-".into()
+                } else {
+                    j.run_id.clone()
+                },
+                j.world_size.to_string(),
+                j.ranks_seen.to_string(),
+                j.nodes.to_string(),
+                utc(j.first_seen_ns),
+                utc(j.last_seen_ns),
+                j.last_step
+                    .map_or_else(|| "-".to_string(), |s| s.to_string()),
+            ]
+        })
+        .collect();
+    let right = [false, false, true, true, true, false, false, true];
+    table(&header.map(String::from), &rows, &right)
+}
+
+/// Jobs as CSV with the API's field names; a null last_step is empty.
+pub fn jobs_csv(jobs: &[JobInfo]) -> String {
+    let mut out = String::from(
+        "job,run_id,world_size,ranks_seen,nodes,first_seen_ns,last_seen_ns,last_step\n",
+    );
+    for j in jobs {
+        let _ = writeln!(
+            out,
+            "{},{},{},{},{},{},{},{}",
+            csv_field(&j.job),
+            csv_field(&j.run_id),
+            j.world_size,
+            j.ranks_seen,
+            j.nodes,
+            j.first_seen_ns,
+            j.last_seen_ns,
+            j.last_step.map_or_else(String::new, |s| s.to_string())
+        );
+    }
+    out
+}
+
+/// Step rows as CSV with the API's field names.
+pub fn steps_csv(rows: &[StepRow]) -> String {
+    let mut out = String::from("step,rank,node,start_ns,end_ns,step_time_ns\n");
+    for r in rows {
+        let _ = writeln!(
+            out,
+            "{},{},{},{},{},{}",
+            r.step,
+            r.rank,
+            csv_field(&r.node),
+            r.start_ns,
+            r.end_ns,
+            r.step_time_ns
+        );
+    }
+    out
+}
+
+/// Step times per step, for people.
+pub fn steps_table(rows: &[StepRow]) -> String {
+    if rows.is_empty() {
+        return "(no steps)\n".to_string();
+    }
+    let mut by_step: BTreeMap<u64, BTreeMap<u32, u64>> = BTreeMap::new();
+    for r in rows {
+        by_step
+            .entry(r.step)
+            .or_default()
+            .insert(r.rank, r.step_time_ns);
+    }
+    let ranks: Vec<u32> = {
+        let mut all: Vec<u32> = rows.iter().map(|r| r.rank).collect();
+        all.sort_unstable();
+        all.dedup();
+        all
+    };
+    let wide = ranks.len() > MAX_RANK_COLUMNS;
+    let mut header = vec!["step".to_string()];
+    if wide {
+        header.extend(["ranks", "min_ms", "median_ms", "max_ms"].map(String::from));
+    } else {
+        header.extend(ranks.iter().map(|r| format!("r{r}_ms")));
+        header.push("median_ms".into());
+    }
+    header.extend(["max/median", "slowest"].map(String::from));
+
+    let mut slowest_count: BTreeMap<u32, u64> = BTreeMap::new();
+    let mut table_rows = Vec::with_capacity(by_step.len());
+    for (step, times) in &by_step {
+        let stats = StepStats::of(times);
+        *slowest_count.entry(stats.slowest).or_default() += 1;
+        let mut row = vec![step.to_string()];
+        if wide {
+            row.push(times.len().to_string());
+            row.extend([ms(stats.min_ns), ms_f(stats.median_ns), ms(stats.max_ns)]);
+        } else {
+            row.extend(
+                ranks
+                    .iter()
+                    .map(|r| times.get(r).map_or_else(|| "-".to_string(), |&t| ms(t))),
+            );
+            row.push(ms_f(stats.median_ns));
+        }
+        row.push(ratio(stats.max_ns, stats.median_ns));
+        row.push(format!("r{}", stats.slowest));
+        table_rows.push(row);
+    }
+    let mut right = vec![true; header.len()];
+    if let Some(last) = right.last_mut() {
+        *last = false;
+    }
+    let mut out = table(&header, &table_rows, &right);
+    if let Some((rank, n)) = slowest_count
+        .iter()
+        .max_by_key(|(r, n)| (**n, std::cmp::Reverse(**r)))
+    {
+        let _ = writeln!(
+            out,
+            "slowest rank: r{rank} (slowest in {n} of {} steps)",
+            by_step.len()
+        );
+    }
+    out
+}
+
+/// Summary of one step across ranks.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct StepStats {
+    min_ns: u64,
+    max_ns: u64,
+    median_ns: f64,
+    /// Rank with the longest step (lowest rank on ties).
+    slowest: u32,
+}
+
+impl StepStats {
+    /// `times` is non-empty (built from at least one row).
+    fn of(times: &BTreeMap<u32, u64>) -> Self {
+        let mut sorted: Vec<u64> = times.values().copied().collect();
+        sorted.sort_unstable();
+        let n = sorted.len();
+        let median_ns = if n == 0 {
+            0.0
+        } else if n % 2 == 1 {
+            sorted[n / 2] as f64
+        } else {
+            (sorted[n / 2 - 1] as f64 + sorted[n / 2] as f64) / 2.0
+        };
+        let slowest = times
+            .iter()
+            .max_by(|a, b| a.1.cmp(b.1).then(b.0.cmp(a.0)))
+            .map_or(0, |(&rank, _)| rank);
+        Self {
+            min_ns: sorted.first().copied().unwrap_or(0),
+            max_ns: sorted.last().copied().unwrap_or(0),
+            median_ns,
+            slowest,
+        }
+    }
+}
+
+fn ms(ns: u64) -> String {
+    ms_f(ns as f64)
+}
+
+fn ms_f(ns: f64) -> String {
+    format!("{:.3}", ns / 1e6)
+}
+
+fn ratio(max_ns: u64, median_ns: f64) -> String {
+    if median_ns > 0.0 {
+        format!("{:.3}", max_ns as f64 / median_ns)
+    } else {
+        "-".to_string()
+    }
+}
+
+/// Aligned columns separated by two spaces; `right[i]` right-aligns column i.
+pub fn table(header: &[String], rows: &[Vec<String>], right: &[bool]) -> String {
+    let mut widths: Vec<usize> = header.iter().map(|h| h.chars().count()).collect();
+    for row in rows {
+        for (w, cell) in widths.iter_mut().zip(row) {
+            *w = (*w).max(cell.chars().count());
+        }
+    }
+    let mut out = String::new();
+    for row in std::iter::once(header).chain(rows.iter().map(Vec::as_slice)) {
+        let mut line = String::new();
+        for (i, (cell, w)) in row.iter().zip(&widths).enumerate() {
+            if i > 0 {
+                line.push_str("  ");
+            }
+            let pad = w - cell.chars().count();
+            if right.get(i).copied().unwrap_or(false) {
+                line.extend(std::iter::repeat_n(' ', pad));
+                line.push_str(cell);
+            } else {
+                line.push_str(cell);
+                line.extend(std::iter::repeat_n(' ', pad));
+            }
+        }
+        out.push_str(line.trim_end());
+        out.push('\n');
+    }
+    out
+}
+
+/// Quotes a CSV field when it holds a comma, quote or line break.
+pub fn csv_field(s: &str) -> String {
+    if s.contains([',', '"', '\n', '\r']) {
+        format!("\"{}\"", s.replace('"', "\"\""))
+    } else {
+        s.to_string()
+    }
+}
+
+/// `YYYY-MM-DD HH:MM:SS.mmm` in UTC for ns since the Unix epoch.
+pub fn utc(ns: u64) -> String {
+    let secs = ns / 1_000_000_000;
+    let millis = (ns / 1_000_000) % 1_000;
+    let days = secs / 86_400;
+    let rem = secs % 86_400;
+    let (y, m, d) = civil_from_days(days);
+    format!(
+        "{y:04}-{m:02}-{d:02} {:02}:{:02}:{:02}.{millis:03}",
+        rem / 3_600,
+        (rem / 60) % 60,
+        rem % 60
+    )
+}
+
+/// Days since 1970-01-01 to (year, month, day), proleptic Gregorian
+/// (Howard Hinnant's algorithm, non-negative days only).
+fn civil_from_days(days: u64) -> (u64, u64, u64) {
+    let z = days + 719_468;
+    let era = z / 146_097;
+    let doe = z % 146_097;
+    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + u64::from(m <= 2);
+    (y, m, d)
+}
+
+#[cfg(test)]
+#[path = "format_tests.rs"]
+mod tests;
