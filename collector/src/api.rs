@@ -53,14 +53,21 @@ impl IntoResponse for ApiError {
 impl From<crate::store::StoreError> for ApiError {
     fn from(e: crate::store::StoreError) -> Self {
         tracing::warn!(error = %e, "query failed");
-        ApiError(StatusCode::SERVICE_UNAVAILABLE, format!("query failed: {e}"))
+        ApiError(
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("query failed: {e}"),
+        )
     }
 }
 
 async fn healthz(State(st): State<ApiState>) -> Response {
     match st.store.ping().await {
         Ok(()) => (StatusCode::OK, "ok\n").into_response(),
-        Err(e) => (StatusCode::SERVICE_UNAVAILABLE, format!("clickhouse: {e}\n")).into_response(),
+        Err(e) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("clickhouse: {e}\n"),
+        )
+            .into_response(),
     }
 }
 
@@ -130,11 +137,20 @@ async fn steps(
         }
     }
     if q.last == Some(0) {
-        return Err(ApiError(StatusCode::BAD_REQUEST, "last must be >= 1".into()));
+        return Err(ApiError(
+            StatusCode::BAD_REQUEST,
+            "last must be >= 1".into(),
+        ));
     }
-    let steps = st.store.step_times(&job, q.from_step, q.to_step, q.last).await?;
+    let steps = st
+        .store
+        .step_times(&job, q.from_step, q.to_step, q.last)
+        .await?;
     if steps.is_empty() && !st.store.job_exists(&job).await? {
-        return Err(ApiError(StatusCode::NOT_FOUND, format!("job {job:?} not found")));
+        return Err(ApiError(
+            StatusCode::NOT_FOUND,
+            format!("job {job:?} not found"),
+        ));
     }
     Ok(Json(StepsResponse { job, steps }))
 }

@@ -48,10 +48,14 @@ pub fn convert(batch: &proto::AgentBatch, received_ns: u64) -> Result<RowSet, Co
         return Err(ConvertError::Batch("agent_id is empty".into()));
     }
     if batch.agent_session == 0 {
-        return Err(ConvertError::Batch("agent_session is 0; it must be a random non-zero id".into()));
+        return Err(ConvertError::Batch(
+            "agent_session is 0; it must be a random non-zero id".into(),
+        ));
     }
     if batch.seq == 0 {
-        return Err(ConvertError::Batch("seq is 0; batch sequence numbers start at 1".into()));
+        return Err(ConvertError::Batch(
+            "seq is 0; batch sequence numbers start at 1".into(),
+        ));
     }
     let mut rows = RowSet::default();
     for (index, group) in batch.ranks.iter().enumerate() {
@@ -106,12 +110,20 @@ fn push_group(
     received_ns: u64,
 ) {
     use proto::event::Kind;
-    let node = if id.node.is_empty() { &batch.node } else { &id.node };
+    let node = if id.node.is_empty() {
+        &batch.node
+    } else {
+        &id.node
+    };
     let cx = Ctx {
         batch,
         id,
         node,
-        names: group.names.iter().map(|n| (n.id, n.name.as_str())).collect(),
+        names: group
+            .names
+            .iter()
+            .map(|n| (n.id, n.name.as_str()))
+            .collect(),
     };
     let mut labels: Vec<(&String, &String)> = id.labels.iter().collect();
     labels.sort();

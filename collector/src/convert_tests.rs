@@ -33,11 +33,20 @@ fn group(rank: u32) -> proto::RankEvents {
     proto::RankEvents {
         identity: Some(identity(rank)),
         names: vec![
-            proto::InternedName { id: 1, name: "sm80_xmma_gemm".into() },
-            proto::InternedName { id: 2, name: "default_pg".into() },
+            proto::InternedName {
+                id: 1,
+                name: "sm80_xmma_gemm".into(),
+            },
+            proto::InternedName {
+                id: 2,
+                name: "default_pg".into(),
+            },
         ],
         events: vec![
-            ev(Kind::StepBegin(proto::StepBegin { step: 3, ts_ns: 1_000 })),
+            ev(Kind::StepBegin(proto::StepBegin {
+                step: 3,
+                ts_ns: 1_000,
+            })),
             ev(Kind::Span(proto::Span {
                 category: proto::SpanCategory::Forward as i32,
                 name_id: 0,
@@ -71,7 +80,10 @@ fn group(rank: u32) -> proto::RankEvents {
                 end_ns: 1_400,
                 peer: 0,
             })),
-            ev(Kind::StepEnd(proto::StepEnd { step: 3, ts_ns: 2_000 })),
+            ev(Kind::StepEnd(proto::StepEnd {
+                step: 3,
+                ts_ns: 2_000,
+            })),
         ],
     }
 }
@@ -86,8 +98,14 @@ fn converts_every_event_with_batch_identity() {
     assert_eq!(rows.ranks.len(), 2);
     assert_eq!(rows.len(), 10);
     let k = &rows.kernels[1];
-    assert_eq!((k.rank, k.name.as_str(), k.node.as_str()), (1, "sm80_xmma_gemm", "node-a"));
-    assert_eq!((k.agent_id.as_str(), k.agent_session, k.batch_seq), ("agent-a", 42, 7));
+    assert_eq!(
+        (k.rank, k.name.as_str(), k.node.as_str()),
+        (1, "sm80_xmma_gemm", "node-a")
+    );
+    assert_eq!(
+        (k.agent_id.as_str(), k.agent_session, k.batch_seq),
+        ("agent-a", 42, 7)
+    );
     let c = &rows.collectives[0];
     assert_eq!(c.process_group, "default_pg");
     assert_eq!((c.op, c.dtype, c.bytes, c.seq), (1, 10, 2048, 5));
@@ -105,7 +123,10 @@ fn one_bad_group_rejects_the_whole_batch() {
     let err = convert(&batch(vec![group(0), bad]), 1).unwrap_err();
     assert_eq!(err.reason(), "rank_out_of_range");
     let msg = err.to_string();
-    assert!(msg.contains("ranks[1]") && msg.contains("rank = 4"), "{msg}");
+    assert!(
+        msg.contains("ranks[1]") && msg.contains("rank = 4"),
+        "{msg}"
+    );
 }
 
 #[test]

@@ -191,7 +191,11 @@ mod tests {
         d.finish("a", 1, 3, true);
         d.finish("a", 1, 1, true);
         d.finish("a", 1, 2, false);
-        assert_eq!(d.begin("a", 1, 2), Verdict::New, "2 failed, must be writable");
+        assert_eq!(
+            d.begin("a", 1, 2),
+            Verdict::New,
+            "2 failed, must be writable"
+        );
         assert_eq!(d.begin("a", 1, 3), Verdict::Duplicate);
         d.finish("a", 1, 2, true);
         let s = &d.sessions[&("a".to_string(), 1)];
@@ -216,7 +220,11 @@ mod tests {
     fn seed_marks_stored_batches_and_older() {
         let mut d = Dedupe::new(8);
         d.seed([("a".to_string(), 7, 10), ("a".to_string(), 7, 12)]);
-        assert_eq!(d.begin("a", 7, 9), Verdict::Duplicate, "older than the window");
+        assert_eq!(
+            d.begin("a", 7, 9),
+            Verdict::Duplicate,
+            "older than the window"
+        );
         assert_eq!(d.begin("a", 7, 10), Verdict::Duplicate);
         assert_eq!(d.begin("a", 7, 11), Verdict::New, "gap stays writable");
         assert_eq!(d.begin("a", 7, 12), Verdict::Duplicate);

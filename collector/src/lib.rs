@@ -117,7 +117,9 @@ pub async fn start(cfg: Config) -> Result<Collector, StartError> {
         tokio::spawn(async move {
             let incoming = tokio_stream_incoming(grpc);
             let res = tonic::transport::Server::builder()
-                .layer(tower::util::MapResponseLayer::new(limits::rewrite_too_large))
+                .layer(tower::util::MapResponseLayer::new(
+                    limits::rewrite_too_large,
+                ))
                 .add_service(server)
                 .serve_with_incoming_shutdown(incoming, stop)
                 .await;
@@ -182,10 +184,8 @@ fn tokio_stream_incoming(
 }
 
 /// Resolves when the shutdown flag turns true (or its sender is gone).
-fn wait_for(mut rx: watch::Receiver<bool>) -> impl Future<Output = ()> + Send + 'static {
-    async move {
-        let _ = rx.wait_for(|stop| *stop).await;
-    }
+async fn wait_for(mut rx: watch::Receiver<bool>) {
+    let _ = rx.wait_for(|stop| *stop).await;
 }
 
 /// Drops day partitions older than `retention_days` every `every`.

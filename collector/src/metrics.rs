@@ -43,11 +43,31 @@ impl Metrics {
     pub fn render(&self, extra: &[(&str, &str, u64)]) -> String {
         let mut out = String::new();
         let plain = [
-            ("rankscope_collector_batches_received_total", "Agent batches received.", &self.batches_received),
-            ("rankscope_collector_batches_stored_total", "Agent batches stored and acknowledged.", &self.batches_stored),
-            ("rankscope_collector_batches_duplicate_total", "Duplicate agent batches acknowledged without writing.", &self.batches_duplicate),
-            ("rankscope_collector_batches_retry_total", "Agent batches answered UNAVAILABLE.", &self.batches_retry),
-            ("rankscope_collector_events_stored_total", "Event rows stored in ClickHouse.", &self.events_stored),
+            (
+                "rankscope_collector_batches_received_total",
+                "Agent batches received.",
+                &self.batches_received,
+            ),
+            (
+                "rankscope_collector_batches_stored_total",
+                "Agent batches stored and acknowledged.",
+                &self.batches_stored,
+            ),
+            (
+                "rankscope_collector_batches_duplicate_total",
+                "Duplicate agent batches acknowledged without writing.",
+                &self.batches_duplicate,
+            ),
+            (
+                "rankscope_collector_batches_retry_total",
+                "Agent batches answered UNAVAILABLE.",
+                &self.batches_retry,
+            ),
+            (
+                "rankscope_collector_events_stored_total",
+                "Event rows stored in ClickHouse.",
+                &self.events_stored,
+            ),
         ];
         for (name, help, v) in plain {
             counter(&mut out, name, help, &[("", v.load(Relaxed))]);
@@ -57,10 +77,7 @@ impl Metrics {
             &mut out,
             "rankscope_collector_rejected_batches_total",
             "Agent batches rejected as invalid, by reason.",
-            &rejected
-                .iter()
-                .map(|(r, v)| (*r, *v))
-                .collect::<Vec<_>>(),
+            &rejected.iter().map(|(r, v)| (*r, *v)).collect::<Vec<_>>(),
         );
         for (name, help, v) in extra {
             counter(&mut out, name, help, &[("", *v)]);

@@ -97,7 +97,13 @@ impl proto::collector_ingest_server::CollectorIngest for IngestService {
         }
         let n = rows.len() as u64;
         let result = self.writer.write(rows).await;
-        self.finish(&batch, !matches!(result, Err(WriteError::Unavailable(_) | WriteError::Overloaded)));
+        self.finish(
+            &batch,
+            !matches!(
+                result,
+                Err(WriteError::Unavailable(_) | WriteError::Overloaded)
+            ),
+        );
         match result {
             Ok(_) => {
                 self.metrics.batches_stored.fetch_add(1, Relaxed);

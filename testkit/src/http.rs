@@ -23,13 +23,18 @@ impl Endpoint {
     /// Parses `http://host[:port][/...]`; the path part is ignored.
     pub(crate) fn parse(url: &str) -> Result<Endpoint, TestkitError> {
         let rest = url.strip_prefix("http://").ok_or_else(|| {
-            TestkitError::Http(format!("unsupported URL {url:?}: only http:// is supported"))
+            TestkitError::Http(format!(
+                "unsupported URL {url:?}: only http:// is supported"
+            ))
         })?;
         let authority = rest.split(['/', '?']).next().unwrap_or_default();
         if authority.is_empty() {
             return Err(TestkitError::Http(format!("URL {url:?} has no host")));
         }
-        let authority = if authority.rsplit_once(':').is_some_and(|(_, p)| !p.contains(']')) {
+        let authority = if authority
+            .rsplit_once(':')
+            .is_some_and(|(_, p)| !p.contains(']'))
+        {
             authority.to_string()
         } else {
             format!("{authority}:80")
@@ -47,7 +52,10 @@ pub(crate) fn request(
     timeout: Duration,
 ) -> Result<(u16, String), TestkitError> {
     let io = |e: std::io::Error| {
-        TestkitError::Http(format!("{method} http://{}{path_and_query}: {e}", endpoint.authority))
+        TestkitError::Http(format!(
+            "{method} http://{}{path_and_query}: {e}",
+            endpoint.authority
+        ))
     };
     let addr = endpoint
         .authority
@@ -89,7 +97,11 @@ fn parse_response(raw: &[u8]) -> Result<(u16, String), TestkitError> {
         let l = l.to_ascii_lowercase();
         l.starts_with("transfer-encoding:") && l.contains("chunked")
     });
-    let body = if chunked { dechunk(payload).ok_or_else(|| bad("bad chunk"))? } else { payload.to_vec() };
+    let body = if chunked {
+        dechunk(payload).ok_or_else(|| bad("bad chunk"))?
+    } else {
+        payload.to_vec()
+    };
     Ok((status, String::from_utf8_lossy(&body).into_owned()))
 }
 
@@ -146,7 +158,9 @@ mod tests {
         let chunked =
             b"HTTP/1.1 404 Not Found\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n2;x=y\r\nde\r\n0\r\n\r\n";
         assert_eq!(parse_response(chunked).unwrap(), (404, "abcde".to_string()));
-        assert!(parse_response(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n").is_err());
+        assert!(
+            parse_response(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n").is_err()
+        );
     }
 
     #[test]

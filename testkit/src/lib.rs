@@ -30,18 +30,28 @@ pub enum TestkitError {
     /// The server did not come up; `log_tail` holds the end of its error log.
     StartFailed { reason: String, log_tail: String },
     /// A file or process operation failed.
-    Io { context: String, source: std::io::Error },
+    Io {
+        context: String,
+        source: std::io::Error,
+    },
     /// An HTTP exchange failed (connect, read, malformed response).
     Http(String),
     /// ClickHouse answered a query with an error.
-    Query { sql: String, status: u16, body: String },
+    Query {
+        sql: String,
+        status: u16,
+        body: String,
+    },
     /// The operation needs a private server but this handle uses an external one.
     NotPrivate(&'static str),
 }
 
 impl TestkitError {
     pub(crate) fn io(context: impl Into<String>, source: std::io::Error) -> TestkitError {
-        TestkitError::Io { context: context.into(), source }
+        TestkitError::Io {
+            context: context.into(),
+            source,
+        }
     }
 }
 
@@ -55,10 +65,17 @@ impl fmt::Display for TestkitError {
             TestkitError::Io { context, source } => write!(f, "{context}: {source}"),
             TestkitError::Http(msg) => write!(f, "HTTP: {msg}"),
             TestkitError::Query { sql, status, body } => {
-                write!(f, "query failed with HTTP {status}: {}\nquery: {sql}", body.trim())
+                write!(
+                    f,
+                    "query failed with HTTP {status}: {}\nquery: {sql}",
+                    body.trim()
+                )
             }
             TestkitError::NotPrivate(op) => {
-                write!(f, "{op} needs a private server, but RANKSCOPE_CLICKHOUSE_URL is in use")
+                write!(
+                    f,
+                    "{op} needs a private server, but RANKSCOPE_CLICKHOUSE_URL is in use"
+                )
             }
         }
     }
@@ -102,7 +119,10 @@ mod tests {
     #[test]
     fn not_installed_message_names_the_install_command() {
         let msg = TestkitError::NotInstalled(clickhouse::install_hint().into()).to_string();
-        assert!(msg.contains("apt-get install -y clickhouse-server"), "{msg}");
+        assert!(
+            msg.contains("apt-get install -y clickhouse-server"),
+            "{msg}"
+        );
         assert!(msg.contains("make test"), "{msg}");
     }
 }

@@ -44,12 +44,16 @@ pub(crate) struct ServerBinary {
 /// Looks for `clickhouse-server` and then a single `clickhouse` binary on `PATH` and in
 /// the usual system directories (Debian puts the server in `/usr/sbin`).
 pub(crate) fn find_server_binary() -> Result<ServerBinary, TestkitError> {
-    let mut dirs: Vec<PathBuf> =
-        std::env::var_os("PATH").map(|p| std::env::split_paths(&p).collect()).unwrap_or_default();
+    let mut dirs: Vec<PathBuf> = std::env::var_os("PATH")
+        .map(|p| std::env::split_paths(&p).collect())
+        .unwrap_or_default();
     for extra in ["/usr/bin", "/usr/sbin", "/usr/local/bin"] {
         dirs.push(PathBuf::from(extra));
     }
-    for (name, leading) in [("clickhouse-server", &[][..]), ("clickhouse", &["server"][..])] {
+    for (name, leading) in [
+        ("clickhouse-server", &[][..]),
+        ("clickhouse", &["server"][..]),
+    ] {
         if let Some(path) = dirs.iter().map(|d| d.join(name)).find(|p| is_executable(p)) {
             return Ok(ServerBinary {
                 path,
@@ -79,9 +83,13 @@ pub(crate) fn write_config(root: &Path, http_port: u16, tcp_port: u16) -> Result
     };
     for sub in ["data", "tmp", "user_files", "format_schemas", "log"] {
         let dir = root.join(sub);
-        std::fs::create_dir_all(&dir).map_err(|e| TestkitError::io(format!("create {dir:?}"), e))?;
+        std::fs::create_dir_all(&dir)
+            .map_err(|e| TestkitError::io(format!("create {dir:?}"), e))?;
     }
-    for (name, template) in [("config.xml", CONFIG_TEMPLATE), ("users.xml", USERS_TEMPLATE)] {
+    for (name, template) in [
+        ("config.xml", CONFIG_TEMPLATE),
+        ("users.xml", USERS_TEMPLATE),
+    ] {
         let path = root.join(name);
         std::fs::write(&path, render(template))
             .map_err(|e| TestkitError::io(format!("write {path:?}"), e))?;
@@ -90,14 +98,18 @@ pub(crate) fn write_config(root: &Path, http_port: u16, tcp_port: u16) -> Result
 }
 
 fn xml_escape(s: &str) -> String {
-    s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;")
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
 }
 
 /// The last `lines` lines of the server's error log and captured stderr, for error messages.
 pub(crate) fn log_tail(root: &Path, lines: usize) -> String {
     let mut out = String::new();
     for name in ["log/clickhouse-server.err.log", "stderr.log"] {
-        let Ok(text) = std::fs::read_to_string(root.join(name)) else { continue };
+        let Ok(text) = std::fs::read_to_string(root.join(name)) else {
+            continue;
+        };
         let all: Vec<&str> = text.lines().collect();
         let tail = &all[all.len().saturating_sub(lines)..];
         if !tail.is_empty() {
@@ -128,7 +140,10 @@ impl Keeper {
         let mut command = Command::new(&binary.path);
         command
             .args(&binary.leading_args)
-            .arg(format!("--config-file={}", root.join("config.xml").display()))
+            .arg(format!(
+                "--config-file={}",
+                root.join("config.xml").display()
+            ))
             .current_dir(root)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
@@ -138,7 +153,14 @@ impl Keeper {
         // async-signal-safe functions prctl, getppid and _exit.
         unsafe {
             command.pre_exec(move || {
-                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong, 0, 0, 0) != 0 {
+                if libc::prctl(
+                    libc::PR_SET_PDEATHSIG,
+                    libc::SIGKILL as libc::c_ulong,
+                    0,
+                    0,
+                    0,
+                ) != 0
+                {
                     return Err(std::io::Error::last_os_error());
                 }
                 // The parent may have died between fork and prctl: then nobody would kill us.
@@ -171,12 +193,20 @@ impl Keeper {
                 });
             }
         };
-        Ok(Keeper { stop: Some(stop_tx), thread: Some(thread), exited, pid })
+        Ok(Keeper {
+            stop: Some(stop_tx),
+            thread: Some(thread),
+            exited,
+            pid,
+        })
     }
 
     /// `Some(status)` once the server process has exited on its own.
     pub(crate) fn exit_status(&self) -> Option<String> {
-        self.exited.lock().map(|g| g.clone()).unwrap_or_else(|p| p.into_inner().clone())
+        self.exited
+            .lock()
+            .map(|g| g.clone())
+            .unwrap_or_else(|p| p.into_inner().clone())
     }
 
     /// Kills the server (SIGKILL), reaps it and joins the keeper thread. Idempotent.
@@ -210,26 +240,18 @@ fn keep(
         }
     };
     let _ = pid_tx.send(Ok(child.id()));
-    let mut running = true;
-    loop {
-        match stop.recv_timeout(Duration::from_millis(50)) {
-            Err(mpsc::RecvTimeoutError::Timeout) => {
-                if let Ok(Some(status)) = child.try_wait() {
-                    running = false;
-                    if let Ok(mut slot) = exited.lock() {
-                        *slot = Some(status.to_string());
-                    }
-                    // Nothing left to watch: wait for the stop request.
-                    let _ = stop.recv();
-                    break;
-                }
+    // Until a stop request (or the Keeper is dropped), watch for an early exit.
+    while let Err(mpsc::RecvTimeoutError::Timeout) = stop.recv_timeout(Duration::from_millis(50)) {
+        if let Ok(Some(status)) = child.try_wait() {
+            if let Ok(mut slot) = exited.lock() {
+                *slot = Some(status.to_string());
             }
-            // A stop request or the Keeper was dropped.
-            Ok(()) | Err(mpsc::RecvTimeoutError::Disconnected) => break,
+            // Nothing left to watch: wait for the stop request, then reap (a no-op).
+            let _ = stop.recv();
+            break;
         }
     }
-    if running {
-        let _ = child.kill();
-    }
+    // Kill is a no-op for a child already reaped by try_wait.
+    let _ = child.kill();
     let _ = child.wait();
 }

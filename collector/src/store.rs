@@ -1,0 +1,372 @@
+//! The ClickHouse store: connection, schema migrations, the batching writer and the
+//! read queries of the collector.
+//!
+//! In: [`StoreConfig`] (URL, database, credentials, compression); [`RowSet`]s from
+//! `convert` through the [`WriterHandle`]. Out: rows in ClickHouse tables
+//! (`collector/schema/*.sql`), acknowledgements once ClickHouse accepted them, and typed
+//! query results (`collector/queries/*.sql`).
+//!
+//! Invariants:
+//! - SQL lives in files: DDL in numbered append-only migrations, reads in `queries/`.
+//!   Values reach SQL only through client-side `?` binding; identifiers (database, table
+//!   names) come from validated config or from [`Table`], never from requests.
+//! - The client talks RowBinary with validation off (needed for ClickHouse 18.16), so the
+//!   row structs in [`rows`] must match the columns exactly; tests round-trip every table.
+//! - All tables are partitioned by the UTC day of their event time; retention drops
+//!   whole partitions.
+
+mod fault;
+mod migrate;
+mod read;
+mod retention;
+pub mod rows;
+mod writer;
+
+use std::time::Duration;
+
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::{TokioExecutor, TokioTimer};
+use serde::{Deserialize, Serialize};
+
+pub use migrate::{split_statements, Migration, MIGRATIONS};
+pub use read::{JobRow, StepTimeRow};
+pub use rows::{BatchRow, CollectiveRow, KernelRow, RankRow, RowSet, SpanRow, StepRow};
+pub use writer::{
+    spawn_writer, TableCounters, WriteError, WriteOutcome, WriterConfig, WriterHandle,
+    WriterMetrics,
+};
+
+/// How INSERT bodies are compressed on the wire.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Compression {
+    /// Plain RowBinary.
+    None,
+    /// ClickHouse's LZ4 block compression (the default; ~3x less traffic for our rows).
+    #[default]
+    Lz4,
+}
+
+/// Connection settings of the ClickHouse store (`[clickhouse]` in the collector config).
+/// `Debug` redacts the password.
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct StoreConfig {
+    /// HTTP interface of ClickHouse, e.g. `http://127.0.0.1:8123`.
+    pub url: String,
+    /// Database of the rankscope tables; created at start-up if missing.
+    /// Letters, digits and `_` only.
+    pub database: String,
+    /// ClickHouse user.
+    pub user: String,
+    /// Password of `user`; empty for none.
+    pub password: String,
+    /// Compression of INSERT bodies: `lz4` or `none`.
+    pub compression: Compression,
+}
+
+impl Default for StoreConfig {
+    fn default() -> Self {
+        StoreConfig {
+            url: "http://127.0.0.1:8123".into(),
+            database: "rankscope".into(),
+            user: "default".into(),
+            password: String::new(),
+            compression: Compression::Lz4,
+        }
+    }
+}
+
+impl std::fmt::Debug for StoreConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let password = if self.password.is_empty() {
+            ""
+        } else {
+            "<redacted>"
+        };
+        f.debug_struct("StoreConfig")
+            .field("url", &self.url)
+            .field("database", &self.database)
+            .field("user", &self.user)
+            .field("password", &password)
+            .field("compression", &self.compression)
+            .finish()
+    }
+}
+
+/// Errors of the store.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("invalid ClickHouse config: {0}")]
+    Config(String),
+    #[error("ClickHouse {what} failed: {source}")]
+    Query {
+        what: &'static str,
+        #[source]
+        source: clickhouse::error::Error,
+    },
+    #[error("schema migration {version} ({name}) statement {index} failed: {source}")]
+    Migration {
+        version: u32,
+        name: String,
+        index: usize,
+        #[source]
+        source: clickhouse::error::Error,
+    },
+    #[error(
+        "schema migration {version} ({name}) changed after it was applied: schema_migrations \
+         records checksum {recorded}, this collector has {current}; migrations are append-only"
+    )]
+    ChecksumMismatch {
+        version: u32,
+        name: String,
+        recorded: String,
+        current: String,
+    },
+}
+
+impl StoreError {
+    /// `map_err` helper: wraps a client error with what was being done.
+    fn query(what: &'static str) -> impl FnOnce(clickhouse::error::Error) -> StoreError {
+        move |source| StoreError::Query { what, source }
+    }
+
+    /// Whether retrying later may succeed (ClickHouse down, overloaded, timing out).
+    pub fn is_transient(&self) -> bool {
+        match self {
+            StoreError::Query { source, .. } | StoreError::Migration { source, .. } => {
+                fault::classify(source) == fault::Fault::Transient
+            }
+            _ => false,
+        }
+    }
+}
+
+/// A table written by the collector.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Table {
+    Steps,
+    Spans,
+    Collectives,
+    Kernels,
+    Ranks,
+    IngestBatches,
+    GpuSamples,
+    HostSamples,
+}
+
+impl Table {
+    /// Every table (the writer stores `ingest_batches` after the event tables).
+    pub const ALL: [Table; 8] = [
+        Table::Steps,
+        Table::Spans,
+        Table::Collectives,
+        Table::Kernels,
+        Table::Ranks,
+        Table::IngestBatches,
+        Table::GpuSamples,
+        Table::HostSamples,
+    ];
+
+    /// The table's name in ClickHouse.
+    pub fn name(self) -> &'static str {
+        match self {
+            Table::Steps => "steps",
+            Table::Spans => "spans",
+            Table::Collectives => "collectives",
+            Table::Kernels => "kernels",
+            Table::Ranks => "ranks",
+            Table::IngestBatches => "ingest_batches",
+            Table::GpuSamples => "gpu_samples",
+            Table::HostSamples => "host_samples",
+        }
+    }
+
+    /// Whether rows of the table belong to a job (have a `job_id` column).
+    pub fn has_job_id(self) -> bool {
+        matches!(
+            self,
+            Table::Steps | Table::Spans | Table::Collectives | Table::Kernels | Table::Ranks
+        )
+    }
+}
+
+/// A handle on the ClickHouse database of rankscope. Cheap to clone.
+#[derive(Clone)]
+pub struct Store {
+    /// Client whose current database is `database`.
+    client: clickhouse::Client,
+    /// Client without a database, for `CREATE DATABASE`.
+    server: clickhouse::Client,
+    database: String,
+}
+
+impl std::fmt::Debug for Store {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Store")
+            .field("database", &self.database)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Store {
+    /// Builds the client; does not touch the network (see [`Store::ping`]).
+    pub fn connect(cfg: &StoreConfig) -> Result<Store, StoreError> {
+        if !cfg.url.starts_with("http://") {
+            return Err(StoreError::Config(format!(
+                "url {:?} must start with http:// (TLS is not built in)",
+                cfg.url
+            )));
+        }
+        validate_identifier("database", &cfg.database)?;
+        let mut connector = HttpConnector::new();
+        connector.set_nodelay(true);
+        connector.set_keepalive(Some(Duration::from_secs(60)));
+        connector.set_connect_timeout(Some(Duration::from_secs(5)));
+        let http = hyper_util::client::legacy::Client::builder(TokioExecutor::new())
+            // Below ClickHouse's keep_alive_timeout (3 s) so we never reuse a closed socket.
+            .pool_idle_timeout(Duration::from_secs(2))
+            .pool_timer(TokioTimer::new())
+            .build(connector);
+        let mut server = clickhouse::Client::with_http_client(http)
+            .with_url(cfg.url.trim_end_matches('/'))
+            .with_user(cfg.user.as_str())
+            .with_compression(match cfg.compression {
+                Compression::None => clickhouse::Compression::None,
+                Compression::Lz4 => clickhouse::Compression::Lz4,
+            })
+            .with_validation(false);
+        if !cfg.password.is_empty() {
+            server = server.with_password(cfg.password.as_str());
+        }
+        let client = server.clone().with_database(cfg.database.as_str());
+        Ok(Store {
+            client,
+            server,
+            database: cfg.database.clone(),
+        })
+    }
+
+    /// The client, with the rankscope database as its current database.
+    pub fn client(&self) -> &clickhouse::Client {
+        &self.client
+    }
+
+    fn server_client(&self) -> &clickhouse::Client {
+        &self.server
+    }
+
+    /// The configured database name.
+    pub fn database(&self) -> &str {
+        &self.database
+    }
+
+    /// Checks that ClickHouse answers a trivial query.
+    pub async fn ping(&self) -> Result<(), StoreError> {
+        let one: u8 = self
+            .server
+            .query("SELECT toUInt8(1)")
+            .fetch_one()
+            .await
+            .map_err(StoreError::query("ping"))?;
+        debug_assert_eq!(one, 1);
+        Ok(())
+    }
+
+    /// Creates the database if needed and applies pending migrations; returns the
+    /// versions applied now (empty when the schema was up to date).
+    pub async fn migrate(&self) -> Result<Vec<u32>, StoreError> {
+        migrate::migrate(self, MIGRATIONS).await
+    }
+}
+
+/// Accepts `[A-Za-z_][A-Za-z0-9_]*`, the identifiers we put into SQL.
+fn validate_identifier(what: &str, name: &str) -> Result<(), StoreError> {
+    let mut bytes = name.bytes();
+    let ok = bytes
+        .next()
+        .is_some_and(|b| b.is_ascii_alphabetic() || b == b'_')
+        && bytes.all(|b| b.is_ascii_alphanumeric() || b == b'_');
+    if ok {
+        Ok(())
+    } else {
+        Err(StoreError::Config(format!(
+            "{what} {name:?} must start with a letter or _ and hold only letters, digits and _"
+        )))
+    }
+}
+
+/// Wall-clock time in ns since the Unix epoch (0 if the clock is before 1970).
+pub(crate) fn now_ns() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
+        .unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn config_defaults_and_parsing() {
+        let cfg = StoreConfig::default();
+        assert_eq!(cfg.url, "http://127.0.0.1:8123");
+        assert_eq!(cfg.database, "rankscope");
+        assert_eq!(cfg.user, "default");
+        let parsed: StoreConfig =
+            toml::from_str("database = \"x\"\ncompression = \"none\"").unwrap();
+        assert_eq!(parsed.database, "x");
+        assert_eq!(parsed.compression, Compression::None);
+        assert_eq!(parsed.url, cfg.url);
+        assert!(toml::from_str::<StoreConfig>("databse = \"x\"").is_err());
+        let secret = StoreConfig {
+            password: "hunter2".into(),
+            ..StoreConfig::default()
+        };
+        assert!(!format!("{secret:?}").contains("hunter2"));
+    }
+
+    #[test]
+    fn connect_validates_config() {
+        let bad_db = StoreConfig {
+            database: "a; DROP".into(),
+            ..Default::default()
+        };
+        assert!(matches!(
+            Store::connect(&bad_db),
+            Err(StoreError::Config(_))
+        ));
+        let bad_url = StoreConfig {
+            url: "https://ch:8443".into(),
+            ..Default::default()
+        };
+        assert!(matches!(
+            Store::connect(&bad_url),
+            Err(StoreError::Config(_))
+        ));
+        let good = StoreConfig {
+            database: "_rank_scope1".into(),
+            ..Default::default()
+        };
+        assert_eq!(Store::connect(&good).unwrap().database(), "_rank_scope1");
+        assert!(validate_identifier("d", "").is_err());
+        assert!(validate_identifier("d", "1abc").is_err());
+    }
+
+    #[test]
+    fn table_names_are_unique_and_batches_come_after_events() {
+        let names: std::collections::HashSet<_> = Table::ALL.iter().map(|t| t.name()).collect();
+        assert_eq!(names.len(), Table::ALL.len());
+        let pos = |t| Table::ALL.iter().position(|x| *x == t).unwrap();
+        for t in [
+            Table::Steps,
+            Table::Spans,
+            Table::Collectives,
+            Table::Kernels,
+            Table::Ranks,
+        ] {
+            assert!(pos(t) < pos(Table::IngestBatches));
+        }
+    }
+}

@@ -1,0 +1,294 @@
+//! Schema migrations: the numbered files in `collector/schema/`, applied in order at
+//! start-up and recorded in `schema_migrations`.
+//!
+//! In: the migration files compiled into the binary ([`MIGRATIONS`]). Out: the versions
+//! applied by this call.
+//!
+//! File format: `NNNN_name.sql`, statements separated by a `;` at the end of a line;
+//! lines whose first non-blank characters are `--` are comments and are not sent.
+//! Statements must be idempotent (`CREATE ... IF NOT EXISTS`): a migration interrupted
+//! between statements is run again from its first statement.
+//!
+//! Invariants: history is append-only. An applied migration whose file changed makes
+//! `migrate` fail (checksums are recorded), and `tests::checksums_are_frozen` pins every
+//! file's checksum so an edit is caught before it ships. A version recorded in the
+//! database but unknown to this binary (a newer collector ran) is logged and left alone.
+
+use clickhouse::sql::Identifier;
+use clickhouse::Row;
+use serde::{Deserialize, Serialize};
+
+use super::{Store, StoreError};
+
+/// One migration file.
+#[derive(Debug, Clone, Copy)]
+pub struct Migration {
+    pub version: u32,
+    pub name: &'static str,
+    pub sql: &'static str,
+}
+
+/// Every migration, in version order. Append only.
+pub const MIGRATIONS: &[Migration] = &[
+    Migration {
+        version: 1,
+        name: "0001_events",
+        sql: include_str!("../../schema/0001_events.sql"),
+    },
+    Migration {
+        version: 2,
+        name: "0002_samples",
+        sql: include_str!("../../schema/0002_samples.sql"),
+    },
+];
+
+const CREATE_TABLE_SQL: &str = include_str!("../../queries/schema_migrations.sql");
+const APPLIED_SQL: &str = include_str!("../../queries/applied_migrations.sql");
+
+impl Migration {
+    /// Hex FNV-1a 64 of the file text: cheap, dependency-free, enough to detect edits.
+    pub fn checksum(&self) -> String {
+        let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+        for b in self.sql.bytes() {
+            hash ^= u64::from(b);
+            hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
+        }
+        format!("fnv1a64:{hash:016x}")
+    }
+
+    /// The statements of the file, comments removed, without the trailing `;`.
+    pub fn statements(&self) -> Vec<String> {
+        split_statements(self.sql)
+    }
+}
+
+/// Splits a migration file into statements (see the module docs for the format).
+pub fn split_statements(sql: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut current = String::new();
+    for line in sql.lines() {
+        if line.trim_start().starts_with("--") {
+            continue;
+        }
+        let trimmed = line.trim_end();
+        if let Some(last) = trimmed.strip_suffix(';') {
+            current.push_str(last);
+            push_statement(&mut out, &mut current);
+        } else {
+            current.push_str(line);
+            current.push('\n');
+        }
+    }
+    push_statement(&mut out, &mut current);
+    out
+}
+
+fn push_statement(out: &mut Vec<String>, current: &mut String) {
+    let statement = current.trim();
+    if !statement.is_empty() {
+        out.push(statement.to_string());
+    }
+    current.clear();
+}
+
+#[derive(Debug, Row, Serialize)]
+struct MigrationRow<'a> {
+    version: u32,
+    name: &'a str,
+    checksum: &'a str,
+    applied_at_ns: u64,
+}
+
+#[derive(Debug, Row, Deserialize)]
+struct AppliedRow {
+    version: u32,
+    name: String,
+    checksums: Vec<String>,
+}
+
+/// Creates the database and applies every migration not yet recorded.
+pub(super) async fn migrate(
+    store: &Store,
+    migrations: &[Migration],
+) -> Result<Vec<u32>, StoreError> {
+    store
+        .server_client()
+        .query("CREATE DATABASE IF NOT EXISTS ?")
+        .bind(Identifier(store.database()))
+        .execute()
+        .await
+        .map_err(StoreError::query("create database"))?;
+    let client = store.client();
+    client
+        .query_raw(CREATE_TABLE_SQL)
+        .execute()
+        .await
+        .map_err(StoreError::query("create schema_migrations"))?;
+    let applied: Vec<AppliedRow> = client
+        .query(APPLIED_SQL)
+        .fetch_all()
+        .await
+        .map_err(StoreError::query("read schema_migrations"))?;
+
+    for row in &applied {
+        if !migrations.iter().any(|m| m.version == row.version) {
+            tracing::warn!(version = row.version, name = %row.name, "database has a migration this collector does not know; a newer collector ran here");
+        }
+    }
+    let mut done = Vec::new();
+    for migration in migrations {
+        let checksum = migration.checksum();
+        if let Some(row) = applied.iter().find(|r| r.version == migration.version) {
+            if let Some(other) = row.checksums.iter().find(|c| **c != checksum) {
+                return Err(StoreError::ChecksumMismatch {
+                    version: migration.version,
+                    name: migration.name.to_string(),
+                    recorded: other.clone(),
+                    current: checksum,
+                });
+            }
+            continue;
+        }
+        for (index, statement) in migration.statements().iter().enumerate() {
+            client
+                .query_raw(statement)
+                .execute()
+                .await
+                .map_err(|source| StoreError::Migration {
+                    version: migration.version,
+                    name: migration.name.to_string(),
+                    index,
+                    source,
+                })?;
+        }
+        let mut insert = client
+            .insert::<MigrationRow<'_>>("schema_migrations")
+            .await
+            .map_err(StoreError::query("record migration"))?;
+        let row = MigrationRow {
+            version: migration.version,
+            name: migration.name,
+            checksum: &checksum,
+            applied_at_ns: super::now_ns(),
+        };
+        insert
+            .write(&row)
+            .await
+            .map_err(StoreError::query("record migration"))?;
+        insert
+            .end()
+            .await
+            .map_err(StoreError::query("record migration"))?;
+        tracing::info!(
+            version = migration.version,
+            name = migration.name,
+            "applied schema migration"
+        );
+        done.push(migration.version);
+    }
+    Ok(done)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// History is append-only: a changed checksum here means an applied migration was
+    /// edited. Add a new NNNN file instead, then add its checksum below.
+    #[test]
+    fn checksums_are_frozen() {
+        let expected: &[(u32, &str, &str)] = &[
+            (1, "0001_events", "fnv1a64:8459d31ae7e0cbc6"),
+            (2, "0002_samples", "fnv1a64:8d880ae440d5d658"),
+        ];
+        let actual: Vec<(u32, &str, String)> = MIGRATIONS
+            .iter()
+            .map(|m| (m.version, m.name, m.checksum()))
+            .collect();
+        let expected: Vec<(u32, &str, String)> = expected
+            .iter()
+            .map(|(v, n, c)| (*v, *n, c.to_string()))
+            .collect();
+        assert_eq!(actual, expected);
+    }
+
+    #[test]
+    fn versions_are_dense_and_match_names() {
+        for (i, m) in MIGRATIONS.iter().enumerate() {
+            assert_eq!(m.version as usize, i + 1, "{}", m.name);
+            assert!(
+                m.name.starts_with(&format!("{:04}_", m.version)),
+                "{}",
+                m.name
+            );
+            assert!(!m.statements().is_empty(), "{} has no statements", m.name);
+        }
+    }
+
+    #[test]
+    fn every_schema_file_is_listed() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("schema");
+        let mut files: Vec<String> = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .filter(|n| n.ends_with(".sql"))
+            .collect();
+        files.sort();
+        let listed: Vec<String> = MIGRATIONS
+            .iter()
+            .map(|m| format!("{}.sql", m.name))
+            .collect();
+        assert_eq!(files, listed);
+    }
+
+    #[test]
+    fn every_table_has_an_order_by_comment() {
+        for m in MIGRATIONS {
+            let mut comment = String::new();
+            for line in m.sql.lines() {
+                let line = line.trim();
+                if let Some(text) = line.strip_prefix("--") {
+                    comment.push_str(text);
+                } else if line.starts_with("CREATE TABLE") {
+                    assert!(
+                        comment.contains("ORDER BY"),
+                        "{}: {line} lacks an ORDER BY comment",
+                        m.name
+                    );
+                    comment.clear();
+                } else if line.is_empty() {
+                    comment.clear();
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn splits_statements_and_drops_comments() {
+        let sql = "-- head; not a statement;\nCREATE TABLE a\n(\n  x UInt8 -- inline\n);\n\n  -- c\nSELECT 1;\nSELECT 2\n";
+        assert_eq!(
+            split_statements(sql),
+            vec![
+                "CREATE TABLE a\n(\n  x UInt8 -- inline\n)".to_string(),
+                "SELECT 1".into(),
+                "SELECT 2".into()
+            ]
+        );
+        assert!(split_statements("-- only a comment;\n\n").is_empty());
+    }
+
+    #[test]
+    fn checksum_changes_with_any_edit() {
+        let a = Migration {
+            version: 1,
+            name: "x",
+            sql: "CREATE TABLE t (x UInt8);",
+        };
+        let b = Migration {
+            sql: "CREATE TABLE t (x UInt8); ",
+            ..a
+        };
+        assert_ne!(a.checksum(), b.checksum());
+        assert_eq!(a.checksum(), a.checksum());
+    }
+}

@@ -1,0 +1,121 @@
+//! Retention: dropping whole day partitions once all their data is older than
+//! `retention_days`.
+//!
+//! In: the retention in days and the current time. Out: the partitions dropped, as
+//! `table/YYYYMMDD`.
+//! Invariants: every table is partitioned by `toYYYYMMDD` of its event time in UTC, so a
+//! partition id is the UTC day as eight digits; ids are parsed as numbers before they go
+//! into SQL, anything else is skipped with a warning. Day D is dropped when
+//! `D + 1 day <= now - retention_days`, i.e. when none of its rows is younger than the
+//! retention. `retention_days = 0` keeps everything.
+
+use clickhouse::sql::Identifier;
+use clickhouse::Row;
+use serde::Deserialize;
+
+use super::{Store, StoreError, Table};
+
+const EXPIRED_PARTITIONS_SQL: &str = include_str!("../../queries/expired_partitions.sql");
+const DROP_PARTITION_SQL: &str = include_str!("../../queries/drop_partition.sql");
+
+const NS_PER_DAY: u64 = 86_400 * 1_000_000_000;
+
+#[derive(Debug, Row, Deserialize)]
+struct PartRow {
+    table: String,
+    partition_id: String,
+}
+
+impl Store {
+    /// Drops the day partitions of our tables whose rows are all older than
+    /// `retention_days` at `now_ns`; returns them as `table/YYYYMMDD`.
+    pub async fn drop_expired_partitions(
+        &self,
+        retention_days: u32,
+        now_ns: u64,
+    ) -> Result<Vec<String>, StoreError> {
+        if retention_days == 0 {
+            return Ok(Vec::new());
+        }
+        let cutoff =
+            yyyymmdd(now_ns.saturating_sub(u64::from(retention_days) * NS_PER_DAY) / NS_PER_DAY);
+        let tables: Vec<&str> = Table::ALL.iter().map(|t| t.name()).collect();
+        let parts: Vec<PartRow> = self
+            .client()
+            .query(EXPIRED_PARTITIONS_SQL)
+            .bind(self.database())
+            .bind(tables)
+            .fetch_all()
+            .await
+            .map_err(StoreError::query("list partitions"))?;
+        let mut dropped = Vec::new();
+        for part in parts {
+            let Some(table) = Table::ALL.iter().copied().find(|t| t.name() == part.table) else {
+                continue;
+            };
+            let Some(day) = parse_day(&part.partition_id) else {
+                tracing::warn!(table = %part.table, partition = %part.partition_id, "skipping partition that is not a YYYYMMDD day");
+                continue;
+            };
+            if day >= cutoff {
+                continue;
+            }
+            self.client()
+                .query(DROP_PARTITION_SQL)
+                .bind(Identifier(table.name()))
+                .bind(day)
+                .execute()
+                .await
+                .map_err(StoreError::query("drop partition"))?;
+            dropped.push(format!("{}/{day}", table.name()));
+        }
+        Ok(dropped)
+    }
+}
+
+/// An eight-digit `YYYYMMDD` partition id as a number.
+fn parse_day(id: &str) -> Option<u32> {
+    if id.len() == 8 && id.bytes().all(|b| b.is_ascii_digit()) {
+        id.parse().ok()
+    } else {
+        None
+    }
+}
+
+/// `YYYYMMDD` of the UTC day `days` days after 1970-01-01 (Howard Hinnant's
+/// civil-from-days algorithm).
+fn yyyymmdd(days: u64) -> u32 {
+    let z = days as i64 + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    u32::try_from(year * 10_000 + month * 100 + day).unwrap_or(u32::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn civil_days() {
+        assert_eq!(yyyymmdd(0), 19700101);
+        assert_eq!(yyyymmdd(59), 19700301);
+        assert_eq!(yyyymmdd(11_016), 20000229);
+        assert_eq!(yyyymmdd(11_017), 20000301);
+        assert_eq!(yyyymmdd(1_700_000_000 / 86_400), 20231114);
+        assert_eq!(yyyymmdd(20_454), 20260101);
+    }
+
+    #[test]
+    fn partition_ids_must_be_days() {
+        assert_eq!(parse_day("20231114"), Some(20231114));
+        for bad in ["", "2023111", "202311140", "2023-11-", "1; DROP", "tuple()"] {
+            assert_eq!(parse_day(bad), None, "{bad}");
+        }
+    }
+}

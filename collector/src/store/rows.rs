@@ -1,0 +1,158 @@
+//! Row types of the ClickHouse tables, as written by the writer and read back by queries.
+//!
+//! In: rows filled by `convert` (proto -> rows). Out: RowBinary-serialised INSERT data.
+//! Invariants: field order and types match the columns of `collector/schema/*.sql`
+//! exactly (the client runs with validation off, so a mismatch is caught only by the
+//! round-trip tests in `collector/tests/store.rs`). Enum8 columns are `i8` holding the
+//! proto enum number. Every event row carries its ingest identity (`agent_id`,
+//! `agent_session`, `batch_seq`) so duplicates of a retried batch can be found.
+
+use clickhouse::Row;
+use serde::{Deserialize, Serialize};
+
+/// `steps`: one step begin (`kind` 1) or end (`kind` 2) marker of one rank.
+#[derive(Debug, Clone, PartialEq, Eq, Row, Serialize, Deserialize)]
+pub struct StepRow {
+    pub job_id: String,
+    pub run_id: String,
+    pub rank: u32,
+    pub step: u64,
+    /// 1 = begin, 2 = end.
+    pub kind: i8,
+    pub ts_ns: u64,
+    pub node: String,
+    pub local_rank: u32,
+    pub pid: u32,
+    pub agent_id: String,
+    pub agent_session: u64,
+    pub batch_seq: u64,
+}
+
+/// `spans`: a compute/communication/... span of one rank (`category` = proto SpanCategory).
+#[derive(Debug, Clone, PartialEq, Eq, Row, Serialize, Deserialize)]
+pub struct SpanRow {
+    pub job_id: String,
+    pub run_id: String,
+    pub rank: u32,
+    pub node: String,
+    pub category: i8,
+    pub name: String,
+    pub start_ns: u64,
+    pub end_ns: u64,
+    pub stream: u32,
+    pub device: i32,
+    pub agent_id: String,
+    pub agent_session: u64,
+    pub batch_seq: u64,
+}
+
+/// `collectives`: one NCCL collective as seen by one rank (`op` = proto CollectiveOp,
+/// `dtype` = proto DataType, 0 = unspecified).
+#[derive(Debug, Clone, PartialEq, Eq, Row, Serialize, Deserialize)]
+pub struct CollectiveRow {
+    pub job_id: String,
+    pub run_id: String,
+    pub rank: u32,
+    pub node: String,
+    pub op: i8,
+    pub process_group: String,
+    pub group_ranks: Vec<u32>,
+    pub group_size: u32,
+    pub dtype: i8,
+    pub count: u64,
+    pub bytes: u64,
+    pub seq: u64,
+    pub peer: u32,
+    pub stream: u32,
+    pub device: i32,
+    pub start_ns: u64,
+    pub end_ns: u64,
+    pub agent_id: String,
+    pub agent_session: u64,
+    pub batch_seq: u64,
+}
+
+/// `kernels`: a GPU kernel, memcpy or memset (`kind` = proto KernelKind).
+#[derive(Debug, Clone, PartialEq, Eq, Row, Serialize, Deserialize)]
+pub struct KernelRow {
+    pub job_id: String,
+    pub run_id: String,
+    pub rank: u32,
+    pub node: String,
+    pub kind: i8,
+    pub name: String,
+    pub stream: u32,
+    pub device: i32,
+    pub start_ns: u64,
+    pub end_ns: u64,
+    pub correlation: u64,
+    pub bytes: u64,
+    pub agent_id: String,
+    pub agent_session: u64,
+    pub batch_seq: u64,
+}
+
+/// `ranks`: the identity of a rank, refreshed (`seen_ns`) with every batch carrying it.
+#[derive(Debug, Clone, PartialEq, Eq, Row, Serialize, Deserialize)]
+pub struct RankRow {
+    pub job_id: String,
+    pub run_id: String,
+    pub rank: u32,
+    pub world_size: u32,
+    pub local_rank: u32,
+    pub node: String,
+    pub pid: u32,
+    pub label_keys: Vec<String>,
+    pub label_values: Vec<String>,
+    pub seen_ns: u64,
+}
+
+/// `ingest_batches`: one row per stored agent batch, written after its event rows.
+#[derive(Debug, Clone, PartialEq, Eq, Row, Serialize, Deserialize)]
+pub struct BatchRow {
+    pub agent_id: String,
+    pub agent_session: u64,
+    pub batch_seq: u64,
+    pub node: String,
+    pub received_ns: u64,
+    /// Event rows of the batch.
+    pub rows: u64,
+}
+
+/// The rows of one agent batch (or several), written and acknowledged together.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RowSet {
+    pub steps: Vec<StepRow>,
+    pub spans: Vec<SpanRow>,
+    pub collectives: Vec<CollectiveRow>,
+    pub kernels: Vec<KernelRow>,
+    pub ranks: Vec<RankRow>,
+    pub batches: Vec<BatchRow>,
+}
+
+impl RowSet {
+    /// Event rows: steps + spans + collectives + kernels (not ranks or batches).
+    pub fn len(&self) -> usize {
+        self.steps.len() + self.spans.len() + self.collectives.len() + self.kernels.len()
+    }
+
+    /// No rows of any table, including ranks and batches.
+    pub fn is_empty(&self) -> bool {
+        self.total_rows() == 0
+    }
+
+    /// Rows of every table, the unit of the writer's `batch_max_rows`.
+    pub fn total_rows(&self) -> usize {
+        self.len() + self.ranks.len() + self.batches.len()
+    }
+
+    /// Moves all rows of `other` into `self`.
+    pub fn append(&mut self, other: &mut RowSet) {
+        self.steps.append(&mut other.steps);
+        self.spans.append(&mut other.spans);
+        self.collectives.append(&mut other.collectives);
+        self.kernels.append(&mut other.kernels);
+        self.ranks.append(&mut other.ranks);
+        self.batches.append(&mut other.batches);
+    }
+}

@@ -1,0 +1,360 @@
+//! The writer: the one task that owns buffered rows, batches them per table and
+//! acknowledges each [`RowSet`] only after ClickHouse accepted all of its rows.
+//!
+//! In: [`RowSet`]s through [`WriterHandle::write`] over a bounded queue. Out: one INSERT
+//! per table per flush, then an acknowledgement (`Ok` or a [`WriteError`]) to every
+//! row set of that flush.
+//!
+//! Backpressure policy: the queue holds `queue_capacity` row sets; when full, `write`
+//! answers [`WriteError::Overloaded`] at once and never blocks (the agent keeps the batch
+//! and retries). While a flush runs the queue is not drained, so a slow ClickHouse fills
+//! it and pushes back.
+//!
+//! Flush policy: when buffered rows reach `batch_max_rows`, or `flush_interval_ms` after
+//! the first row entered an empty buffer (no free-running tick), or at shutdown (after
+//! draining the queue). The event tables and `ranks` are inserted concurrently,
+//! `ingest_batches` only after all of them succeeded, so a stored batch row implies its
+//! event rows are stored.
+//!
+//! Failure: if any INSERT of a flush fails, every row set of the flush gets the error:
+//! [`WriteError::Unavailable`] when retrying may help, [`WriteError::Rejected`] when
+//! ClickHouse refused the data as malformed (see `fault`). Tables inserted before the
+//! failure keep their rows: delivery is at-least-once and rows carry their batch identity.
+
+use std::future::Future;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::Arc;
+use std::time::Duration;
+
+use clickhouse::{RowOwned, RowWrite};
+use serde::{Deserialize, Serialize};
+use tokio::sync::{mpsc, oneshot};
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+
+use super::fault::{classify, Fault};
+use super::{RowSet, Store, Table};
+
+/// Batching of the writer (`[writer]` in the collector config).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct WriterConfig {
+    /// Flush when this many rows (all tables) are buffered.
+    pub batch_max_rows: usize,
+    /// Flush at the latest this long after the first row entered an empty buffer.
+    pub flush_interval_ms: u64,
+    /// Row sets waiting for the writer; more are refused with `Overloaded`.
+    pub queue_capacity: usize,
+    /// Limit on sending one INSERT and on waiting for ClickHouse's answer.
+    pub insert_timeout_ms: u64,
+}
+
+impl Default for WriterConfig {
+    fn default() -> Self {
+        WriterConfig {
+            batch_max_rows: 100_000,
+            flush_interval_ms: 1000,
+            queue_capacity: 64,
+            insert_timeout_ms: 30_000,
+        }
+    }
+}
+
+/// A successful write.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WriteOutcome {
+    /// Event rows of the row set now stored (as [`RowSet::len`]).
+    pub rows: usize,
+}
+
+/// Why a row set was not stored.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum WriteError {
+    /// The writer queue is full; nothing was buffered. Retry later.
+    #[error("the ClickHouse writer is overloaded; retry later")]
+    Overloaded,
+    /// ClickHouse is down, slow or temporarily refusing, or the writer is shutting down.
+    /// Retry later.
+    #[error("ClickHouse unavailable: {0}")]
+    Unavailable(String),
+    /// ClickHouse rejected the rows as malformed; retrying the same rows cannot succeed.
+    #[error("ClickHouse rejected the rows: {0}")]
+    Rejected(String),
+}
+
+/// Counters of one table.
+#[derive(Debug, Default)]
+pub struct TableCounters {
+    /// Rows ClickHouse accepted.
+    pub rows: AtomicU64,
+    /// INSERT statements ClickHouse accepted.
+    pub inserts: AtomicU64,
+    /// INSERT statements that failed.
+    pub failures: AtomicU64,
+}
+
+/// Counters of the writer. Totals are sums over tables.
+#[derive(Debug, Default)]
+pub struct WriterMetrics {
+    /// Rows ClickHouse accepted (all tables).
+    pub rows_written: AtomicU64,
+    /// INSERT statements ClickHouse accepted.
+    pub inserts: AtomicU64,
+    /// INSERT statements that failed.
+    pub insert_failures: AtomicU64,
+    /// Flushes that stored all their rows.
+    pub flushes: AtomicU64,
+    /// Row sets refused because the queue was full.
+    pub overloaded: AtomicU64,
+    /// Row sets answered `Unavailable` after a failed flush.
+    pub unavailable: AtomicU64,
+    /// Row sets answered `Rejected`.
+    pub rejected: AtomicU64,
+    tables: [TableCounters; Table::ALL.len()],
+}
+
+impl WriterMetrics {
+    /// Counters of one table.
+    pub fn table(&self, table: Table) -> &TableCounters {
+        let index = Table::ALL.iter().position(|t| *t == table).unwrap_or(0);
+        &self.tables[index]
+    }
+}
+
+type Ack = oneshot::Sender<Result<WriteOutcome, WriteError>>;
+
+struct Request {
+    rows: RowSet,
+    ack: Ack,
+}
+
+/// Sends row sets to the writer task. Cheap to clone.
+#[derive(Debug, Clone)]
+pub struct WriterHandle {
+    tx: mpsc::Sender<Request>,
+    metrics: Arc<WriterMetrics>,
+}
+
+impl WriterHandle {
+    /// Queues `rows` (never waits for queue space) and resolves once they are stored
+    /// or failed; see the module docs for the policy.
+    pub async fn write(&self, rows: RowSet) -> Result<WriteOutcome, WriteError> {
+        let (ack, done) = oneshot::channel();
+        match self.tx.try_send(Request { rows, ack }) {
+            Ok(()) => {}
+            Err(mpsc::error::TrySendError::Full(_)) => {
+                self.metrics.overloaded.fetch_add(1, Relaxed);
+                return Err(WriteError::Overloaded);
+            }
+            Err(mpsc::error::TrySendError::Closed(_)) => return Err(shutting_down()),
+        }
+        done.await.unwrap_or_else(|_| Err(shutting_down()))
+    }
+
+    /// Row sets waiting in the queue (not yet taken by the writer).
+    pub fn queue_len(&self) -> usize {
+        self.tx.max_capacity() - self.tx.capacity()
+    }
+
+    /// The writer's counters.
+    pub fn metrics(&self) -> &WriterMetrics {
+        &self.metrics
+    }
+}
+
+fn shutting_down() -> WriteError {
+    WriteError::Unavailable("the collector's writer is shutting down".into())
+}
+
+/// Spawns the writer task. It runs until `shutdown` resolves (or every handle is
+/// dropped), then stores what it holds and exits.
+pub fn spawn_writer(
+    store: Store,
+    cfg: WriterConfig,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> (WriterHandle, JoinHandle<()>) {
+    let (tx, rx) = mpsc::channel(cfg.queue_capacity.max(1));
+    let metrics = Arc::new(WriterMetrics::default());
+    let writer = Writer {
+        store,
+        cfg,
+        metrics: Arc::clone(&metrics),
+        rx,
+        buffer: RowSet::default(),
+        pending: Vec::new(),
+        deadline: None,
+    };
+    let task = tokio::spawn(writer.run(shutdown));
+    (WriterHandle { tx, metrics }, task)
+}
+
+struct Writer {
+    store: Store,
+    cfg: WriterConfig,
+    metrics: Arc<WriterMetrics>,
+    rx: mpsc::Receiver<Request>,
+    /// Rows of every pending row set, merged per table.
+    buffer: RowSet,
+    /// Acks of the buffered row sets with their event row counts.
+    pending: Vec<(usize, Ack)>,
+    /// When the buffer must be flushed; `None` while it is empty.
+    deadline: Option<Instant>,
+}
+
+impl Writer {
+    async fn run(mut self, shutdown: impl Future<Output = ()>) {
+        tokio::pin!(shutdown);
+        loop {
+            let deadline = self.deadline;
+            tokio::select! {
+                biased;
+                () = &mut shutdown => break,
+                request = self.rx.recv() => match request {
+                    Some(request) => self.accept(request).await,
+                    None => break,
+                },
+                () = sleep_until(deadline), if deadline.is_some() => self.flush().await,
+            }
+        }
+        // Store everything already accepted into the queue, then stop.
+        self.rx.close();
+        while let Ok(request) = self.rx.try_recv() {
+            self.buffer_request(request);
+        }
+        self.flush().await;
+        tracing::info!("writer stopped");
+    }
+
+    async fn accept(&mut self, request: Request) {
+        self.buffer_request(request);
+        if self.buffer.total_rows() >= self.cfg.batch_max_rows {
+            self.flush().await;
+        }
+    }
+
+    fn buffer_request(&mut self, mut request: Request) {
+        if self.pending.is_empty() {
+            self.deadline =
+                Some(Instant::now() + Duration::from_millis(self.cfg.flush_interval_ms));
+        }
+        let rows = request.rows.len();
+        self.buffer.append(&mut request.rows);
+        self.pending.push((rows, request.ack));
+    }
+
+    /// Writes the buffer, table by table, and answers every pending row set.
+    async fn flush(&mut self) {
+        self.deadline = None;
+        if self.pending.is_empty() {
+            return;
+        }
+        let rows = std::mem::take(&mut self.buffer);
+        let pending = std::mem::take(&mut self.pending);
+        let result = self.write_all(&rows).await;
+        match result {
+            Ok(()) => {
+                self.metrics.flushes.fetch_add(1, Relaxed);
+                tracing::debug!(
+                    rows = rows.total_rows(),
+                    row_sets = pending.len(),
+                    "flushed"
+                );
+                for (rows, ack) in pending {
+                    let _ = ack.send(Ok(WriteOutcome { rows }));
+                }
+            }
+            Err((table, error)) => {
+                let answer = match classify(&error) {
+                    Fault::Transient => {
+                        self.metrics
+                            .unavailable
+                            .fetch_add(pending.len() as u64, Relaxed);
+                        tracing::warn!(table = table.name(), row_sets = pending.len(), error = %error, "INSERT failed; row sets not acknowledged");
+                        WriteError::Unavailable(format!("INSERT into {}: {error}", table.name()))
+                    }
+                    Fault::Permanent => {
+                        self.metrics
+                            .rejected
+                            .fetch_add(pending.len() as u64, Relaxed);
+                        tracing::warn!(table = table.name(), row_sets = pending.len(), error = %error, "ClickHouse rejected rows");
+                        WriteError::Rejected(format!("INSERT into {}: {error}", table.name()))
+                    }
+                };
+                for (_, ack) in pending {
+                    let _ = ack.send(Err(answer.clone()));
+                }
+            }
+        }
+    }
+
+    /// Event tables concurrently (one INSERT each costs ~15 ms of server latency), then
+    /// `ingest_batches` once all of them succeeded.
+    async fn write_all(&self, rows: &RowSet) -> Result<(), (Table, clickhouse::error::Error)> {
+        tokio::try_join!(
+            self.write_table(Table::Steps, &rows.steps),
+            self.write_table(Table::Spans, &rows.spans),
+            self.write_table(Table::Collectives, &rows.collectives),
+            self.write_table(Table::Kernels, &rows.kernels),
+            self.write_table(Table::Ranks, &rows.ranks),
+        )?;
+        self.write_table(Table::IngestBatches, &rows.batches).await
+    }
+
+    async fn write_table<T: RowOwned + RowWrite>(
+        &self,
+        table: Table,
+        rows: &[T],
+    ) -> Result<(), (Table, clickhouse::error::Error)> {
+        if rows.is_empty() {
+            return Ok(());
+        }
+        let counters = self.metrics.table(table);
+        match insert(
+            &self.store,
+            table,
+            rows,
+            Duration::from_millis(self.cfg.insert_timeout_ms),
+        )
+        .await
+        {
+            Ok(()) => {
+                let n = rows.len() as u64;
+                counters.rows.fetch_add(n, Relaxed);
+                counters.inserts.fetch_add(1, Relaxed);
+                self.metrics.rows_written.fetch_add(n, Relaxed);
+                self.metrics.inserts.fetch_add(1, Relaxed);
+                Ok(())
+            }
+            Err(error) => {
+                counters.failures.fetch_add(1, Relaxed);
+                self.metrics.insert_failures.fetch_add(1, Relaxed);
+                Err((table, error))
+            }
+        }
+    }
+}
+
+/// One INSERT of `rows` into `table`.
+async fn insert<T: RowOwned + RowWrite>(
+    store: &Store,
+    table: Table,
+    rows: &[T],
+    timeout: Duration,
+) -> Result<(), clickhouse::error::Error> {
+    let mut insert = store
+        .client()
+        .insert::<T>(table.name())
+        .await?
+        .with_timeouts(Some(timeout), Some(timeout));
+    for row in rows {
+        insert.write(row).await?;
+    }
+    insert.end().await
+}
+
+async fn sleep_until(deadline: Option<Instant>) {
+    match deadline {
+        Some(deadline) => tokio::time::sleep_until(deadline).await,
+        None => std::future::pending().await,
+    }
+}

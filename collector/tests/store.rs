@@ -1,0 +1,773 @@
+//! The ClickHouse store against a real server: migrations, the writer's batching,
+//! acknowledgement and failure policy, the read queries and retention.
+//! Every test works in its own fresh database of one shared private server.
+
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::time::{Duration, Instant};
+
+use rankscope_collector::store::{
+    spawn_writer, BatchRow, CollectiveRow, KernelRow, RankRow, RowSet, SpanRow, StepRow,
+    StepTimeRow, Store, StoreConfig, StoreError, Table, WriteError, WriterConfig, WriterHandle,
+    MIGRATIONS,
+};
+use rankscope_testkit::ClickHouse;
+use tokio::sync::oneshot;
+
+const DAY_NS: u64 = 86_400 * 1_000_000_000;
+
+fn ch() -> &'static ClickHouse {
+    ClickHouse::shared().unwrap_or_else(|e| panic!("{e}"))
+}
+
+fn config(url: &str, database: &str) -> StoreConfig {
+    StoreConfig {
+        url: url.into(),
+        database: database.into(),
+        ..StoreConfig::default()
+    }
+}
+
+/// A migrated store in a fresh database.
+async fn fresh_store(prefix: &str) -> Store {
+    let db = ch().fresh_database(prefix).unwrap();
+    let store = Store::connect(&config(&ch().http_url, &db)).unwrap();
+    store.migrate().await.unwrap();
+    store
+}
+
+fn writer_cfg(
+    batch_max_rows: usize,
+    flush_interval_ms: u64,
+    queue_capacity: usize,
+) -> WriterConfig {
+    WriterConfig {
+        batch_max_rows,
+        flush_interval_ms,
+        queue_capacity,
+        ..WriterConfig::default()
+    }
+}
+
+/// A writer whose shutdown fires when the returned sender is used or dropped.
+fn writer(
+    store: Store,
+    cfg: WriterConfig,
+) -> (
+    WriterHandle,
+    tokio::task::JoinHandle<()>,
+    oneshot::Sender<()>,
+) {
+    let (stop_tx, stop_rx) = oneshot::channel::<()>();
+    let (handle, task) = spawn_writer(store, cfg, async move {
+        let _ = stop_rx.await;
+    });
+    (handle, task, stop_tx)
+}
+
+fn load(counter: &AtomicU64) -> u64 {
+    counter.load(Relaxed)
+}
+
+fn now_ns() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos() as u64
+}
+
+fn step(job: &str, rank: u32, step: u64, kind: i8, ts_ns: u64) -> StepRow {
+    StepRow {
+        job_id: job.into(),
+        run_id: "run-1".into(),
+        rank,
+        step,
+        kind,
+        ts_ns,
+        node: format!("node-{}", rank / 8),
+        local_rank: rank % 8,
+        pid: 1000 + rank,
+        agent_id: "agent-a".into(),
+        agent_session: 7,
+        batch_seq: 1,
+    }
+}
+
+/// A row set touching every table, with distinctive values in every column.
+fn full_row_set(job: &str, seq: u64, ts_ns: u64) -> RowSet {
+    let node = "node-0".to_string();
+    let agent = "agent-a".to_string();
+    RowSet {
+        steps: vec![
+            StepRow {
+                batch_seq: seq,
+                ..step(job, 3, seq, 1, ts_ns)
+            },
+            StepRow {
+                batch_seq: seq,
+                ..step(job, 3, seq, 2, ts_ns + 5_000)
+            },
+        ],
+        spans: vec![SpanRow {
+            job_id: job.into(),
+            run_id: "run-1".into(),
+            rank: 3,
+            node: node.clone(),
+            category: 6,
+            name: "ncclKernel_AllReduce".into(),
+            start_ns: ts_ns + 10,
+            end_ns: ts_ns + 20,
+            stream: 7,
+            device: -1,
+            agent_id: agent.clone(),
+            agent_session: 7,
+            batch_seq: seq,
+        }],
+        collectives: vec![CollectiveRow {
+            job_id: job.into(),
+            run_id: "run-1".into(),
+            rank: 3,
+            node: node.clone(),
+            op: 2,
+            process_group: "pg:dp".into(),
+            group_ranks: vec![1, 3, 5],
+            group_size: 3,
+            dtype: 10,
+            count: 1 << 20,
+            bytes: 2 << 20,
+            seq: 42,
+            peer: 9,
+            stream: 13,
+            device: 2,
+            start_ns: ts_ns + 30,
+            end_ns: ts_ns + 40,
+            agent_id: agent.clone(),
+            agent_session: 7,
+            batch_seq: seq,
+        }],
+        kernels: vec![KernelRow {
+            job_id: job.into(),
+            run_id: "run-1".into(),
+            rank: 3,
+            node: node.clone(),
+            kind: 2,
+            name: "Memcpy HtoD".into(),
+            stream: 7,
+            device: 2,
+            start_ns: ts_ns + 50,
+            end_ns: ts_ns + 60,
+            correlation: u64::MAX - 1,
+            bytes: 4096,
+            agent_id: agent.clone(),
+            agent_session: 7,
+            batch_seq: seq,
+        }],
+        ranks: vec![RankRow {
+            job_id: job.into(),
+            run_id: "run-1".into(),
+            rank: 3,
+            world_size: 8,
+            local_rank: 3,
+            node: node.clone(),
+            pid: 4242,
+            label_keys: vec!["model".into(), "team".into()],
+            label_values: vec!["llama".into(), "infra".into()],
+            seen_ns: ts_ns,
+        }],
+        batches: vec![BatchRow {
+            agent_id: agent,
+            agent_session: 7,
+            batch_seq: seq,
+            node,
+            received_ns: ts_ns,
+            rows: 5,
+        }],
+    }
+}
+
+async fn fetch_all<T: clickhouse::RowOwned + clickhouse::RowRead>(
+    store: &Store,
+    table: &str,
+) -> Vec<T> {
+    let sql = format!("SELECT ?fields FROM {table} ORDER BY batch_seq");
+    store.client().query(&sql).fetch_all().await.unwrap()
+}
+
+#[tokio::test]
+async fn migrations_apply_once_and_record_checksums() {
+    let db = ch().fresh_database("migrate").unwrap();
+    let store = Store::connect(&config(&ch().http_url, &db)).unwrap();
+    let all: Vec<u32> = MIGRATIONS.iter().map(|m| m.version).collect();
+    assert_eq!(store.migrate().await.unwrap(), all);
+    assert_eq!(
+        store.migrate().await.unwrap(),
+        Vec::<u32>::new(),
+        "second run must apply nothing"
+    );
+
+    let recorded = ch()
+        .query(&format!(
+            "SELECT version, name, checksum FROM {db}.schema_migrations ORDER BY version"
+        ))
+        .unwrap();
+    let expected: String = MIGRATIONS
+        .iter()
+        .map(|m| format!("{}\t{}\t{}\n", m.version, m.name, m.checksum()))
+        .collect();
+    assert_eq!(recorded, expected);
+    let tables = ch()
+        .query(&format!(
+            "SELECT name FROM system.tables WHERE database = '{db}' ORDER BY name"
+        ))
+        .unwrap();
+    let mut names: Vec<&str> = Table::ALL
+        .iter()
+        .map(|t| t.name())
+        .chain(["schema_migrations"])
+        .collect();
+    names.sort_unstable();
+    assert_eq!(tables.lines().collect::<Vec<_>>(), names);
+}
+
+#[tokio::test]
+async fn migrate_creates_a_missing_database() {
+    let db = format!("{}_new", ch().fresh_database("mkdb").unwrap());
+    let store = Store::connect(&config(&ch().http_url, &db)).unwrap();
+    assert!(!store.migrate().await.unwrap().is_empty());
+    assert_eq!(
+        ch().query(&format!("EXISTS TABLE {db}.steps"))
+            .unwrap()
+            .trim(),
+        "1"
+    );
+}
+
+#[tokio::test]
+async fn migrate_fails_when_an_applied_migration_changed() {
+    let store = fresh_store("checksum").await;
+    ch().query(&format!(
+        "INSERT INTO {}.schema_migrations VALUES (1, '0001_events', 'fnv1a64:edited', 0)",
+        store.database()
+    ))
+    .unwrap();
+    let err = store.migrate().await.unwrap_err();
+    assert!(
+        matches!(&err, StoreError::ChecksumMismatch { version: 1, recorded, .. } if recorded == "fnv1a64:edited"),
+        "{err}"
+    );
+}
+
+#[tokio::test]
+async fn every_row_type_round_trips_through_its_table() {
+    let store = fresh_store("roundtrip").await;
+    let (handle, _task, _stop) = writer(store.clone(), writer_cfg(100_000, 10, 8));
+    let rows = full_row_set("job-rt", 1, now_ns());
+    let outcome = handle.write(rows.clone()).await.unwrap();
+    assert_eq!(outcome.rows, 5);
+    assert_eq!(fetch_all::<SpanRow>(&store, "spans").await, rows.spans);
+    assert_eq!(
+        fetch_all::<CollectiveRow>(&store, "collectives").await,
+        rows.collectives
+    );
+    assert_eq!(
+        fetch_all::<KernelRow>(&store, "kernels").await,
+        rows.kernels
+    );
+    assert_eq!(
+        fetch_all::<BatchRow>(&store, "ingest_batches").await,
+        rows.batches
+    );
+    let steps: Vec<StepRow> = store
+        .client()
+        .query("SELECT ?fields FROM steps ORDER BY kind")
+        .fetch_all()
+        .await
+        .unwrap();
+    assert_eq!(steps, rows.steps);
+    let ranks: Vec<RankRow> = store
+        .client()
+        .query("SELECT ?fields FROM ranks")
+        .fetch_all()
+        .await
+        .unwrap();
+    assert_eq!(ranks, rows.ranks);
+    // Enum8 columns hold the proto numbers under their names.
+    let names = ch()
+        .query(&format!(
+            "SELECT toString(category), (SELECT toString(op) FROM {db}.collectives), \
+             (SELECT toString(dtype) FROM {db}.collectives), (SELECT toString(kind) FROM {db}.kernels) \
+             FROM {db}.spans",
+            db = store.database()
+        ))
+        .unwrap();
+    assert_eq!(
+        names.trim(),
+        "communication\treduce_scatter\tbfloat16\tmemcpy"
+    );
+}
+
+#[tokio::test]
+async fn concurrent_writes_are_all_acknowledged_and_stored_exactly_once() {
+    let store = fresh_store("concurrent").await;
+    let (handle, task, stop) = writer(store.clone(), writer_cfg(25, 20, 64));
+    let n = 40u64;
+    let base = now_ns();
+    let writes = (1..=n).map(|seq| {
+        let handle = handle.clone();
+        tokio::spawn(async move { handle.write(full_row_set("job-c", seq, base + seq)).await })
+    });
+    let writes: Vec<_> = writes.collect();
+    for w in writes {
+        assert_eq!(w.await.unwrap().unwrap().rows, 5);
+    }
+    for (table, per_set) in [
+        (Table::Steps, 2),
+        (Table::Spans, 1),
+        (Table::Collectives, 1),
+        (Table::Kernels, 1),
+    ] {
+        assert_eq!(
+            store.count_rows(table, "job-c").await.unwrap(),
+            per_set * n,
+            "{table:?}"
+        );
+        assert_eq!(load(&handle.metrics().table(table).rows), per_set * n);
+    }
+    assert_eq!(store.count_rows(Table::IngestBatches, "").await.unwrap(), n);
+    let m = handle.metrics();
+    // `ranks` replaces rows of the same rank: all were written, one identity remains.
+    assert_eq!(load(&m.table(Table::Ranks).rows), n);
+    let ranks = ch()
+        .query(&format!(
+            "SELECT count() FROM {}.ranks FINAL",
+            store.database()
+        ))
+        .unwrap();
+    assert_eq!(ranks.trim(), "1");
+    assert_eq!(load(&m.rows_written), 7 * n);
+    assert_eq!(load(&m.insert_failures), 0);
+    // Batched: 6 tables per flush, far fewer flushes than row sets.
+    assert_eq!(load(&m.inserts), 6 * load(&m.flushes));
+    assert!(
+        load(&m.flushes) < n,
+        "{} flushes for {n} row sets",
+        load(&m.flushes)
+    );
+    let batches = store.acked_batches(0).await.unwrap();
+    assert_eq!(
+        batches,
+        (1..=n)
+            .map(|s| ("agent-a".to_string(), 7, s))
+            .collect::<Vec<_>>()
+    );
+    drop(stop);
+    task.await.unwrap();
+}
+
+#[tokio::test]
+async fn acknowledged_rows_are_queryable_and_small_batches_wait_for_the_interval() {
+    let store = fresh_store("ackvis").await;
+    let interval = Duration::from_millis(150);
+    let (handle, _task, _stop) = writer(
+        store.clone(),
+        writer_cfg(1_000, interval.as_millis() as u64, 8),
+    );
+    for seq in 1..=3u64 {
+        let started = Instant::now();
+        handle
+            .write(full_row_set("job-v", seq, now_ns()))
+            .await
+            .unwrap();
+        assert!(
+            started.elapsed() >= interval,
+            "a small batch was flushed before the interval"
+        );
+        assert_eq!(store.count_rows(Table::Spans, "job-v").await.unwrap(), seq);
+        assert_eq!(
+            store.count_rows(Table::IngestBatches, "").await.unwrap(),
+            seq
+        );
+    }
+    // A full batch flushes at once, long before a one-minute interval.
+    let (handle, _task, _stop) = writer(store.clone(), writer_cfg(7, 60_000, 8));
+    tokio::time::timeout(
+        Duration::from_secs(20),
+        handle.write(full_row_set("job-v", 4, now_ns())),
+    )
+    .await
+    .expect("batch_max_rows did not trigger a flush")
+    .unwrap();
+    assert_eq!(store.count_rows(Table::Spans, "job-v").await.unwrap(), 4);
+}
+
+#[tokio::test]
+async fn clickhouse_down_is_unavailable_and_not_acknowledged() {
+    let url = format!("http://127.0.0.1:{}", rankscope_testkit::free_port());
+    let store = Store::connect(&config(&url, "rankscope")).unwrap();
+    assert!(store.ping().await.unwrap_err().is_transient());
+    let (handle, _task, _stop) = writer(store, writer_cfg(1, 10, 8));
+    let err = handle
+        .write(full_row_set("job-d", 1, now_ns()))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, WriteError::Unavailable(_)), "{err:?}");
+    let m = handle.metrics();
+    assert_eq!(load(&m.unavailable), 1);
+    assert_eq!(load(&m.rows_written), 0);
+    // The first failing INSERT cancels the concurrent ones of the same flush.
+    let failed: u64 = Table::ALL.iter().map(|t| load(&m.table(*t).failures)).sum();
+    assert_eq!(load(&m.insert_failures), failed);
+    assert!(failed >= 1);
+    assert_eq!(
+        load(&m.table(Table::IngestBatches).failures),
+        0,
+        "batches go last"
+    );
+}
+
+#[tokio::test]
+async fn malformed_rows_are_rejected() {
+    // A `steps` table whose last column is wider than the row's u64: the server runs out
+    // of data in the middle of the row and refuses the INSERT.
+    let db = ch().fresh_database("malformed").unwrap();
+    ch().query_in(
+        &db,
+        "CREATE TABLE steps (job_id String, run_id String, rank UInt32, step UInt64, \
+         kind Enum8('begin' = 1, 'end' = 2), ts_ns UInt64, node String, local_rank UInt32, pid UInt32, \
+         agent_id String, agent_session UInt64, batch_seq FixedString(16)) ENGINE = MergeTree() ORDER BY job_id",
+    )
+    .unwrap();
+    let store = Store::connect(&config(&ch().http_url, &db)).unwrap();
+    let (handle, _task, _stop) = writer(store.clone(), writer_cfg(1, 10, 8));
+    let rows = RowSet {
+        steps: vec![step("job-m", 0, 1, 1, now_ns())],
+        ..RowSet::default()
+    };
+    let err = handle.write(rows).await.unwrap_err();
+    assert!(
+        matches!(&err, WriteError::Rejected(msg) if msg.contains("steps")),
+        "{err:?}"
+    );
+    assert_eq!(load(&handle.metrics().rejected), 1);
+    assert_eq!(
+        ch().query(&format!("SELECT count() FROM {db}.steps"))
+            .unwrap()
+            .trim(),
+        "0"
+    );
+}
+
+#[tokio::test]
+async fn a_full_queue_is_overloaded_at_once_and_a_hung_insert_times_out() {
+    // A "server" that accepts connections and never answers keeps the writer busy.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let store = Store::connect(&config(&url, "rankscope")).unwrap();
+    let cfg = WriterConfig {
+        insert_timeout_ms: 1_000,
+        ..writer_cfg(1, 0, 1)
+    };
+    let (handle, _task, _stop) = writer(store, cfg);
+
+    let first = tokio::spawn({
+        let handle = handle.clone();
+        async move { handle.write(full_row_set("job-o", 1, now_ns())).await }
+    });
+    let (_conn, _) = listener.accept().await.unwrap(); // the writer is now inside the flush
+    let second = tokio::spawn({
+        let handle = handle.clone();
+        async move { handle.write(full_row_set("job-o", 2, now_ns())).await }
+    });
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while handle.queue_len() < 1 {
+        assert!(Instant::now() < deadline, "second write never queued");
+        tokio::task::yield_now().await;
+    }
+    let started = Instant::now();
+    let third = handle.write(full_row_set("job-o", 3, now_ns())).await;
+    assert_eq!(third, Err(WriteError::Overloaded));
+    assert!(
+        started.elapsed() < Duration::from_millis(500),
+        "Overloaded must not wait"
+    );
+    assert_eq!(load(&handle.metrics().overloaded), 1);
+
+    drop(listener); // the second flush now finds nothing listening
+    assert!(matches!(
+        first.await.unwrap(),
+        Err(WriteError::Unavailable(_))
+    ));
+    assert!(matches!(
+        second.await.unwrap(),
+        Err(WriteError::Unavailable(_))
+    ));
+}
+
+#[tokio::test]
+async fn shutdown_flushes_buffered_rows_then_refuses_writes() {
+    let store = fresh_store("shutdown").await;
+    let (handle, task, stop) = writer(store.clone(), writer_cfg(100_000, 60_000, 8));
+    let (written, ()) = tokio::join!(handle.write(full_row_set("job-s", 1, now_ns())), async {
+        tokio::task::yield_now().await; // the write above is queued by now
+        stop.send(()).unwrap();
+    });
+    assert_eq!(written.unwrap().rows, 5);
+    tokio::time::timeout(Duration::from_secs(20), task)
+        .await
+        .expect("writer did not stop")
+        .unwrap();
+    assert_eq!(store.count_rows(Table::Steps, "job-s").await.unwrap(), 2);
+    let after = handle.write(full_row_set("job-s", 2, now_ns())).await;
+    assert!(
+        matches!(after, Err(WriteError::Unavailable(_))),
+        "{after:?}"
+    );
+}
+
+/// Steps of job "j": ranks 0 and 1, steps 1..=5; step 3 of rank 0 is written twice (a
+/// retried batch); step 5 has only begin markers; rank 1 misses the begin of step 4.
+fn step_fixture(base: u64) -> Vec<StepRow> {
+    let mut rows = Vec::new();
+    for s in 1..=5u64 {
+        for r in 0..2u32 {
+            let begin = base + s * 1_000_000 + u64::from(r) * 1_000;
+            let end = begin + 500_000 + u64::from(r) * 10_000 + s;
+            if !(s == 4 && r == 1) {
+                rows.push(step("j", r, s, 1, begin));
+            }
+            if s != 5 {
+                rows.push(step("j", r, s, 2, end));
+            }
+        }
+    }
+    rows.extend(
+        rows.clone()
+            .into_iter()
+            .filter(|row| row.step == 3 && row.rank == 0),
+    );
+    rows.push(step("other-job", 0, 1, 1, base));
+    rows.push(step("other-job", 0, 1, 2, base + 7));
+    rows
+}
+
+fn expected_step(base: u64, s: u64, r: u32) -> StepTimeRow {
+    let start_ns = base + s * 1_000_000 + u64::from(r) * 1_000;
+    let end_ns = start_ns + 500_000 + u64::from(r) * 10_000 + s;
+    StepTimeRow {
+        step: s,
+        rank: r,
+        node: "node-0".into(),
+        start_ns,
+        end_ns,
+        step_time_ns: end_ns - start_ns,
+    }
+}
+
+#[tokio::test]
+async fn step_times_pair_markers_per_rank_and_honour_ranges() {
+    let store = fresh_store("steps").await;
+    let (handle, _task, _stop) = writer(store.clone(), writer_cfg(100_000, 10, 8));
+    let base = now_ns() - 3_600 * 1_000_000_000;
+    handle
+        .write(RowSet {
+            steps: step_fixture(base),
+            ..RowSet::default()
+        })
+        .await
+        .unwrap();
+    let e = |s, r| expected_step(base, s, r);
+
+    let all = store.step_times("j", None, None, None).await.unwrap();
+    assert_eq!(
+        all,
+        vec![
+            e(1, 0),
+            e(1, 1),
+            e(2, 0),
+            e(2, 1),
+            e(3, 0),
+            e(3, 1),
+            e(4, 0)
+        ]
+    );
+    assert_eq!(
+        store.step_times("j", Some(2), Some(3), None).await.unwrap(),
+        vec![e(2, 0), e(2, 1), e(3, 0), e(3, 1)]
+    );
+    assert_eq!(
+        store.step_times("j", None, None, Some(2)).await.unwrap(),
+        vec![e(3, 0), e(3, 1), e(4, 0)]
+    );
+    assert_eq!(
+        store.step_times("j", None, Some(2), Some(1)).await.unwrap(),
+        vec![e(2, 0), e(2, 1)]
+    );
+    assert_eq!(
+        store
+            .step_times("j", Some(4), None, Some(10))
+            .await
+            .unwrap(),
+        vec![e(4, 0)]
+    );
+    assert!(store
+        .step_times("j", Some(5), None, None)
+        .await
+        .unwrap()
+        .is_empty());
+    assert!(store
+        .step_times("j", Some(5), None, Some(3))
+        .await
+        .unwrap()
+        .is_empty());
+    assert!(store
+        .step_times("nope", None, None, Some(3))
+        .await
+        .unwrap()
+        .is_empty());
+    assert!(store.job_exists("j").await.unwrap());
+    assert!(!store.job_exists("nope").await.unwrap());
+    // Quotes and placeholders in user input are data, not SQL.
+    assert!(store
+        .step_times("j' OR 1=1 --?", None, None, None)
+        .await
+        .unwrap()
+        .is_empty());
+}
+
+#[tokio::test]
+async fn jobs_summarise_ranks_and_steps() {
+    let store = fresh_store("jobs").await;
+    let (handle, _task, _stop) = writer(store.clone(), writer_cfg(100_000, 10, 8));
+    let base = now_ns() - 3_600 * 1_000_000_000;
+    let mut rows = RowSet {
+        steps: step_fixture(base),
+        ..RowSet::default()
+    };
+    for rank in 0..2 {
+        let mut r = full_row_set("j", 1, base + 10).ranks.remove(0);
+        r.rank = rank;
+        r.node = format!("node-{rank}");
+        rows.ranks.push(r);
+    }
+    handle.write(rows).await.unwrap();
+    let jobs = store.jobs().await.unwrap();
+    assert_eq!(jobs.len(), 2, "{jobs:?}");
+    let j = &jobs[0];
+    assert_eq!((j.job.as_str(), j.run_id.as_str()), ("j", "run-1"));
+    assert_eq!((j.world_size, j.ranks_seen, j.nodes), (8, 2, 2));
+    assert_eq!(j.first_seen_ns, base + 10);
+    assert_eq!(
+        j.last_seen_ns,
+        base + 5_000_000 + 1_000,
+        "latest marker: begin of step 5, rank 1"
+    );
+    assert_eq!(j.last_step, Some(4));
+    let other = &jobs[1];
+    assert_eq!(
+        (other.job.as_str(), other.world_size, other.last_step),
+        ("other-job", 0, Some(1))
+    );
+}
+
+#[tokio::test]
+async fn acked_batches_filter_by_arrival_time() {
+    let store = fresh_store("acked").await;
+    let (handle, _task, _stop) = writer(store.clone(), writer_cfg(100_000, 10, 8));
+    let batch = |session, seq, received_ns| BatchRow {
+        agent_id: "agent-b".into(),
+        agent_session: session,
+        batch_seq: seq,
+        node: "n".into(),
+        received_ns,
+        rows: 0,
+    };
+    let now = now_ns();
+    let batches = vec![
+        batch(1, 1, now - 100),
+        batch(1, 2, now - 10),
+        batch(2, 1, now - 5),
+        batch(1, 2, now - 10),
+    ];
+    handle
+        .write(RowSet {
+            batches,
+            ..RowSet::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(
+        store.acked_batches(now - 50).await.unwrap(),
+        vec![("agent-b".to_string(), 1, 2), ("agent-b".to_string(), 2, 1)]
+    );
+    assert_eq!(store.acked_batches(0).await.unwrap().len(), 3);
+}
+
+#[tokio::test]
+async fn retention_drops_old_day_partitions_and_keeps_recent_ones() {
+    let store = fresh_store("retention").await;
+    let (handle, _task, _stop) = writer(store.clone(), writer_cfg(100_000, 10, 8));
+    let now = now_ns();
+    handle.write(full_row_set("job-r", 1, now)).await.unwrap();
+    handle
+        .write(full_row_set("job-r", 2, now - 10 * DAY_NS))
+        .await
+        .unwrap();
+    assert_eq!(store.count_rows(Table::Spans, "job-r").await.unwrap(), 2);
+
+    assert!(
+        store
+            .drop_expired_partitions(0, now)
+            .await
+            .unwrap()
+            .is_empty(),
+        "0 keeps forever"
+    );
+    assert!(store
+        .drop_expired_partitions(30, now)
+        .await
+        .unwrap()
+        .is_empty());
+    let dropped = store.drop_expired_partitions(7, now).await.unwrap();
+    let old_day = ch()
+        .query(&format!(
+            "SELECT toYYYYMMDD(toDateTime({}, 'UTC'))",
+            (now - 10 * DAY_NS) / 1_000_000_000
+        ))
+        .unwrap();
+    let mut expected: Vec<String> = [
+        "collectives",
+        "ingest_batches",
+        "kernels",
+        "ranks",
+        "spans",
+        "steps",
+    ]
+    .iter()
+    .map(|t| format!("{t}/{}", old_day.trim()))
+    .collect();
+    expected.sort();
+    assert_eq!(dropped, expected);
+    for table in [
+        Table::Steps,
+        Table::Spans,
+        Table::Collectives,
+        Table::Kernels,
+        Table::Ranks,
+    ] {
+        assert_eq!(
+            store.count_rows(table, "job-r").await.unwrap(),
+            if table == Table::Steps { 2 } else { 1 }
+        );
+    }
+    assert_eq!(
+        store.acked_batches(0).await.unwrap(),
+        vec![("agent-a".to_string(), 7, 1)]
+    );
+    assert!(
+        store
+            .drop_expired_partitions(7, now)
+            .await
+            .unwrap()
+            .is_empty(),
+        "idempotent"
+    );
+}
