@@ -7,6 +7,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::store::{StoreConfig, WriterConfig};
+use crate::stream::StreamConfig;
 
 /// Configuration of `rankscope-collector`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -31,6 +32,8 @@ pub struct Config {
     pub clickhouse: StoreConfig,
     /// Write batching.
     pub writer: WriterConfig,
+    /// Live analytics: step assembly, stragglers, hangs.
+    pub stream: StreamConfig,
 }
 
 impl Default for Config {
@@ -45,6 +48,7 @@ impl Default for Config {
             dedupe_max_sessions: 100_000,
             clickhouse: StoreConfig::default(),
             writer: WriterConfig::default(),
+            stream: StreamConfig::default(),
         }
     }
 }
@@ -98,6 +102,10 @@ impl Config {
         if self.writer.batch_max_rows == 0 || self.writer.queue_capacity == 0 {
             return bad("writer.batch_max_rows and writer.queue_capacity must be >= 1");
         }
+        self.stream
+            .straggler
+            .policy()
+            .map_err(ConfigError::Invalid)?;
         if self.clickhouse.database.is_empty()
             || !self
                 .clickhouse

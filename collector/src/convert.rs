@@ -15,6 +15,7 @@ use rankscope_proto::v1 as proto;
 use rankscope_proto::validate::{self, StepState, ValidationError};
 
 use crate::store::{BatchRow, CollectiveRow, KernelRow, RankRow, RowSet, SpanRow, StepRow};
+use crate::stream::{RankInput, StreamEvent, StreamInput};
 
 /// Why a batch was rejected.
 #[derive(Debug, thiserror::Error)]
@@ -243,3 +244,118 @@ fn enum8(v: i32) -> i8 {
 #[cfg(test)]
 #[path = "convert_tests.rs"]
 mod tests;
+
+/// The analytics input of a batch: per rank group, its events in stream order
+/// as step assembly needs them (GPU events classified per HTA, dataloader
+/// spans, collectives). Call only on a batch [`convert`] accepted.
+pub fn stream_input(batch: &proto::AgentBatch) -> StreamInput {
+    use proto::event::Kind;
+    use rankscope_analysis::{classify_kernel, CollectiveObs, GpuEvent, GpuEventKind, Interval};
+    let mut groups = Vec::with_capacity(batch.ranks.len());
+    for group in &batch.ranks {
+        let Some(id) = group.identity.as_ref() else {
+            continue;
+        };
+        let names: HashMap<u32, &str> = group
+            .names
+            .iter()
+            .map(|n| (n.id, n.name.as_str()))
+            .collect();
+        let name = |id: u32| names.get(&id).copied().unwrap_or_default();
+        let mut events = Vec::with_capacity(group.events.len());
+        for ev in &group.events {
+            let e = match &ev.kind {
+                Some(Kind::StepBegin(s)) => StreamEvent::StepBegin {
+                    step: s.step,
+                    ts_ns: s.ts_ns,
+                },
+                Some(Kind::StepEnd(s)) => StreamEvent::StepEnd {
+                    step: s.step,
+                    ts_ns: s.ts_ns,
+                },
+                Some(Kind::Span(s)) if s.category == proto::SpanCategory::Dataloader as i32 => {
+                    StreamEvent::Dataloader(Interval::new(s.start_ns, s.end_ns))
+                }
+                Some(Kind::Kernel(k)) => {
+                    let kind = match proto::KernelKind::try_from(k.kind) {
+                        Ok(proto::KernelKind::Memcpy) => GpuEventKind::Memcpy,
+                        Ok(proto::KernelKind::Memset) => GpuEventKind::Memset,
+                        _ => GpuEventKind::Kernel,
+                    };
+                    StreamEvent::Gpu(GpuEvent {
+                        start_ns: k.start_ns,
+                        end_ns: k.end_ns,
+                        class: classify_kernel(name(k.name_id), kind),
+                    })
+                }
+                Some(Kind::Collective(c)) => {
+                    let Some(op) = coll_op(c.op) else { continue };
+                    StreamEvent::Collective(CollectiveObs {
+                        rank: id.rank,
+                        process_group: name(c.process_group_id).to_owned(),
+                        seq: c.seq,
+                        op,
+                        dtype: dtype_name(c.dtype).to_owned(),
+                        group_size: c.group_size,
+                        bytes: c.bytes,
+                        start_ns: c.start_ns,
+                        end_ns: c.end_ns,
+                    })
+                }
+                _ => continue,
+            };
+            events.push(e);
+        }
+        groups.push(RankInput {
+            job: id.job_id.clone(),
+            run_id: id.run_id.clone(),
+            rank: id.rank,
+            world_size: id.world_size,
+            node: if id.node.is_empty() {
+                batch.node.clone()
+            } else {
+                id.node.clone()
+            },
+            events,
+        });
+    }
+    StreamInput { groups }
+}
+
+/// The analysis op of a proto collective op.
+pub fn coll_op(op: i32) -> Option<rankscope_analysis::CollOp> {
+    use proto::CollectiveOp as P;
+    use rankscope_analysis::CollOp as A;
+    Some(match P::try_from(op).ok()? {
+        P::AllReduce => A::AllReduce,
+        P::ReduceScatter => A::ReduceScatter,
+        P::AllGather => A::AllGather,
+        P::AllToAll => A::AllToAll,
+        P::Broadcast => A::Broadcast,
+        P::Reduce => A::Reduce,
+        P::Send => A::Send,
+        P::Recv => A::Recv,
+        P::Barrier => A::Barrier,
+        P::Unspecified => return None,
+    })
+}
+
+/// The snake_case name of a proto data type, as stored in the `dtype` Enum8.
+pub fn dtype_name(dtype: i32) -> &'static str {
+    use proto::DataType as D;
+    match D::try_from(dtype).unwrap_or(D::Unspecified) {
+        D::Unspecified => "unspecified",
+        D::Int8 => "int8",
+        D::Uint8 => "uint8",
+        D::Int32 => "int32",
+        D::Uint32 => "uint32",
+        D::Int64 => "int64",
+        D::Uint64 => "uint64",
+        D::Float16 => "float16",
+        D::Float32 => "float32",
+        D::Float64 => "float64",
+        D::Bfloat16 => "bfloat16",
+        D::Float8E4m3 => "float8_e4m3",
+        D::Float8E5m2 => "float8_e5m2",
+    }
+}

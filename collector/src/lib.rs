@@ -18,6 +18,7 @@ pub mod limits;
 pub mod metrics;
 pub mod service;
 pub mod store;
+pub mod stream;
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -52,6 +53,7 @@ pub struct Collector {
     pub http_addr: SocketAddr,
     metrics: Arc<metrics::Metrics>,
     writer: store::WriterHandle,
+    stream: stream::StreamHandle,
     shutdown: watch::Sender<bool>,
     tasks: Vec<JoinHandle<()>>,
 }
@@ -60,6 +62,11 @@ impl Collector {
     /// Pipeline counters.
     pub fn metrics(&self) -> &metrics::Metrics {
         &self.metrics
+    }
+
+    /// Live analytics counters.
+    pub fn stream(&self) -> &stream::StreamHandle {
+        &self.stream
     }
 
     /// The writer (for its counters).
@@ -97,6 +104,17 @@ pub async fn start(cfg: Config) -> Result<Collector, StartError> {
         wait_for(shutdown_rx.clone()),
     );
     let metrics = Arc::new(metrics::Metrics::default());
+    let policy = cfg
+        .stream
+        .straggler
+        .policy()
+        .map_err(config::ConfigError::Invalid)?;
+    let (stream, stream_task) = stream::spawn_stream(
+        cfg.stream.clone(),
+        policy,
+        writer.clone(),
+        wait_for(shutdown_rx.clone()),
+    );
 
     let grpc = bind(&cfg.grpc_listen_addr).await?;
     let http = bind(&cfg.http_listen_addr).await?;
@@ -109,7 +127,7 @@ pub async fn start(cfg: Config) -> Result<Collector, StartError> {
         source,
     })?;
 
-    let svc = service::IngestService::new(writer.clone(), dedupe, metrics.clone());
+    let svc = service::IngestService::new(writer.clone(), stream.clone(), dedupe, metrics.clone());
     let server = proto::collector_ingest_server::CollectorIngestServer::new(svc)
         .max_decoding_message_size(cfg.max_message_bytes);
     let grpc_task = {
@@ -156,9 +174,16 @@ pub async fn start(cfg: Config) -> Result<Collector, StartError> {
         http_addr,
         metrics,
         writer,
+        stream,
         shutdown,
         // Servers first: in-flight batches finish before the writer's final flush.
-        tasks: vec![grpc_task, api_task, retention_task, writer_task],
+        tasks: vec![
+            grpc_task,
+            api_task,
+            retention_task,
+            stream_task,
+            writer_task,
+        ],
     })
 }
 

@@ -22,20 +22,28 @@ use crate::convert;
 use crate::dedupe::{Dedupe, Verdict};
 use crate::metrics::Metrics;
 use crate::store::{WriteError, WriterHandle};
+use crate::stream::StreamHandle;
 
 /// Implementation of `CollectorIngest`.
 #[derive(Clone)]
 pub struct IngestService {
     writer: WriterHandle,
+    stream: StreamHandle,
     dedupe: Arc<Mutex<Dedupe>>,
     metrics: Arc<Metrics>,
 }
 
 impl IngestService {
     /// A service writing through `writer`.
-    pub fn new(writer: WriterHandle, dedupe: Arc<Mutex<Dedupe>>, metrics: Arc<Metrics>) -> Self {
+    pub fn new(
+        writer: WriterHandle,
+        stream: StreamHandle,
+        dedupe: Arc<Mutex<Dedupe>>,
+        metrics: Arc<Metrics>,
+    ) -> Self {
         Self {
             writer,
+            stream,
             dedupe,
             metrics,
         }
@@ -74,6 +82,8 @@ impl proto::collector_ingest_server::CollectorIngest for IngestService {
         self.metrics.batches_received.fetch_add(1, Relaxed);
         let rows = convert::convert(&batch, now_ns()).map_err(|e| {
             self.metrics.reject(e.reason());
+            self.stream
+                .submit(&batch.agent_id, batch.agent_session, batch.seq, None);
             tracing::debug!(agent = %batch.agent_id, seq = batch.seq, error = %e, "batch rejected");
             Status::invalid_argument(e.to_string())
         })?;
@@ -106,6 +116,12 @@ impl proto::collector_ingest_server::CollectorIngest for IngestService {
         );
         match result {
             Ok(_) => {
+                self.stream.submit(
+                    &batch.agent_id,
+                    batch.agent_session,
+                    batch.seq,
+                    Some(convert::stream_input(&batch)),
+                );
                 self.metrics.batches_stored.fetch_add(1, Relaxed);
                 self.metrics.events_stored.fetch_add(n, Relaxed);
                 Ok(Response::new(proto::IngestAck {
@@ -120,6 +136,8 @@ impl proto::collector_ingest_server::CollectorIngest for IngestService {
             }
             Err(e) => {
                 self.metrics.reject("clickhouse_rejected");
+                self.stream
+                    .submit(&batch.agent_id, batch.agent_session, batch.seq, None);
                 tracing::warn!(agent = %batch.agent_id, seq = batch.seq, error = %e, "ClickHouse rejected a batch; dropping it");
                 Err(Status::invalid_argument(e.to_string()))
             }

@@ -30,7 +30,10 @@ use serde::{Deserialize, Serialize};
 
 pub use migrate::{split_statements, Migration, MIGRATIONS};
 pub use read::{JobRow, StepTimeRow};
-pub use rows::{BatchRow, CollectiveRow, KernelRow, RankRow, RowSet, SpanRow, StepRow};
+pub use rows::{
+    BatchRow, BreakdownRow, CollectiveRow, HangRow, KernelRow, RankRow, RowSet, SpanRow, StepRow,
+    VerdictRow,
+};
 pub use writer::{
     spawn_writer, TableCounters, WriteError, WriteOutcome, WriterConfig, WriterHandle,
     WriterMetrics,
@@ -153,11 +156,14 @@ pub enum Table {
     IngestBatches,
     GpuSamples,
     HostSamples,
+    StepBreakdown,
+    StragglerVerdicts,
+    HangSuspects,
 }
 
 impl Table {
     /// Every table (the writer stores `ingest_batches` after the event tables).
-    pub const ALL: [Table; 8] = [
+    pub const ALL: [Table; 11] = [
         Table::Steps,
         Table::Spans,
         Table::Collectives,
@@ -166,6 +172,9 @@ impl Table {
         Table::IngestBatches,
         Table::GpuSamples,
         Table::HostSamples,
+        Table::StepBreakdown,
+        Table::StragglerVerdicts,
+        Table::HangSuspects,
     ];
 
     /// The table's name in ClickHouse.
@@ -179,6 +188,9 @@ impl Table {
             Table::IngestBatches => "ingest_batches",
             Table::GpuSamples => "gpu_samples",
             Table::HostSamples => "host_samples",
+            Table::StepBreakdown => "step_breakdown",
+            Table::StragglerVerdicts => "straggler_verdicts",
+            Table::HangSuspects => "hang_suspects",
         }
     }
 
@@ -186,7 +198,14 @@ impl Table {
     pub fn has_job_id(self) -> bool {
         matches!(
             self,
-            Table::Steps | Table::Spans | Table::Collectives | Table::Kernels | Table::Ranks
+            Table::Steps
+                | Table::Spans
+                | Table::Collectives
+                | Table::Kernels
+                | Table::Ranks
+                | Table::StepBreakdown
+                | Table::StragglerVerdicts
+                | Table::HangSuspects
         )
     }
 }

@@ -6,9 +6,9 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::time::{Duration, Instant};
 
 use rankscope_collector::store::{
-    spawn_writer, BatchRow, CollectiveRow, KernelRow, RankRow, RowSet, SpanRow, StepRow,
-    StepTimeRow, Store, StoreConfig, StoreError, Table, WriteError, WriterConfig, WriterHandle,
-    MIGRATIONS,
+    spawn_writer, BatchRow, BreakdownRow, CollectiveRow, HangRow, KernelRow, RankRow, RowSet,
+    SpanRow, StepRow, StepTimeRow, Store, StoreConfig, StoreError, Table, VerdictRow, WriteError,
+    WriterConfig, WriterHandle, MIGRATIONS,
 };
 use rankscope_testkit::ClickHouse;
 use tokio::sync::oneshot;
@@ -177,9 +177,55 @@ fn full_row_set(job: &str, seq: u64, ts_ns: u64) -> RowSet {
             agent_id: agent,
             agent_session: 7,
             batch_seq: seq,
-            node,
+            node: node.clone(),
             received_ns: ts_ns,
             rows: 5,
+        }],
+        breakdowns: vec![BreakdownRow {
+            job_id: job.into(),
+            run_id: "run-1".into(),
+            step: 3,
+            rank: 3,
+            node: node.clone(),
+            step_start_ns: ts_ns,
+            step_time_ns: 11,
+            gpu_span_ns: 12,
+            gpu_busy_ns: 13,
+            idle_ns: 14,
+            compute_ns: 15,
+            comm_ns: 16,
+            memory_ns: 17,
+            overlap_ns: 18,
+            exposed_comm_ns: 19,
+            non_compute_ns: 20,
+            dataloader_ns: 21,
+            comm_wait_ns: 22,
+            comm_transfer_ns: 23,
+            gpu_events: 24,
+            computed_ns: ts_ns + 1,
+        }],
+        verdicts: vec![VerdictRow {
+            job_id: job.into(),
+            rank: 3,
+            node: node.clone(),
+            first_step: 2,
+            last_step: 6,
+            steps_flagged: 4,
+            slowdown: 1.3,
+            score: 9.5,
+            cause: "compute".into(),
+            active: 1,
+            first_seen_ns: ts_ns,
+            updated_ns: ts_ns + 2,
+        }],
+        hangs: vec![HangRow {
+            job_id: job.into(),
+            rank: 3,
+            node: node.clone(),
+            last_step: -1,
+            job_step: 8,
+            silent_ns: 60_000_000_000,
+            detected_ns: ts_ns,
         }],
     }
 }
@@ -290,6 +336,28 @@ async fn every_row_type_round_trips_through_its_table() {
         .await
         .unwrap();
     assert_eq!(ranks, rows.ranks);
+    let q = |t: &str| format!("SELECT ?fields FROM {t} FINAL");
+    let b: Vec<BreakdownRow> = store
+        .client()
+        .query(&q("step_breakdown"))
+        .fetch_all()
+        .await
+        .unwrap();
+    assert_eq!(b, rows.breakdowns);
+    let v: Vec<VerdictRow> = store
+        .client()
+        .query(&q("straggler_verdicts"))
+        .fetch_all()
+        .await
+        .unwrap();
+    assert_eq!(v, rows.verdicts);
+    let h: Vec<HangRow> = store
+        .client()
+        .query(&q("hang_suspects"))
+        .fetch_all()
+        .await
+        .unwrap();
+    assert_eq!(h, rows.hangs);
     // Enum8 columns hold the proto numbers under their names.
     let names = ch()
         .query(&format!(
@@ -343,10 +411,10 @@ async fn concurrent_writes_are_all_acknowledged_and_stored_exactly_once() {
         ))
         .unwrap();
     assert_eq!(ranks.trim(), "1");
-    assert_eq!(load(&m.rows_written), 7 * n);
+    assert_eq!(load(&m.rows_written), 10 * n);
     assert_eq!(load(&m.insert_failures), 0);
-    // Batched: 6 tables per flush, far fewer flushes than row sets.
-    assert_eq!(load(&m.inserts), 6 * load(&m.flushes));
+    // Batched: 9 tables per flush, far fewer flushes than row sets.
+    assert_eq!(load(&m.inserts), 9 * load(&m.flushes));
     assert!(
         load(&m.flushes) < n,
         "{} flushes for {n} row sets",
@@ -735,11 +803,14 @@ async fn retention_drops_old_day_partitions_and_keeps_recent_ones() {
         .unwrap();
     let mut expected: Vec<String> = [
         "collectives",
+        "hang_suspects",
         "ingest_batches",
         "kernels",
         "ranks",
         "spans",
+        "step_breakdown",
         "steps",
+        "straggler_verdicts",
     ]
     .iter()
     .map(|t| format!("{t}/{}", old_day.trim()))

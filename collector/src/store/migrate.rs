@@ -40,6 +40,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "0002_samples",
         sql: include_str!("../../schema/0002_samples.sql"),
     },
+    Migration {
+        version: 3,
+        name: "0003_analytics",
+        sql: include_str!("../../schema/0003_analytics.sql"),
+    },
 ];
 
 const CREATE_TABLE_SQL: &str = include_str!("../../queries/schema_migrations.sql");
@@ -200,6 +205,7 @@ mod tests {
         let expected: &[(u32, &str, &str)] = &[
             (1, "0001_events", "fnv1a64:8459d31ae7e0cbc6"),
             (2, "0002_samples", "fnv1a64:8d880ae440d5d658"),
+            (3, "0003_analytics", "fnv1a64:381b4c3360af5e09"),
         ];
         let actual: Vec<(u32, &str, String)> = MIGRATIONS
             .iter()

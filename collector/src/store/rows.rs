@@ -119,8 +119,63 @@ pub struct BatchRow {
     pub rows: u64,
 }
 
+/// `step_breakdown`: per (job, step, rank) GPU time breakdown (see `stream::job`).
+#[derive(Debug, Clone, PartialEq, Row, Serialize, Deserialize)]
+pub struct BreakdownRow {
+    pub job_id: String,
+    pub run_id: String,
+    pub step: u64,
+    pub rank: u32,
+    pub node: String,
+    pub step_start_ns: u64,
+    pub step_time_ns: u64,
+    pub gpu_span_ns: u64,
+    pub gpu_busy_ns: u64,
+    pub idle_ns: u64,
+    pub compute_ns: u64,
+    pub comm_ns: u64,
+    pub memory_ns: u64,
+    pub overlap_ns: u64,
+    pub exposed_comm_ns: u64,
+    pub non_compute_ns: u64,
+    pub dataloader_ns: u64,
+    pub comm_wait_ns: u64,
+    pub comm_transfer_ns: u64,
+    pub gpu_events: u64,
+    pub computed_ns: u64,
+}
+
+/// `straggler_verdicts`: one version of a straggler verdict.
+#[derive(Debug, Clone, PartialEq, Row, Serialize, Deserialize)]
+pub struct VerdictRow {
+    pub job_id: String,
+    pub rank: u32,
+    pub node: String,
+    pub first_step: u64,
+    pub last_step: u64,
+    pub steps_flagged: u64,
+    pub slowdown: f64,
+    pub score: f64,
+    pub cause: String,
+    pub active: u8,
+    pub first_seen_ns: u64,
+    pub updated_ns: u64,
+}
+
+/// `hang_suspects`: a rank that stopped ending steps (`last_step` -1: none ended).
+#[derive(Debug, Clone, PartialEq, Eq, Row, Serialize, Deserialize)]
+pub struct HangRow {
+    pub job_id: String,
+    pub rank: u32,
+    pub node: String,
+    pub last_step: i64,
+    pub job_step: u64,
+    pub silent_ns: u64,
+    pub detected_ns: u64,
+}
+
 /// The rows of one agent batch (or several), written and acknowledged together.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct RowSet {
     pub steps: Vec<StepRow>,
     pub spans: Vec<SpanRow>,
@@ -128,6 +183,10 @@ pub struct RowSet {
     pub kernels: Vec<KernelRow>,
     pub ranks: Vec<RankRow>,
     pub batches: Vec<BatchRow>,
+    /// Analytics results (written by the stream task, not by ingest).
+    pub breakdowns: Vec<BreakdownRow>,
+    pub verdicts: Vec<VerdictRow>,
+    pub hangs: Vec<HangRow>,
 }
 
 impl RowSet {
@@ -143,7 +202,12 @@ impl RowSet {
 
     /// Rows of every table, the unit of the writer's `batch_max_rows`.
     pub fn total_rows(&self) -> usize {
-        self.len() + self.ranks.len() + self.batches.len()
+        self.len()
+            + self.ranks.len()
+            + self.batches.len()
+            + self.breakdowns.len()
+            + self.verdicts.len()
+            + self.hangs.len()
     }
 
     /// Moves all rows of `other` into `self`.
@@ -154,5 +218,8 @@ impl RowSet {
         self.kernels.append(&mut other.kernels);
         self.ranks.append(&mut other.ranks);
         self.batches.append(&mut other.batches);
+        self.breakdowns.append(&mut other.breakdowns);
+        self.verdicts.append(&mut other.verdicts);
+        self.hangs.append(&mut other.hangs);
     }
 }

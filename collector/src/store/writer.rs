@@ -296,6 +296,9 @@ impl Writer {
             self.write_table(Table::Collectives, &rows.collectives),
             self.write_table(Table::Kernels, &rows.kernels),
             self.write_table(Table::Ranks, &rows.ranks),
+            self.write_table(Table::StepBreakdown, &rows.breakdowns),
+            self.write_table(Table::StragglerVerdicts, &rows.verdicts),
+            self.write_table(Table::HangSuspects, &rows.hangs),
         )?;
         self.write_table(Table::IngestBatches, &rows.batches).await
     }

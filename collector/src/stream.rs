@@ -1,0 +1,410 @@
+//! Live cross-rank analytics: per-job step assembly, straggler and hang
+//! detection, fed by the batches the writer has stored.
+//!
+//! In: a [`StreamInput`] per stored agent batch (extracted by
+//! `convert::stream_input` in the rank's stream order), submitted with the
+//! batch identity after ClickHouse accepted the batch; `None` for a seq that
+//! carries nothing (a rejected batch). Out: `step_breakdown`,
+//! `straggler_verdicts` and `hang_suspects` rows, written through the writer.
+//!
+//! One task owns all state (`run`: one `select!` over input, a tick and
+//! shutdown). Backpressure: submission is `try_send` into a bounded queue; when
+//! it is full the batch is left out of the live analytics and counted
+//! (`rankscope_collector_stream_dropped_batches_total`) — ingest is never
+//! slowed by analytics. Result rows are written by spawned tasks; a failed
+//! write is logged and counted, never retried (the raw events are stored).
+//! Memory: per job only open rank-steps and unfinalized steps; reorder buffers
+//! are bounded; jobs idle for `job_idle_secs` are forgotten.
+
+pub mod job;
+pub mod reorder;
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::Arc;
+use std::time::Duration;
+
+use rankscope_analysis::{CollectiveObs, GpuEvent, Interval, StragglerPolicy, VerdictChange};
+use serde::{Deserialize, Serialize};
+use tokio::sync::mpsc;
+
+use crate::service::now_ns;
+use crate::store::{BreakdownRow, HangRow, RowSet, VerdictRow, WriterHandle};
+use job::{AssemblyLimits, JobAssembler, JobOutput};
+use reorder::Reorder;
+
+/// One event as step assembly sees it.
+#[derive(Debug, Clone, PartialEq)]
+pub enum StreamEvent {
+    StepBegin {
+        step: u64,
+        ts_ns: u64,
+    },
+    StepEnd {
+        step: u64,
+        ts_ns: u64,
+    },
+    /// A kernel, memcpy or memset, classified.
+    Gpu(GpuEvent),
+    /// A dataloader span (input time).
+    Dataloader(Interval),
+    /// An NCCL collective.
+    Collective(CollectiveObs),
+}
+
+/// The events of one rank in one batch, in stream order.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RankInput {
+    pub job: String,
+    pub run_id: String,
+    pub rank: u32,
+    pub world_size: u32,
+    pub node: String,
+    pub events: Vec<StreamEvent>,
+}
+
+/// The analytics input of one agent batch.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct StreamInput {
+    pub groups: Vec<RankInput>,
+}
+
+/// Straggler thresholds (see `rankscope_analysis::StragglerPolicy`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct StragglerConfig {
+    /// Modified z-score a rank's work must reach.
+    pub z_threshold: f64,
+    /// Work / median work a rank must reach (1.10 = 10% slower).
+    pub min_slowdown: f64,
+    /// N: steps in the persistence window.
+    pub window_steps: u32,
+    /// K: flagged steps within the window that make a verdict.
+    pub min_flagged: u32,
+    /// Fewest ranks in a step for scoring.
+    pub min_ranks: u32,
+    /// MAD floor as a fraction of the median.
+    pub mad_floor_frac: f64,
+}
+
+impl Default for StragglerConfig {
+    fn default() -> Self {
+        let p = StragglerPolicy::default();
+        Self {
+            z_threshold: p.z_threshold(),
+            min_slowdown: p.min_slowdown(),
+            window_steps: p.window_steps(),
+            min_flagged: p.min_flagged(),
+            min_ranks: p.min_ranks(),
+            mad_floor_frac: p.mad_floor_frac(),
+        }
+    }
+}
+
+impl StragglerConfig {
+    /// The validated policy.
+    pub fn policy(&self) -> Result<StragglerPolicy, String> {
+        StragglerPolicy::try_new(
+            self.z_threshold,
+            self.min_slowdown,
+            self.window_steps,
+            self.min_flagged,
+            self.min_ranks,
+            self.mad_floor_frac,
+        )
+        .map_err(|e| format!("straggler: {e}"))
+    }
+}
+
+/// Configuration of live analytics.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct StreamConfig {
+    /// A step is finalized this long after its first rank ended it, even if
+    /// ranks are missing.
+    pub step_timeout_ms: u64,
+    /// Most unfinalized steps held per job.
+    pub max_pending_steps: usize,
+    /// Most GPU events + collectives analysed per rank-step.
+    pub max_events_per_rank_step: usize,
+    /// A rank silent this long while others end steps is a suspected hang.
+    pub hang_after_secs: u64,
+    /// How long a batch waits for an earlier one of its agent session.
+    pub reorder_timeout_ms: u64,
+    /// Most batches waiting behind a gap per agent session.
+    pub reorder_max_batches: usize,
+    /// Stored batches waiting for analytics; beyond it they are left out.
+    pub queue_capacity: usize,
+    /// How often timeouts are checked.
+    pub tick_ms: u64,
+    /// Jobs without input for this long are forgotten.
+    pub job_idle_secs: u64,
+    /// Straggler thresholds.
+    pub straggler: StragglerConfig,
+}
+
+impl Default for StreamConfig {
+    fn default() -> Self {
+        Self {
+            step_timeout_ms: 30_000,
+            max_pending_steps: 64,
+            max_events_per_rank_step: 1_000_000,
+            hang_after_secs: 60,
+            reorder_timeout_ms: 5_000,
+            reorder_max_batches: 256,
+            queue_capacity: 4096,
+            tick_ms: 250,
+            job_idle_secs: 3_600,
+            straggler: StragglerConfig::default(),
+        }
+    }
+}
+
+/// Counters of live analytics.
+#[derive(Debug, Default)]
+pub struct StreamMetrics {
+    pub dropped_batches: AtomicU64,
+    pub steps_finalized: AtomicU64,
+    pub partial_steps: AtomicU64,
+    pub verdict_changes: AtomicU64,
+    pub hang_suspects: AtomicU64,
+    pub result_write_failures: AtomicU64,
+}
+
+struct Submission {
+    session: (String, u64),
+    seq: u64,
+    input: Option<StreamInput>,
+}
+
+/// Submits stored batches to the analytics task. Cheap to clone.
+#[derive(Clone)]
+pub struct StreamHandle {
+    tx: mpsc::Sender<Submission>,
+    metrics: Arc<StreamMetrics>,
+}
+
+impl StreamHandle {
+    /// Hands a stored (or, with `None`, a consumed) batch to analytics; never waits.
+    pub fn submit(&self, agent_id: &str, session: u64, seq: u64, input: Option<StreamInput>) {
+        let sub = Submission {
+            session: (agent_id.to_owned(), session),
+            seq,
+            input,
+        };
+        if self.tx.try_send(sub).is_err() {
+            self.metrics.dropped_batches.fetch_add(1, Relaxed);
+        }
+    }
+
+    /// Counters.
+    pub fn metrics(&self) -> &StreamMetrics {
+        &self.metrics
+    }
+}
+
+/// Starts the analytics task.
+pub fn spawn_stream(
+    cfg: StreamConfig,
+    policy: StragglerPolicy,
+    writer: WriterHandle,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> (StreamHandle, tokio::task::JoinHandle<()>) {
+    let (tx, rx) = mpsc::channel(cfg.queue_capacity.max(1));
+    let metrics = Arc::new(StreamMetrics::default());
+    let task = Stream {
+        reorder: Reorder::new(
+            cfg.reorder_max_batches,
+            cfg.reorder_timeout_ms.saturating_mul(1_000_000),
+        ),
+        limits: AssemblyLimits {
+            step_timeout_ns: cfg.step_timeout_ms.saturating_mul(1_000_000),
+            max_pending_steps: cfg.max_pending_steps.max(1),
+            max_events_per_rank_step: cfg.max_events_per_rank_step,
+            hang_after_ns: cfg.hang_after_secs.saturating_mul(1_000_000_000),
+        },
+        cfg,
+        policy,
+        jobs: HashMap::new(),
+        writer,
+        metrics: metrics.clone(),
+    };
+    let handle = tokio::spawn(task.run(rx, shutdown));
+    (StreamHandle { tx, metrics }, handle)
+}
+
+struct JobEntry {
+    assembler: JobAssembler,
+    last_input_ns: u64,
+    /// Wall time each active verdict was first seen (its partition time).
+    first_seen: HashMap<(u32, u64), u64>,
+}
+
+struct Stream {
+    cfg: StreamConfig,
+    policy: StragglerPolicy,
+    limits: AssemblyLimits,
+    reorder: Reorder<StreamInput>,
+    jobs: HashMap<String, JobEntry>,
+    writer: WriterHandle,
+    metrics: Arc<StreamMetrics>,
+}
+
+impl Stream {
+    async fn run(mut self, mut rx: mpsc::Receiver<Submission>, shutdown: impl Future<Output = ()>) {
+        tokio::pin!(shutdown);
+        let mut tick = tokio::time::interval(Duration::from_millis(self.cfg.tick_ms.max(1)));
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut ready = Vec::new();
+        loop {
+            tokio::select! {
+                () = &mut shutdown => break,
+                sub = rx.recv() => match sub {
+                    Some(s) => {
+                        let now = now_ns();
+                        self.reorder.push(s.session, s.seq, s.input, now, &mut ready);
+                        self.consume(&mut ready, now);
+                    }
+                    None => break,
+                },
+                _ = tick.tick() => {
+                    let now = now_ns();
+                    self.reorder.tick(now, &mut ready);
+                    self.consume(&mut ready, now);
+                    self.poll_jobs(now);
+                }
+            }
+        }
+    }
+
+    fn consume(&mut self, ready: &mut Vec<StreamInput>, now: u64) {
+        let mut rows = RowSet::default();
+        for input in ready.drain(..) {
+            for group in input.groups {
+                let job = group.job.clone();
+                let entry = self.jobs.entry(job.clone()).or_insert_with(|| JobEntry {
+                    assembler: JobAssembler::new(group.world_size, self.policy, self.limits),
+                    last_input_ns: now,
+                    first_seen: HashMap::new(),
+                });
+                entry.last_input_ns = now;
+                let mut out = JobOutput::default();
+                entry.assembler.push(group, now, &mut out);
+                collect(&job, entry, out, now, &self.metrics, &mut rows);
+            }
+        }
+        self.write(rows);
+    }
+
+    fn poll_jobs(&mut self, now: u64) {
+        let mut rows = RowSet::default();
+        for (job, entry) in &mut self.jobs {
+            let mut out = JobOutput::default();
+            entry.assembler.poll(now, &mut out);
+            collect(job, entry, out, now, &self.metrics, &mut rows);
+        }
+        let idle_ns = self.cfg.job_idle_secs.saturating_mul(1_000_000_000);
+        self.jobs.retain(|_, e| {
+            e.assembler.pending_steps() > 0 || now.saturating_sub(e.last_input_ns) < idle_ns
+        });
+        self.write(rows);
+    }
+
+    fn write(&self, rows: RowSet) {
+        if rows.is_empty() {
+            return;
+        }
+        let writer = self.writer.clone();
+        let metrics = self.metrics.clone();
+        tokio::spawn(async move {
+            if let Err(e) = writer.write(rows).await {
+                metrics.result_write_failures.fetch_add(1, Relaxed);
+                tracing::warn!(error = %e, "storing analytics results failed");
+            }
+        });
+    }
+}
+
+/// Turns one job's output into rows.
+fn collect(
+    job: &str,
+    entry: &mut JobEntry,
+    out: JobOutput,
+    now: u64,
+    metrics: &StreamMetrics,
+    rows: &mut RowSet,
+) {
+    let finalized: std::collections::BTreeSet<u64> = out.steps.iter().map(|s| s.step).collect();
+    metrics
+        .steps_finalized
+        .fetch_add(finalized.len() as u64, Relaxed);
+    metrics
+        .partial_steps
+        .store(entry.assembler.partial_steps, Relaxed);
+    for s in out.steps {
+        let b = &s.breakdown;
+        rows.breakdowns.push(BreakdownRow {
+            job_id: job.to_owned(),
+            run_id: s.run_id,
+            step: s.step,
+            rank: s.rank,
+            node: s.node,
+            step_start_ns: s.step_start_ns,
+            step_time_ns: s.step_time_ns,
+            gpu_span_ns: b.gpu_span_ns,
+            gpu_busy_ns: b.gpu_busy_ns,
+            idle_ns: b.idle_ns,
+            compute_ns: b.compute_ns,
+            comm_ns: b.comm_ns,
+            memory_ns: b.memory_ns,
+            overlap_ns: b.overlap_ns,
+            exposed_comm_ns: b.exposed_comm_ns,
+            non_compute_ns: b.non_compute_ns,
+            dataloader_ns: s.dataloader_ns,
+            comm_wait_ns: s.comm_wait_ns,
+            comm_transfer_ns: s.comm_transfer_ns,
+            gpu_events: s.gpu_events,
+            computed_ns: now,
+        });
+    }
+    for change in out.verdicts {
+        metrics.verdict_changes.fetch_add(1, Relaxed);
+        let cleared = matches!(change, VerdictChange::Cleared(_));
+        let v = change.verdict();
+        let key = (v.rank, v.first_step);
+        let first_seen_ns = *entry.first_seen.entry(key).or_insert(now);
+        if cleared {
+            entry.first_seen.remove(&key);
+        }
+        rows.verdicts.push(VerdictRow {
+            job_id: job.to_owned(),
+            rank: v.rank,
+            node: v.node.clone(),
+            first_step: v.first_step,
+            last_step: v.last_step,
+            steps_flagged: v.steps_flagged,
+            slowdown: v.slowdown,
+            score: v.score,
+            cause: v.cause.as_str().to_owned(),
+            active: u8::from(v.active),
+            first_seen_ns,
+            updated_ns: now,
+        });
+    }
+    for h in out.hangs {
+        metrics.hang_suspects.fetch_add(1, Relaxed);
+        tracing::warn!(job, rank = h.rank, node = %h.node, last_step = ?h.last_step, job_step = h.job_step, "suspected hang: rank stopped ending steps");
+        rows.hangs.push(HangRow {
+            job_id: job.to_owned(),
+            rank: h.rank,
+            node: h.node,
+            last_step: h
+                .last_step
+                .map_or(-1, |s| i64::try_from(s).unwrap_or(i64::MAX)),
+            job_step: h.job_step,
+            silent_ns: h.silent_ns,
+            detected_ns: now,
+        });
+    }
+}

@@ -1,0 +1,169 @@
+use super::*;
+use rankscope_analysis::{CollOp, KernelClass};
+
+const MS: u64 = 1_000_000;
+
+fn limits() -> AssemblyLimits {
+    AssemblyLimits {
+        step_timeout_ns: 10_000 * MS,
+        max_pending_steps: 8,
+        max_events_per_rank_step: 1_000,
+        hang_after_ns: 5_000 * MS,
+    }
+}
+
+/// One rank-step: compute kernel of `compute_ms`, then an all-reduce that
+/// ends at the same time on every rank (`sync_end_ms` after the step start),
+/// so a slow rank waits least.
+fn rank_step(rank: u32, step: u64, compute_ms: u64, sync_end_ms: u64) -> RankInput {
+    let t0 = 1_000_000 * MS + step * 1_000 * MS;
+    let coll_start = t0 + compute_ms * MS;
+    let coll_end = t0 + sync_end_ms * MS;
+    RankInput {
+        job: "j".into(),
+        run_id: String::new(),
+        rank,
+        world_size: 4,
+        node: format!("n{}", rank / 2),
+        events: vec![
+            StreamEvent::StepBegin { step, ts_ns: t0 },
+            StreamEvent::Gpu(GpuEvent {
+                start_ns: t0,
+                end_ns: coll_start,
+                class: KernelClass::Computation,
+            }),
+            StreamEvent::Collective(CollectiveObs {
+                rank,
+                process_group: "pg".into(),
+                seq: step,
+                op: CollOp::AllReduce,
+                dtype: "float32".into(),
+                group_size: 4,
+                bytes: 1 << 20,
+                start_ns: coll_start,
+                end_ns: coll_end,
+            }),
+            StreamEvent::StepEnd {
+                step,
+                ts_ns: coll_end + MS,
+            },
+        ],
+    }
+}
+
+#[test]
+fn complete_step_is_finalized_with_breakdown_and_wait() {
+    let mut job = JobAssembler::new(4, StragglerPolicy::default(), limits());
+    let mut out = JobOutput::default();
+    for rank in 0..3 {
+        job.push(rank_step(rank, 0, 100 + u64::from(rank), 130), 0, &mut out);
+    }
+    assert!(out.steps.is_empty(), "rank 3 missing: not final yet");
+    job.push(rank_step(3, 0, 120, 130), 0, &mut out);
+    assert_eq!(out.steps.len(), 4);
+    let r0 = out.steps.iter().find(|s| s.rank == 0).unwrap();
+    assert_eq!(r0.breakdown.compute_ns, 100 * MS);
+    assert_eq!(r0.breakdown.comm_ns, 30 * MS);
+    assert_eq!(r0.breakdown.overlap_ns, 0);
+    assert_eq!(r0.step_time_ns, 131 * MS);
+    // Transfer = shortest collective (rank 3: 10 ms); rank 0 waited 20 ms.
+    assert_eq!(r0.comm_transfer_ns, 10 * MS);
+    assert_eq!(r0.comm_wait_ns, 20 * MS);
+    let r3 = out.steps.iter().find(|s| s.rank == 3).unwrap();
+    assert_eq!(r3.comm_wait_ns, 0);
+    assert_eq!(job.pending_steps(), 0);
+}
+
+#[test]
+fn straggler_verdict_after_three_steps() {
+    let mut job = JobAssembler::new(4, StragglerPolicy::default(), limits());
+    let mut out = JobOutput::default();
+    for step in 0..6 {
+        for rank in 0..4 {
+            let compute = if rank == 2 {
+                130
+            } else {
+                100 + u64::from(rank)
+            };
+            job.push(rank_step(rank, step, compute, 140), 0, &mut out);
+        }
+        if step == 1 {
+            assert!(out.verdicts.is_empty(), "not before the 3rd flagged step");
+        }
+    }
+    let first = out.verdicts.first().expect("a verdict").verdict().clone();
+    assert_eq!(first.rank, 2);
+    assert_eq!(first.first_step, 0);
+    assert_eq!(first.cause.as_str(), "compute");
+    assert!(first.slowdown > 1.25, "{first:?}");
+    assert!(matches!(out.verdicts[0], VerdictChange::Activated(_)));
+}
+
+#[test]
+fn balanced_job_has_no_verdict() {
+    let mut job = JobAssembler::new(4, StragglerPolicy::default(), limits());
+    let mut out = JobOutput::default();
+    for step in 0..50 {
+        for rank in 0..4u32 {
+            let jitter = (step * 7 + u64::from(rank) * 3) % 3;
+            job.push(rank_step(rank, step, 100 + jitter, 140), 0, &mut out);
+        }
+    }
+    assert_eq!(out.steps.len(), 200);
+    assert!(out.verdicts.is_empty(), "{:?}", out.verdicts);
+}
+
+#[test]
+fn missing_rank_times_out_and_is_a_hang_suspect() {
+    let mut job = JobAssembler::new(4, StragglerPolicy::default(), limits());
+    let mut out = JobOutput::default();
+    for rank in 0..4 {
+        job.push(rank_step(rank, 0, 100, 130), 0, &mut out);
+    }
+    // Rank 3 stops after step 0; the others go on.
+    for step in 1..3 {
+        for rank in 0..3 {
+            job.push(rank_step(rank, step, 100, 130), 1_000 * MS * step, &mut out);
+        }
+    }
+    assert_eq!(out.steps.len(), 4, "steps 1 and 2 wait for rank 3");
+    assert!(out.hangs.is_empty());
+    job.poll(6_000 * MS, &mut out);
+    let hang = out.hangs.first().expect("hang suspect");
+    assert_eq!((hang.rank, hang.last_step, hang.job_step), (3, Some(0), 2));
+    job.poll(7_000 * MS, &mut out);
+    assert_eq!(out.hangs.len(), 1, "reported once");
+    job.poll(12_000 * MS, &mut out);
+    assert_eq!(
+        out.steps.len(),
+        4 + 3 + 3,
+        "partial steps finalized on timeout"
+    );
+    assert_eq!(job.partial_steps, 2);
+    // Rank 3's late step 1 is counted, not re-finalized.
+    job.push(rank_step(3, 1, 100, 130), 12_000 * MS, &mut out);
+    assert_eq!(job.late_rank_steps, 1);
+}
+
+#[test]
+fn pending_steps_are_bounded() {
+    let mut job = JobAssembler::new(4, StragglerPolicy::default(), limits());
+    let mut out = JobOutput::default();
+    for step in 0..20 {
+        job.push(rank_step(0, step, 100, 130), 0, &mut out);
+        assert!(job.pending_steps() <= limits().max_pending_steps);
+    }
+}
+
+#[test]
+fn events_per_rank_step_are_bounded() {
+    let mut l = limits();
+    l.max_events_per_rank_step = 1;
+    let mut job = JobAssembler::new(1, StragglerPolicy::default(), l);
+    let mut out = JobOutput::default();
+    let mut input = rank_step(0, 0, 100, 130);
+    input.world_size = 1;
+    job.push(input, 0, &mut out);
+    assert_eq!(job.dropped_events, 1, "the collective beyond the limit");
+    assert_eq!(out.steps[0].gpu_events, 1);
+}

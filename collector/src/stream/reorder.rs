@@ -1,0 +1,172 @@
+//! Puts the stored batches of each agent session back in sequence order.
+//!
+//! In: `(agent session, seq, payload)` in the order the writer acknowledged
+//! them, which can differ from the order the agent sent them (several batches
+//! are in flight). Out: payloads in seq order per session, so every rank's
+//! events reach step assembly in stream order.
+//!
+//! A seq that will never come (a batch the collector rejected) is released by
+//! `skip`. A gap that stays open (a batch still being retried) is given up
+//! after `max_wait_ns` or when more than `max_buffered` batches wait behind
+//! it; the batch is then processed late, out of order, when it arrives. The
+//! first seq seen of a session starts its sequence (a collector restart joins
+//! mid-session). Memory: at most `max_buffered` payloads per session.
+
+use std::collections::{BTreeMap, HashMap};
+
+#[derive(Debug)]
+struct Session<T> {
+    next: u64,
+    waiting: BTreeMap<u64, (u64, Option<T>)>,
+    touched_ns: u64,
+}
+
+/// Reorder buffers of all sessions.
+#[derive(Debug)]
+pub struct Reorder<T> {
+    sessions: HashMap<(String, u64), Session<T>>,
+    max_buffered: usize,
+    max_wait_ns: u64,
+    /// Gaps given up.
+    pub gaps_skipped: u64,
+    /// Batches released after their gap was given up.
+    pub late: u64,
+}
+
+impl<T> Reorder<T> {
+    /// Buffers at most `max_buffered` batches per session for at most `max_wait_ns`.
+    pub fn new(max_buffered: usize, max_wait_ns: u64) -> Self {
+        Self {
+            sessions: HashMap::new(),
+            max_buffered: max_buffered.max(1),
+            max_wait_ns,
+            gaps_skipped: 0,
+            late: 0,
+        }
+    }
+
+    /// Offers batch `seq` of `session` (`None`: the seq carries nothing, e.g.
+    /// it was rejected) and appends what became ready, in order, to `ready`.
+    pub fn push(
+        &mut self,
+        session: (String, u64),
+        seq: u64,
+        payload: Option<T>,
+        now_ns: u64,
+        ready: &mut Vec<T>,
+    ) {
+        let s = self.sessions.entry(session).or_insert_with(|| Session {
+            next: seq,
+            waiting: BTreeMap::new(),
+            touched_ns: now_ns,
+        });
+        s.touched_ns = now_ns;
+        if seq < s.next {
+            self.late += 1;
+            ready.extend(payload);
+            return;
+        }
+        s.waiting.insert(seq, (now_ns, payload));
+        Self::release(s, ready);
+        if s.waiting.len() > self.max_buffered {
+            self.gaps_skipped += 1;
+            Self::skip_gap(s, ready);
+        }
+    }
+
+    /// Gives up gaps older than `max_wait_ns` and forgets idle sessions.
+    pub fn tick(&mut self, now_ns: u64, ready: &mut Vec<T>) {
+        let max_wait = self.max_wait_ns;
+        for s in self.sessions.values_mut() {
+            while s
+                .waiting
+                .first_key_value()
+                .is_some_and(|(_, (since, _))| now_ns.saturating_sub(*since) >= max_wait)
+            {
+                self.gaps_skipped += 1;
+                Self::skip_gap(s, ready);
+            }
+        }
+        self.sessions.retain(|_, s| {
+            !s.waiting.is_empty() || now_ns.saturating_sub(s.touched_ns) < 3_600 * 1_000_000_000
+        });
+    }
+
+    /// Batches waiting behind gaps, over all sessions.
+    pub fn buffered(&self) -> usize {
+        self.sessions.values().map(|s| s.waiting.len()).sum()
+    }
+
+    fn release(s: &mut Session<T>, ready: &mut Vec<T>) {
+        while let Some((_, payload)) = s.waiting.remove(&s.next) {
+            ready.extend(payload);
+            s.next += 1;
+        }
+    }
+
+    fn skip_gap(s: &mut Session<T>, ready: &mut Vec<T>) {
+        if let Some((&first, _)) = s.waiting.first_key_value() {
+            s.next = first;
+            Self::release(s, ready);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key() -> (String, u64) {
+        ("a".to_string(), 1)
+    }
+
+    #[test]
+    fn releases_in_order() {
+        let mut r = Reorder::new(8, 1_000);
+        let mut out = Vec::new();
+        r.push(key(), 5, Some(5), 0, &mut out);
+        r.push(key(), 7, Some(7), 0, &mut out);
+        assert_eq!(out, vec![5]);
+        r.push(key(), 6, Some(6), 0, &mut out);
+        assert_eq!(out, vec![5, 6, 7]);
+        assert_eq!(r.buffered(), 0);
+    }
+
+    #[test]
+    fn skipped_seq_releases_the_rest() {
+        let mut r = Reorder::new(8, 1_000);
+        let mut out = Vec::new();
+        r.push(key(), 1, Some(1), 0, &mut out);
+        r.push(key(), 3, Some(3), 0, &mut out);
+        r.push(key(), 2, None, 0, &mut out);
+        assert_eq!(out, vec![1, 3]);
+    }
+
+    #[test]
+    fn stale_gap_is_given_up_and_late_batch_still_delivered() {
+        let mut r = Reorder::new(8, 1_000);
+        let mut out = Vec::new();
+        r.push(key(), 1, Some(1), 0, &mut out);
+        r.push(key(), 3, Some(3), 10, &mut out);
+        r.tick(500, &mut out);
+        assert_eq!(out, vec![1]);
+        r.tick(1_010, &mut out);
+        assert_eq!(out, vec![1, 3]);
+        assert_eq!(r.gaps_skipped, 1);
+        r.push(key(), 2, Some(2), 1_100, &mut out);
+        assert_eq!(out, vec![1, 3, 2]);
+        assert_eq!(r.late, 1);
+    }
+
+    #[test]
+    fn buffer_is_bounded() {
+        let mut r = Reorder::new(2, u64::MAX);
+        let mut out = Vec::new();
+        r.push(key(), 1, Some(1), 0, &mut out);
+        for seq in 3..=5 {
+            r.push(key(), seq, Some(seq), 0, &mut out);
+        }
+        assert_eq!(out, vec![1, 3, 4, 5]);
+        assert!(r.buffered() <= 2);
+    }
+}
