@@ -17,15 +17,15 @@ use crate::backoff::{Backoff, BackoffError};
 /// Configuration errors.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
-    #[error("cannot read config file {path}: {source}")]
+    #[error("cannot read config file {path}: {error}")]
     Read {
         path: PathBuf,
-        source: std::io::Error,
+        error: std::io::Error,
     },
-    #[error("invalid config file {path}: {source}")]
+    #[error("invalid config file {path}: {error}")]
     Parse {
         path: PathBuf,
-        source: Box<toml::de::Error>,
+        error: Box<toml::de::Error>,
     },
     #[error("config: {field} = {value}: {problem}")]
     Invalid {
@@ -33,9 +33,9 @@ pub enum ConfigError {
         value: String,
         problem: &'static str,
     },
-    #[error("config: {0}")]
+    #[error(transparent)]
     Backoff(#[from] BackoffError),
-    #[error("cannot render config as TOML: {0}")]
+    #[error(transparent)]
     Render(#[from] toml::ser::Error),
 }
 
@@ -43,12 +43,13 @@ pub enum ConfigError {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct Config {
-    /// TCP address of the rank-facing gRPC service (port 0: pick a free one).
-    pub listen_addr: SocketAddr,
+    /// TCP address (`ip:port`) of the rank-facing gRPC service (port 0:
+    /// pick a free one).
+    pub listen_addr: String,
     /// Unix socket of the rank-facing gRPC service; empty disables it.
     /// Default: `$XDG_RUNTIME_DIR/rankscope/agent.sock`, else
     /// `/tmp/rankscope-<uid>/agent.sock`.
-    pub unix_socket_path: PathBuf,
+    pub unix_socket_path: String,
     /// gRPC URL of the collector.
     pub collector_url: String,
     /// Stable id of this agent in every batch (default: host name).
@@ -83,8 +84,8 @@ impl Default for Config {
     fn default() -> Self {
         let host = host_name();
         Self {
-            listen_addr: SocketAddr::from(([127, 0, 0, 1], 7710)),
-            unix_socket_path: default_unix_socket_path(),
+            listen_addr: "127.0.0.1:7710".to_owned(),
+            unix_socket_path: default_unix_socket_path().to_string_lossy().into_owned(),
             collector_url: "http://127.0.0.1:7700".to_owned(),
             agent_id: host.clone(),
             node: host,
@@ -107,7 +108,7 @@ impl Config {
     pub fn from_toml(text: &str, origin: &Path) -> Result<Self, ConfigError> {
         let config: Config = toml::from_str(text).map_err(|e| ConfigError::Parse {
             path: origin.to_owned(),
-            source: Box::new(e),
+            error: Box::new(e),
         })?;
         config.validate()?;
         Ok(config)
@@ -115,9 +116,9 @@ impl Config {
 
     /// Reads and parses a TOML file.
     pub fn from_file(path: &Path) -> Result<Self, ConfigError> {
-        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+        let text = std::fs::read_to_string(path).map_err(|error| ConfigError::Read {
             path: path.to_owned(),
-            source,
+            error,
         })?;
         Self::from_toml(&text, path)
     }
@@ -127,10 +128,18 @@ impl Config {
         Ok(toml::to_string(self)?)
     }
 
-    /// Whether the Unix socket listener is enabled.
+    /// The Unix socket path, or `None` when disabled.
     pub fn unix_socket(&self) -> Option<&Path> {
-        let p = self.unix_socket_path.as_path();
-        (!p.as_os_str().is_empty()).then_some(p)
+        (!self.unix_socket_path.is_empty()).then(|| Path::new(&self.unix_socket_path))
+    }
+
+    /// `listen_addr` parsed.
+    pub fn listen_socket_addr(&self) -> Result<SocketAddr, ConfigError> {
+        self.listen_addr.parse().map_err(|_| ConfigError::Invalid {
+            field: "listen_addr",
+            value: self.listen_addr.clone(),
+            problem: "must be ip:port, e.g. 127.0.0.1:7710",
+        })
     }
 
     /// The uplink's retry policy: doubling from `retry_initial_ms` up to
@@ -176,7 +185,8 @@ impl Config {
                 });
             }
         }
-        if !(self.collector_url.starts_with("http://") || self.collector_url.starts_with("https://"))
+        if !(self.collector_url.starts_with("http://")
+            || self.collector_url.starts_with("https://"))
         {
             return Err(ConfigError::Invalid {
                 field: "collector_url",
@@ -184,6 +194,7 @@ impl Config {
                 problem: "must start with http:// or https://",
             });
         }
+        self.listen_socket_addr()?;
         self.backoff()?;
         Ok(())
     }
@@ -240,7 +251,10 @@ mod tests {
     #[test]
     fn example_config_parses_and_sets_what_it_says() {
         let c = Config::from_toml(EXAMPLE, Path::new("deploy/agent.example.toml")).unwrap();
-        assert_eq!(c.listen_addr, "127.0.0.1:7710".parse().unwrap());
+        assert_eq!(
+            c.listen_socket_addr().unwrap(),
+            "127.0.0.1:7710".parse().unwrap()
+        );
         assert_eq!(c.collector_url, "http://127.0.0.1:7700");
         assert_eq!(c.queue_max_events, 1_000_000);
         assert_eq!(c.batch_max_events, 50_000);
@@ -271,9 +285,11 @@ mod tests {
         assert!(err.to_string().contains("max_in_flight_batches"), "{err}");
         let err = Config::from_toml("retry_max_ms = 5\n", Path::new("x")).unwrap_err();
         assert!(err.to_string().contains("5 ms"), "{err}");
-        let err = Config::from_toml("collector_url = \"127.0.0.1:1\"\n", Path::new("x"))
-            .unwrap_err();
+        let err =
+            Config::from_toml("collector_url = \"127.0.0.1:1\"\n", Path::new("x")).unwrap_err();
         assert!(err.to_string().contains("collector_url"), "{err}");
+        let err = Config::from_toml("listen_addr = \"localhost\"\n", Path::new("x")).unwrap_err();
+        assert!(err.to_string().contains("listen_addr = localhost"), "{err}");
     }
 
     #[test]

@@ -1,1 +1,310 @@
-//! placeholder
+//! `rankscope-agent`: the per-node agent between training ranks and the
+//! collector.
+//!
+//! In: `RankIngest.StreamEvents` bidi streams from the ranks of this node
+//! (TCP and a Unix socket). Out: `AgentBatch`es to the collector's
+//! `CollectorIngest.Ingest`, acks to the ranks, counters ([`MetricsSnapshot`]).
+//!
+//! ```text
+//! rank --gRPC--> ingest --Chunk, queue bounded by events--> batcher
+//!      <-RankAck-        (full: drop newest, count, ack says so)
+//! batcher --AgentBatch, backlog bounded by batches--> uplink --gRPC--> collector
+//!          (full: batcher waits => queue fills => drops at ingest)
+//!          uplink: <= max_in_flight calls, retry transient errors with
+//!          jittered exponential backoff, drop permanent rejections (counted)
+//! ```
+//!
+//! Invariants: a rank is never blocked (the only drop point is the ingest
+//! queue); every batch is self-contained (defines the names its events use)
+//! and identified by `(agent_id, agent_session, seq)` so the collector can drop
+//! duplicates of a retried batch; events of one rank stream keep their order.
+//!
+//! Use [`start`] to run an agent and [`AgentHandle::shutdown`] to stop it.
+
+use std::hash::{BuildHasher, Hasher};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+use rankscope_proto::v1 as proto;
+use tokio::sync::{mpsc, oneshot, watch, Semaphore};
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+use tonic::transport::Endpoint;
+
+pub mod backoff;
+mod batch;
+pub mod config;
+mod ingest;
+pub mod metrics;
+mod serve;
+mod uplink;
+
+pub use backoff::Backoff;
+pub use config::Config;
+pub use metrics::{DropReason, MetricsSnapshot};
+pub use serve::ServeError;
+
+use batch::Batcher;
+use ingest::{Ingest, IngestService};
+use metrics::Metrics;
+use uplink::Uplink;
+
+/// Why the agent could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum AgentError {
+    #[error(transparent)]
+    Config(#[from] config::ConfigError),
+    #[error("invalid collector_url {url:?}: {error}")]
+    CollectorUrl {
+        url: String,
+        error: tonic::transport::Error,
+    },
+    #[error(transparent)]
+    Listen(#[from] ServeError),
+}
+
+/// What happened to the data at shutdown.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ShutdownReport {
+    /// Events the collector acknowledged since start.
+    pub delivered_events: u64,
+    /// Accepted events neither delivered nor rejected by the collector:
+    /// lost because the flush timeout expired (also counted as
+    /// `dropped_events{reason="shutdown"}`).
+    pub undelivered_events: u64,
+    /// Batches cut but neither acknowledged nor rejected.
+    pub undelivered_batches: u64,
+    /// Whether the flush timeout expired.
+    pub timed_out: bool,
+    /// How long the shutdown took.
+    pub elapsed: Duration,
+    /// The counters after shutdown.
+    pub metrics: MetricsSnapshot,
+}
+
+/// A running agent.
+pub struct AgentHandle {
+    /// The bound TCP address of the rank-facing service.
+    pub tcp_addr: SocketAddr,
+    /// The Unix socket of the rank-facing service, when enabled.
+    pub unix_path: Option<PathBuf>,
+    /// This run's `agent_session` (random, non-zero).
+    pub agent_session: u64,
+    metrics: Arc<Metrics>,
+    queue: Arc<Semaphore>,
+    queue_max_events: usize,
+    ingest: Arc<Ingest>,
+    servers: Vec<JoinHandle<()>>,
+    server_stop: watch::Sender<bool>,
+    flush: oneshot::Sender<()>,
+    batcher: JoinHandle<()>,
+    uplink: JoinHandle<()>,
+    flush_timeout: Duration,
+}
+
+/// Starts an agent: binds its listeners, then runs ingest, batcher and uplink
+/// as tasks on the current Tokio runtime. The collector is connected lazily,
+/// so the agent starts while the collector is down.
+pub async fn start(config: Config) -> Result<AgentHandle, AgentError> {
+    config.validate()?;
+    let backoff = config.backoff().map_err(config::ConfigError::from)?;
+    let request_timeout = Duration::from_millis(config.request_timeout_ms);
+    let endpoint = Endpoint::from_shared(config.collector_url.clone())
+        .map_err(|error| AgentError::CollectorUrl {
+            url: config.collector_url.clone(),
+            error,
+        })?
+        .connect_timeout(request_timeout)
+        .timeout(request_timeout)
+        .tcp_nodelay(true);
+
+    let listen_addr = config.listen_socket_addr()?;
+    let tcp = serve::bind_tcp(listen_addr).await?;
+    let tcp_addr = tcp.local_addr().map_err(|error| ServeError::Tcp {
+        addr: listen_addr,
+        error,
+    })?;
+    let unix = match config.unix_socket() {
+        Some(path) => Some((serve::bind_unix(path)?, path.to_owned())),
+        None => None,
+    };
+
+    let metrics = Arc::new(Metrics::default());
+    let mut rng = SmallRng::seed_from_u64(entropy());
+    let agent_session = loop {
+        let s: u64 = rng.random();
+        if s != 0 {
+            break s;
+        }
+    };
+    let queue = Arc::new(Semaphore::new(config.queue_max_events));
+    let (chunk_tx, chunk_rx) = mpsc::unbounded_channel();
+    let (backlog_tx, backlog_rx) = mpsc::channel(config.backlog_max_batches);
+    let (flush_tx, flush_rx) = oneshot::channel();
+
+    let client =
+        proto::collector_ingest_client::CollectorIngestClient::new(endpoint.connect_lazy());
+    let uplink = Uplink::new(
+        client,
+        Arc::clone(&metrics),
+        backoff,
+        SmallRng::seed_from_u64(rng.random()),
+        config.max_in_flight_batches,
+    );
+    let uplink = tokio::spawn(uplink.run(backlog_rx));
+    let batcher = Batcher::new(
+        config.agent_id.clone(),
+        config.node.clone(),
+        agent_session,
+        config.batch_max_events,
+        Duration::from_millis(config.batch_max_delay_ms),
+        Arc::clone(&metrics),
+    );
+    let batcher = tokio::spawn(batcher.run(chunk_rx, backlog_tx, flush_rx));
+
+    let ingest = Arc::new(Ingest::new(
+        config.node.clone(),
+        Arc::clone(&queue),
+        chunk_tx,
+        Arc::clone(&metrics),
+        config.max_message_bytes,
+    ));
+    let svc = IngestService(Arc::clone(&ingest));
+    let (server_stop, stop_rx) = watch::channel(false);
+    let mut servers = vec![serve::spawn_tcp(
+        tcp,
+        &svc,
+        config.max_message_bytes,
+        stop_rx.clone(),
+    )];
+    let unix_path = unix.map(|(listener, path)| {
+        servers.push(serve::spawn_unix(
+            listener,
+            &svc,
+            config.max_message_bytes,
+            stop_rx,
+        ));
+        path
+    });
+    tracing::info!(
+        %tcp_addr,
+        unix = ?unix_path,
+        collector = %config.collector_url,
+        agent_id = %config.agent_id,
+        agent_session,
+        "agent started"
+    );
+    Ok(AgentHandle {
+        tcp_addr,
+        unix_path,
+        agent_session,
+        metrics,
+        queue,
+        queue_max_events: config.queue_max_events,
+        ingest,
+        servers,
+        server_stop,
+        flush: flush_tx,
+        batcher,
+        uplink,
+        flush_timeout: Duration::from_millis(config.shutdown_flush_timeout_ms),
+    })
+}
+
+impl AgentHandle {
+    /// The agent's counters now.
+    pub fn metrics(&self) -> MetricsSnapshot {
+        let queued = self
+            .queue_max_events
+            .saturating_sub(self.queue.available_permits());
+        self.metrics.snapshot(queued as u64)
+    }
+
+    /// Stops accepting rank streams, ends the open ones, flushes the batch
+    /// under construction and lets the uplink deliver the backlog for up to
+    /// `shutdown_flush_timeout_ms`; whatever is still undelivered then is
+    /// dropped and reported.
+    pub async fn shutdown(self) -> ShutdownReport {
+        let started = Instant::now();
+        let deadline = started + self.flush_timeout;
+        self.server_stop.send_replace(true);
+        let streams_ended = tokio::time::timeout_at(deadline, self.ingest.stop())
+            .await
+            .is_ok();
+        let _ = self.flush.send(());
+        let (mut batcher, mut uplink) = (self.batcher, self.uplink);
+        let flushed = tokio::time::timeout_at(deadline, async {
+            let _ = (&mut batcher).await;
+            let _ = (&mut uplink).await;
+        })
+        .await
+        .is_ok();
+        if !flushed {
+            for task in [batcher, uplink] {
+                // A handle that already returned must not be polled again.
+                if !task.is_finished() {
+                    task.abort();
+                    let _ = task.await;
+                }
+            }
+        }
+        // The listeners stop once their connections are gone; do not wait
+        // for ranks that keep idle connections open.
+        let grace = Instant::now() + Duration::from_millis(200);
+        for server in self.servers {
+            if tokio::time::timeout_at(grace, &mut { server })
+                .await
+                .is_err()
+            {
+                tracing::debug!("ingest listener did not stop in time, detached");
+            }
+        }
+        if let Some(path) = &self.unix_path {
+            let _ = std::fs::remove_file(path);
+        }
+
+        let m = self.metrics.snapshot(0);
+        let settled = m.delivered_events + m.dropped("rejected_by_collector");
+        let undelivered_events = m.accepted_events.saturating_sub(settled);
+        if undelivered_events > 0 {
+            self.metrics
+                .dropped(DropReason::Shutdown, undelivered_events);
+        }
+        let report = ShutdownReport {
+            delivered_events: m.delivered_events,
+            undelivered_events,
+            undelivered_batches: m.backlog_batches,
+            timed_out: !(streams_ended && flushed),
+            elapsed: started.elapsed(),
+            metrics: self.metrics.snapshot(0),
+        };
+        if report.undelivered_events > 0 {
+            tracing::warn!(
+                undelivered_events,
+                undelivered_batches = report.undelivered_batches,
+                "agent stopped with undelivered events"
+            );
+        } else {
+            tracing::info!(
+                delivered_events = report.delivered_events,
+                "agent stopped, everything delivered"
+            );
+        }
+        report
+    }
+}
+
+/// A seed from the OS-seeded hasher keys of std, the clock and the pid.
+fn entropy() -> u64 {
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    let now = SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    h.write_u128(now);
+    h.write_u32(std::process::id());
+    h.finish()
+}

@@ -1,1 +1,102 @@
-fn main() {}
+//! `rankscope-agent` binary: parses the configuration (defaults < file <
+//! flags, flags also read `RANKSCOPE_AGENT_*` variables), starts the agent
+//! and shuts it down gracefully on SIGINT / SIGTERM.
+
+use std::path::PathBuf;
+
+use anyhow::Context as _;
+use clap::{Parser, Subcommand};
+use rankscope_agent::Config;
+
+#[derive(Debug, Parser)]
+#[command(name = "rankscope-agent", version, about = "rankscope per-node agent")]
+struct Cli {
+    /// TOML config file.
+    #[arg(long, env = "RANKSCOPE_AGENT_CONFIG")]
+    config: Option<PathBuf>,
+    /// TCP address of the rank-facing gRPC service.
+    #[arg(long, env = "RANKSCOPE_AGENT_LISTEN_ADDR")]
+    listen_addr: Option<String>,
+    /// Unix socket of the rank-facing gRPC service ("" disables it).
+    #[arg(long, env = "RANKSCOPE_AGENT_UNIX_SOCKET")]
+    unix_socket: Option<String>,
+    /// gRPC URL of the collector.
+    #[arg(long, env = "RANKSCOPE_AGENT_COLLECTOR_URL")]
+    collector_url: Option<String>,
+    /// Stable id of this agent (default: host name).
+    #[arg(long, env = "RANKSCOPE_AGENT_ID")]
+    agent_id: Option<String>,
+    #[command(subcommand)]
+    command: Option<Command>,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Print the default configuration as TOML.
+    GenConfig,
+}
+
+impl Cli {
+    fn config(&self) -> anyhow::Result<Config> {
+        let mut config = match &self.config {
+            Some(path) => Config::from_file(path)?,
+            None => Config::default(),
+        };
+        if let Some(v) = &self.listen_addr {
+            config.listen_addr.clone_from(v);
+        }
+        if let Some(v) = &self.unix_socket {
+            config.unix_socket_path.clone_from(v);
+        }
+        if let Some(v) = &self.collector_url {
+            config.collector_url.clone_from(v);
+        }
+        if let Some(v) = &self.agent_id {
+            config.agent_id.clone_from(v);
+        }
+        config.validate()?;
+        Ok(config)
+    }
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    if let Some(Command::GenConfig) = cli.command {
+        print!("{}", Config::default().to_toml()?);
+        return Ok(());
+    }
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .init();
+    let config = cli.config()?;
+    let agent = rankscope_agent::start(config)
+        .await
+        .context("starting the agent")?;
+    wait_for_signal().await?;
+    tracing::info!("signal received, shutting down");
+    let report = agent.shutdown().await;
+    if report.undelivered_events > 0 {
+        anyhow::bail!(
+            "{} events in {} batches were not delivered to the collector",
+            report.undelivered_events,
+            report.undelivered_batches
+        );
+    }
+    Ok(())
+}
+
+async fn wait_for_signal() -> anyhow::Result<()> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = signal(SignalKind::terminate()).context("installing SIGTERM handler")?;
+    tokio::select! {
+        r = tokio::signal::ctrl_c() => r.context("waiting for SIGINT")?,
+        _ = term.recv() => {}
+    }
+    Ok(())
+}

@@ -52,7 +52,7 @@ pub struct Metrics {
     rejected: Mutex<BTreeMap<&'static str, u64>>,
     pub(crate) batches_created: AtomicU64,
     pub(crate) batches_sent: AtomicU64,
-    pub(crate) batch_retries: AtomicU64,
+    pub(crate) batches_retried: AtomicU64,
     pub(crate) batches_acked: AtomicU64,
     pub(crate) batches_duplicate: AtomicU64,
     pub(crate) batches_rejected: AtomicU64,
@@ -66,10 +66,6 @@ impl Metrics {
 
     pub(crate) fn inc(counter: &AtomicU64) {
         counter.fetch_add(1, Relaxed);
-    }
-
-    pub(crate) fn dec(counter: &AtomicU64) {
-        counter.fetch_sub(1, Relaxed);
     }
 
     /// Counts `n` dropped events.
@@ -94,117 +90,127 @@ impl Metrics {
         let batches_acked = get(&self.batches_acked);
         let batches_rejected = get(&self.batches_rejected);
         MetricsSnapshot {
-            streams_opened_total: get(&self.streams_opened),
+            streams_opened: get(&self.streams_opened),
             streams_active: get(&self.streams_active),
-            received_messages_total: get(&self.received_messages),
-            received_events_total: get(&self.received_events),
-            accepted_events_total: get(&self.accepted_events),
-            acks_dropped_total: get(&self.acks_dropped),
-            dropped_events_total: DropReason::ALL
+            received_messages: get(&self.received_messages),
+            received_events: get(&self.received_events),
+            accepted_events: get(&self.accepted_events),
+            acks_dropped: get(&self.acks_dropped),
+            dropped_events: DropReason::ALL
                 .iter()
                 .map(|r| (r.label().to_owned(), get(&self.dropped[*r as usize])))
                 .collect(),
-            rejected_messages_total: rejected
+            rejected_messages: rejected
                 .iter()
                 .map(|(k, v)| ((*k).to_owned(), *v))
                 .collect(),
             queued_events,
-            batches_created_total: batches_created,
-            batches_sent_total: get(&self.batches_sent),
-            batch_retries_total: get(&self.batch_retries),
-            batches_acked_total: batches_acked,
-            batches_duplicate_total: get(&self.batches_duplicate),
-            batches_rejected_total: batches_rejected,
+            batches_created,
+            batches_sent: get(&self.batches_sent),
+            batches_retried: get(&self.batches_retried),
+            batches_acked,
+            batches_duplicate: get(&self.batches_duplicate),
+            batches_rejected,
             backlog_batches: batches_created.saturating_sub(batches_acked + batches_rejected),
-            delivered_events_total: get(&self.delivered_events),
+            delivered_events: get(&self.delivered_events),
         }
     }
 }
 
-/// A point-in-time copy of the agent's counters. Field names are the
-/// Prometheus series without the `rankscope_agent_` prefix.
+/// A point-in-time copy of the agent's counters. Field `x` is the Prometheus
+/// series `rankscope_agent_x_total` for counters, `rankscope_agent_x` for
+/// gauges (see [`MetricsSnapshot::to_prometheus`]).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct MetricsSnapshot {
     /// Rank streams opened since start.
-    pub streams_opened_total: u64,
+    pub streams_opened: u64,
     /// Rank streams open now.
     pub streams_active: u64,
     /// Rank messages received (valid or not).
-    pub received_messages_total: u64,
+    pub received_messages: u64,
     /// Events received in those messages.
-    pub received_events_total: u64,
+    pub received_events: u64,
     /// Events validated and taken into the queue.
-    pub accepted_events_total: u64,
+    pub accepted_events: u64,
     /// Acks not sent because the rank did not read its acks.
-    pub acks_dropped_total: u64,
+    pub acks_dropped: u64,
     /// Events dropped, by reason (`queue_full`, `rejected_by_collector`,
     /// `shutdown`; every reason is present).
-    pub dropped_events_total: BTreeMap<String, u64>,
+    pub dropped_events: BTreeMap<String, u64>,
     /// Rank messages rejected, by validation reason.
-    pub rejected_messages_total: BTreeMap<String, u64>,
+    pub rejected_messages: BTreeMap<String, u64>,
     /// Events waiting in the rank-facing queue (gauge).
     pub queued_events: u64,
     /// Batches cut by the batcher.
-    pub batches_created_total: u64,
+    pub batches_created: u64,
     /// Batches sent to the collector for the first time.
-    pub batches_sent_total: u64,
+    pub batches_sent: u64,
     /// Repeated attempts to send a batch.
-    pub batch_retries_total: u64,
+    pub batches_retried: u64,
     /// Batches the collector acknowledged (including duplicates).
-    pub batches_acked_total: u64,
+    pub batches_acked: u64,
     /// Acknowledged batches the collector had already stored.
-    pub batches_duplicate_total: u64,
+    pub batches_duplicate: u64,
     /// Batches the collector rejected permanently.
-    pub batches_rejected_total: u64,
+    pub batches_rejected: u64,
     /// Batches cut and not yet acknowledged or rejected (gauge).
     pub backlog_batches: u64,
     /// Events in acknowledged batches.
-    pub delivered_events_total: u64,
+    pub delivered_events: u64,
 }
 
 impl MetricsSnapshot {
     /// Dropped events for one reason label (0 when unknown).
     pub fn dropped(&self, reason: &str) -> u64 {
-        self.dropped_events_total.get(reason).copied().unwrap_or(0)
+        self.dropped_events.get(reason).copied().unwrap_or(0)
     }
 
     /// Rejected messages for one reason label (0 when none).
     pub fn rejected(&self, reason: &str) -> u64 {
-        self.rejected_messages_total
-            .get(reason)
-            .copied()
-            .unwrap_or(0)
+        self.rejected_messages.get(reason).copied().unwrap_or(0)
     }
 
-    /// Prometheus text exposition of the snapshot.
+    /// Prometheus text exposition of the snapshot: `rankscope_agent_<field>`,
+    /// with `_total` appended for counters.
     pub fn to_prometheus(&self) -> String {
         let mut out = String::new();
-        let mut one = |name: &str, kind: &str, v: u64| {
-            let _ = writeln!(out, "# TYPE rankscope_agent_{name} {kind}");
+        let counters = [
+            ("streams_opened", self.streams_opened),
+            ("received_messages", self.received_messages),
+            ("received_events", self.received_events),
+            ("accepted_events", self.accepted_events),
+            ("acks_dropped", self.acks_dropped),
+            ("batches_created", self.batches_created),
+            ("batches_sent", self.batches_sent),
+            ("batches_retried", self.batches_retried),
+            ("batches_acked", self.batches_acked),
+            ("batches_duplicate", self.batches_duplicate),
+            ("batches_rejected", self.batches_rejected),
+            ("delivered_events", self.delivered_events),
+        ];
+        for (name, v) in counters {
+            let _ = writeln!(out, "# TYPE rankscope_agent_{name}_total counter");
+            let _ = writeln!(out, "rankscope_agent_{name}_total {v}");
+        }
+        let gauges = [
+            ("streams_active", self.streams_active),
+            ("queued_events", self.queued_events),
+            ("backlog_batches", self.backlog_batches),
+        ];
+        for (name, v) in gauges {
+            let _ = writeln!(out, "# TYPE rankscope_agent_{name} gauge");
             let _ = writeln!(out, "rankscope_agent_{name} {v}");
-        };
-        one("streams_opened_total", "counter", self.streams_opened_total);
-        one("streams_active", "gauge", self.streams_active);
-        one("received_messages_total", "counter", self.received_messages_total);
-        one("received_events_total", "counter", self.received_events_total);
-        one("accepted_events_total", "counter", self.accepted_events_total);
-        one("acks_dropped_total", "counter", self.acks_dropped_total);
-        one("queued_events", "gauge", self.queued_events);
-        one("batches_created_total", "counter", self.batches_created_total);
-        one("batches_sent_total", "counter", self.batches_sent_total);
-        one("batch_retries_total", "counter", self.batch_retries_total);
-        one("batches_acked_total", "counter", self.batches_acked_total);
-        one("batches_duplicate_total", "counter", self.batches_duplicate_total);
-        one("batches_rejected_total", "counter", self.batches_rejected_total);
-        one("backlog_batches", "gauge", self.backlog_batches);
-        one("delivered_events_total", "counter", self.delivered_events_total);
+        }
         for (name, map) in [
-            ("dropped_events_total", &self.dropped_events_total),
-            ("rejected_messages_total", &self.rejected_messages_total),
+            ("dropped_events", &self.dropped_events),
+            ("rejected_messages", &self.rejected_messages),
         ] {
-            let _ = writeln!(out, "# TYPE rankscope_agent_{name} counter");
+            let _ = writeln!(out, "# TYPE rankscope_agent_{name}_total counter");
             for (reason, v) in map {
-                let _ = writeln!(out, "rankscope_agent_{name}{{reason=\"{reason}\"}} {v}");
+                let _ = writeln!(
+                    out,
+                    "rankscope_agent_{name}_total{{reason=\"{reason}\"}} {v}"
+                );
             }
         }
         out
@@ -232,7 +238,10 @@ mod tests {
         assert_eq!(s.queued_events, 7);
         let text = s.to_prometheus();
         assert!(text.contains("rankscope_agent_dropped_events_total{reason=\"queue_full\"} 7"));
-        assert!(text.contains("rankscope_agent_rejected_messages_total{reason=\"step_backwards\"} 1"));
+        assert!(
+            text.contains("rankscope_agent_rejected_messages_total{reason=\"step_backwards\"} 1")
+        );
         assert!(text.contains("rankscope_agent_backlog_batches 1"));
+        assert!(text.contains("rankscope_agent_batches_created_total 3"));
     }
 }

@@ -1,7 +1,9 @@
 //! HTTP JSON API of the collector.
 //!
 //! Routes: `GET /healthz`, `GET /metrics` (Prometheus text),
-//! `GET /api/v1/jobs`, `GET /api/v1/jobs/{job}/steps?from_step=&to_step=&last=`.
+//! `GET /api/v1/jobs`, `GET /api/v1/jobs/{job}/steps?from_step=&to_step=&last=`,
+//! and the analytics routes of [`analytics`] (`breakdown`, `ranks`,
+//! `collectives`, `stragglers`, `hangs`).
 //! In: HTTP requests. Out: JSON documents (`{"error": "..."}` with a 4xx/5xx
 //! status on failure). Reads go to ClickHouse through [`Store`]; the API holds
 //! no state of its own.
@@ -15,6 +17,8 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
 use serde::{Deserialize, Serialize};
+
+mod analytics;
 
 use crate::metrics::Metrics;
 use crate::store::{JobRow, StepTimeRow, Store, WriterHandle};
@@ -37,7 +41,25 @@ pub fn router(state: ApiState) -> Router {
         .route("/metrics", get(metrics))
         .route("/api/v1/jobs", get(jobs))
         .route("/api/v1/jobs/{job}/steps", get(steps))
+        .route("/api/v1/jobs/{job}/breakdown", get(analytics::breakdown))
+        .route("/api/v1/jobs/{job}/ranks", get(analytics::ranks))
+        .route("/api/v1/jobs/{job}/collectives", get(analytics::collectives))
+        .route("/api/v1/jobs/{job}/stragglers", get(analytics::stragglers))
+        .route("/api/v1/jobs/{job}/hangs", get(analytics::hangs))
         .with_state(state)
+}
+
+impl ApiState {
+    /// 404 when a query came back empty because the job does not exist.
+    async fn require_job(&self, job: &str, empty: bool) -> Result<(), ApiError> {
+        if empty && !self.store.job_exists(job).await? {
+            return Err(ApiError(
+                StatusCode::NOT_FOUND,
+                format!("job {job:?} not found"),
+            ));
+        }
+        Ok(())
+    }
 }
 
 /// An error answered as `{"error": ".."}`.
@@ -146,11 +168,6 @@ async fn steps(
         .store
         .step_times(&job, q.from_step, q.to_step, q.last)
         .await?;
-    if steps.is_empty() && !st.store.job_exists(&job).await? {
-        return Err(ApiError(
-            StatusCode::NOT_FOUND,
-            format!("job {job:?} not found"),
-        ));
-    }
+    st.require_job(&job, steps.is_empty()).await?;
     Ok(Json(StepsResponse { job, steps }))
 }

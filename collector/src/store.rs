@@ -15,6 +15,7 @@
 //! - All tables are partitioned by the UTC day of their event time; retention drops
 //!   whole partitions.
 
+pub mod analytics;
 mod fault;
 mod migrate;
 mod read;
@@ -130,7 +131,7 @@ pub enum StoreError {
 
 impl StoreError {
     /// `map_err` helper: wraps a client error with what was being done.
-    fn query(what: &'static str) -> impl FnOnce(clickhouse::error::Error) -> StoreError {
+    pub(crate) fn query(what: &'static str) -> impl FnOnce(clickhouse::error::Error) -> StoreError {
         move |source| StoreError::Query { what, source }
     }
 

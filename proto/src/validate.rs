@@ -206,10 +206,14 @@ pub fn validate_events(
     known: &impl Names,
     state: StepState,
 ) -> Result<StepState, ValidationError> {
-    let defined = |id: u32| id == 0 || known.contains(id) || new.iter().any(|n| n.id == id);
+    let new_ids: std::collections::HashSet<u32> = new.iter().map(|n| n.id).collect();
+    let defined = |id: u32| id == 0 || known.contains(id) || new_ids.contains(&id);
     let mut st = state;
     for (index, ev) in events.iter().enumerate() {
-        let kind = ev.kind.as_ref().ok_or(ValidationError::EmptyEvent { index })?;
+        let kind = ev
+            .kind
+            .as_ref()
+            .ok_or(ValidationError::EmptyEvent { index })?;
         match kind {
             Kind::StepBegin(b) => {
                 if let Some(last) = st.last_step {

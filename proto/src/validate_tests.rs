@@ -34,10 +34,7 @@ fn end(step: u64, ts_ns: u64) -> Event {
 }
 
 fn name(id: u32, n: &str) -> proto::InternedName {
-    proto::InternedName {
-        id,
-        name: n.into(),
-    }
+    proto::InternedName { id, name: n.into() }
 }
 
 #[test]
@@ -69,12 +66,10 @@ fn intervals_and_names() {
     let known: HashMap<u32, String> = HashMap::from([(1, "gemm".to_string())]);
     let ok = validate_events(&[kernel(1, 10, 20)], &[], &known, StepState::default());
     assert!(ok.is_ok());
-    let err = validate_events(&[kernel(1, 20, 10)], &[], &known, StepState::default())
-        .unwrap_err();
+    let err = validate_events(&[kernel(1, 20, 10)], &[], &known, StepState::default()).unwrap_err();
     assert_eq!(err.reason(), "end_before_start");
     assert!(err.to_string().contains("end_ns = 10"), "{err}");
-    let err = validate_events(&[kernel(2, 1, 2)], &[], &known, StepState::default())
-        .unwrap_err();
+    let err = validate_events(&[kernel(2, 1, 2)], &[], &known, StepState::default()).unwrap_err();
     assert_eq!(err.reason(), "unknown_name_id");
     assert!(err.to_string().contains("name_id = 2"), "{err}");
     // Defined in the same message: fine.
@@ -86,7 +81,9 @@ fn intervals_and_names() {
     )
     .is_ok());
     assert_eq!(
-        validate_names(&[name(1, "other")], &known).unwrap_err().reason(),
+        validate_names(&[name(1, "other")], &known)
+            .unwrap_err()
+            .reason(),
         "bad_name"
     );
     assert!(validate_names(&[name(1, "gemm"), name(3, "x")], &known).is_ok());
@@ -129,7 +126,7 @@ fn required_enums() {
     let err = validate_events(&[bad], &[], &names, StepState::default()).unwrap_err();
     assert_eq!(err.reason(), "missing_field");
     assert!(err.to_string().contains("op"), "{err}");
-    let err = validate_events(&[Event { kind: None }], &[], &names, StepState::default())
-        .unwrap_err();
+    let err =
+        validate_events(&[Event { kind: None }], &[], &names, StepState::default()).unwrap_err();
     assert_eq!(err.reason(), "empty_event");
 }

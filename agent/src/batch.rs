@@ -1,0 +1,169 @@
+//! The batcher: one task that owns the batch under construction.
+//!
+//! In: [`Chunk`]s (validated events of one rank message) from the ingest
+//! streams over an unbounded channel whose size is bounded by the queue's
+//! semaphore (a chunk carries one permit per event), and a flush command at
+//! shutdown. Out: [`Pending`] batches to the uplink over the bounded backlog
+//! channel (`backlog_max_batches`).
+//!
+//! Invariants:
+//! * a batch holds at most `batch_max_events` events (a big chunk is split)
+//!   and is cut at the latest `batch_max_delay_ms` after its first event;
+//! * `seq` starts at 1 and grows by one per batch; per rank stream, events
+//!   leave in the order they arrived;
+//! * queue permits are released as soon as their events are in the batch
+//!   under construction;
+//! * backpressure: when the backlog is full the batcher waits on it, stops
+//!   reading chunks, the queue fills up and ingest drops the newest events.
+//!   That is the agent's single drop point; nothing is dropped here.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use rankscope_proto::v1 as proto;
+use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit};
+use tokio::time::Instant;
+
+pub(crate) mod builder;
+
+use crate::metrics::Metrics;
+use builder::{BatchBuilder, RankStream};
+
+/// Validated events of one rank message, waiting in the queue.
+#[derive(Debug)]
+pub(crate) struct Chunk {
+    pub(crate) stream: Arc<RankStream>,
+    /// Definitions of every name id the events reference.
+    pub(crate) names: Vec<(u32, Arc<str>)>,
+    pub(crate) events: Vec<proto::Event>,
+    /// One permit per event of the queue's semaphore.
+    pub(crate) permit: OwnedSemaphorePermit,
+}
+
+/// A cut batch on its way to the collector.
+#[derive(Debug)]
+pub(crate) struct Pending {
+    pub(crate) batch: proto::AgentBatch,
+    pub(crate) events: u64,
+}
+
+/// Batcher settings and state.
+pub(crate) struct Batcher {
+    pub(crate) agent_id: String,
+    pub(crate) node: String,
+    pub(crate) session: u64,
+    pub(crate) max_events: usize,
+    pub(crate) max_delay: Duration,
+    pub(crate) metrics: Arc<Metrics>,
+    next_seq: u64,
+    builder: BatchBuilder,
+    deadline: Option<Instant>,
+}
+
+impl Batcher {
+    pub(crate) fn new(
+        agent_id: String,
+        node: String,
+        session: u64,
+        max_events: usize,
+        max_delay: Duration,
+        metrics: Arc<Metrics>,
+    ) -> Self {
+        Self {
+            agent_id,
+            node,
+            session,
+            max_events: max_events.max(1),
+            max_delay,
+            metrics,
+            next_seq: 1,
+            builder: BatchBuilder::default(),
+            deadline: None,
+        }
+    }
+
+    /// Runs until `flush` fires (or its sender is dropped) or every chunk
+    /// sender is gone; then drains what is queued, cuts the last batch and
+    /// returns, closing the backlog channel.
+    pub(crate) async fn run(
+        mut self,
+        mut input: mpsc::UnboundedReceiver<Chunk>,
+        out: mpsc::Sender<Pending>,
+        mut flush: oneshot::Receiver<()>,
+    ) {
+        loop {
+            let deadline = self.deadline;
+            tokio::select! {
+                biased;
+                _ = &mut flush => {
+                    while let Ok(chunk) = input.try_recv() {
+                        self.add(chunk, &out).await;
+                    }
+                    break;
+                }
+                chunk = input.recv() => match chunk {
+                    Some(chunk) => self.add(chunk, &out).await,
+                    None => break,
+                },
+                _ = tokio::time::sleep_until(deadline.unwrap_or_else(Instant::now)),
+                    if deadline.is_some() => self.cut(&out).await,
+            }
+        }
+        self.cut(&out).await;
+        tracing::debug!(last_seq = self.next_seq - 1, "batcher stopped");
+    }
+
+    async fn add(&mut self, chunk: Chunk, out: &mpsc::Sender<Pending>) {
+        let Chunk {
+            stream,
+            names,
+            mut events,
+            mut permit,
+        } = chunk;
+        while !events.is_empty() {
+            let room = self.max_events - self.builder.events();
+            let rest = if events.len() > room {
+                events.split_off(room)
+            } else {
+                Vec::new()
+            };
+            if self.builder.is_empty() {
+                self.deadline = Some(Instant::now() + self.max_delay);
+            }
+            let taken = events.len();
+            self.builder.push(&stream, &names, events);
+            // The events are in the batch now: give their queue room back.
+            drop(permit.split(taken));
+            if self.builder.events() >= self.max_events {
+                self.cut(out).await;
+            }
+            events = rest;
+        }
+    }
+
+    /// Cuts the batch under construction (if any) and hands it to the uplink,
+    /// waiting while the backlog is full.
+    async fn cut(&mut self, out: &mpsc::Sender<Pending>) {
+        self.deadline = None;
+        if self.builder.is_empty() {
+            return;
+        }
+        let events = self.builder.events() as u64;
+        let batch = proto::AgentBatch {
+            agent_id: self.agent_id.clone(),
+            agent_session: self.session,
+            seq: self.next_seq,
+            node: self.node.clone(),
+            sent_at_ns: 0,
+            ranks: self.builder.take(),
+        };
+        self.next_seq += 1;
+        Metrics::inc(&self.metrics.batches_created);
+        tracing::trace!(seq = batch.seq, events, "batch cut");
+        if out.send(Pending { batch, events }).await.is_err() {
+            // Only after the uplink was aborted at the end of a shutdown; the
+            // shutdown report counts these events as undelivered.
+            tracing::error!(events, "uplink gone, batch not handed over");
+        }
+    }
+}

@@ -1,0 +1,146 @@
+//! Accumulates queued events into the `RankEvents` groups of one batch.
+//!
+//! In: events of validated rank messages, each with its stream and the
+//! definitions of the name ids its events reference. Out: the
+//! `Vec<RankEvents>` of one `AgentBatch`.
+//!
+//! Invariants: one `RankEvents` per rank stream per batch, in the order the
+//! streams first appeared in the batch; events keep the order they were
+//! pushed in; every name id referenced by a group's events is defined in that
+//! group's `names` exactly once (the batch is self-contained, whenever the
+//! rank defined the name).
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+
+use rankscope_proto::v1 as proto;
+
+/// A rank stream as the batcher sees it: a process-unique id and the identity
+/// the stream opened with (node filled in).
+#[derive(Debug)]
+pub(crate) struct RankStream {
+    pub(crate) id: u64,
+    pub(crate) identity: proto::RankIdentity,
+}
+
+/// The batch under construction.
+#[derive(Debug, Default)]
+pub(crate) struct BatchBuilder {
+    ranks: Vec<proto::RankEvents>,
+    /// stream id -> (index into `ranks`, name ids already defined there).
+    by_stream: HashMap<u64, (usize, HashSet<u32>)>,
+    events: usize,
+}
+
+impl BatchBuilder {
+    /// Events in the batch so far.
+    pub(crate) fn events(&self) -> usize {
+        self.events
+    }
+
+    pub(crate) fn is_empty(&self) -> bool {
+        self.events == 0
+    }
+
+    /// Appends `events` of `stream`; `names` must define (at least) every
+    /// name id they reference.
+    pub(crate) fn push(
+        &mut self,
+        stream: &RankStream,
+        names: &[(u32, Arc<str>)],
+        events: Vec<proto::Event>,
+    ) {
+        if events.is_empty() {
+            return;
+        }
+        self.events += events.len();
+        let (index, defined) = self.by_stream.entry(stream.id).or_insert_with(|| {
+            self.ranks.push(proto::RankEvents {
+                identity: Some(stream.identity.clone()),
+                names: Vec::new(),
+                events: Vec::new(),
+            });
+            (self.ranks.len() - 1, HashSet::new())
+        });
+        let group = &mut self.ranks[*index];
+        for (id, name) in names {
+            if defined.insert(*id) {
+                group.names.push(proto::InternedName {
+                    id: *id,
+                    name: name.to_string(),
+                });
+            }
+        }
+        if group.events.is_empty() {
+            group.events = events;
+        } else {
+            group.events.extend(events);
+        }
+    }
+
+    /// Takes the groups out, leaving an empty builder.
+    pub(crate) fn take(&mut self) -> Vec<proto::RankEvents> {
+        self.by_stream.clear();
+        self.events = 0;
+        std::mem::take(&mut self.ranks)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn stream(id: u64, rank: u32) -> RankStream {
+        RankStream {
+            id,
+            identity: proto::RankIdentity {
+                job_id: "j".into(),
+                rank,
+                world_size: 8,
+                ..Default::default()
+            },
+        }
+    }
+
+    fn kernel(name_id: u32, t: u64) -> proto::Event {
+        proto::Event {
+            kind: Some(proto::event::Kind::Kernel(proto::Kernel {
+                kind: proto::KernelKind::Kernel as i32,
+                name_id,
+                start_ns: t,
+                end_ns: t + 1,
+                ..Default::default()
+            })),
+        }
+    }
+
+    #[test]
+    fn groups_by_stream_keeps_order_and_defines_names_once() {
+        let (a, b) = (stream(1, 0), stream(2, 1));
+        let n1: Arc<str> = Arc::from("gemm");
+        let mut bb = BatchBuilder::default();
+        bb.push(&a, &[(1, n1.clone())], vec![kernel(1, 10)]);
+        bb.push(&b, &[(1, Arc::from("other"))], vec![kernel(1, 20)]);
+        bb.push(&a, &[(1, n1)], vec![kernel(1, 30), kernel(1, 40)]);
+        assert_eq!(bb.events(), 4);
+        let ranks = bb.take();
+        assert!(bb.is_empty());
+        assert_eq!(ranks.len(), 2);
+        assert_eq!(ranks[0].identity.as_ref().unwrap().rank, 0);
+        assert_eq!(ranks[0].names.len(), 1);
+        assert_eq!(ranks[0].names[0].name, "gemm");
+        assert_eq!(ranks[1].names[0].name, "other");
+        let ts: Vec<u64> = ranks[0]
+            .events
+            .iter()
+            .map(|e| match &e.kind {
+                Some(proto::event::Kind::Kernel(k)) => k.start_ns,
+                _ => 0,
+            })
+            .collect();
+        assert_eq!(ts, [10, 30, 40]);
+        // After take, names are defined again in the next batch.
+        bb.push(&a, &[(1, Arc::from("gemm"))], vec![kernel(1, 50)]);
+        assert_eq!(bb.take()[0].names.len(), 1);
+    }
+}

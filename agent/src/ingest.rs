@@ -1,0 +1,244 @@
+//! The rank-facing gRPC service `RankIngest.StreamEvents`.
+//!
+//! In: one bidi stream per training rank (TCP or Unix socket). Out: validated
+//! events as [`Chunk`]s to the batcher, and one `RankAck` per message back to
+//! the rank, in order.
+//!
+//! Backpressure — a rank is never blocked:
+//! * the queue to the batcher is bounded by events: a message's events enter
+//!   only if the queue's semaphore grants one permit per event at once
+//!   (`try_acquire_many_owned`); otherwise all of them are dropped (drop
+//!   newest), counted as `dropped_events{reason="queue_full"}` and the
+//!   ack says `RESOURCE_EXHAUSTED` with the `dropped` count;
+//! * acks go through a bounded channel with `try_send`; when the rank does
+//!   not read its acks they are dropped and counted (`acks_dropped`);
+//! * handling a message never awaits anything but the next message.
+//!
+//! Invalid messages are answered with `INVALID_ARGUMENT` and the validation
+//! text, counted by reason, and the stream goes on. A message over
+//! `max_message_bytes` ends the stream with `RESOURCE_EXHAUSTED` (the gRPC
+//! framing cannot be resynchronised past it). At shutdown every stream ends
+//! with `UNAVAILABLE` at its next message boundary.
+
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::SeqCst};
+use std::sync::Arc;
+
+use rankscope_proto::v1 as proto;
+use tokio::sync::{mpsc, watch, Notify, Semaphore};
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::{Code, Request, Response, Status, Streaming};
+
+pub(crate) mod session;
+
+use crate::batch::Chunk;
+use crate::metrics::{DropReason, Metrics};
+use session::Session;
+
+/// Acks buffered per stream before they are dropped.
+const ACK_BUFFER: usize = 1024;
+
+/// State shared by all rank streams.
+pub(crate) struct Ingest {
+    pub(crate) node: String,
+    pub(crate) queue: Arc<Semaphore>,
+    pub(crate) chunks: mpsc::UnboundedSender<Chunk>,
+    pub(crate) metrics: Arc<Metrics>,
+    pub(crate) max_message_bytes: usize,
+    next_stream: AtomicU64,
+    stopping: AtomicBool,
+    stop: watch::Sender<bool>,
+    stream_ended: Notify,
+}
+
+impl Ingest {
+    pub(crate) fn new(
+        node: String,
+        queue: Arc<Semaphore>,
+        chunks: mpsc::UnboundedSender<Chunk>,
+        metrics: Arc<Metrics>,
+        max_message_bytes: usize,
+    ) -> Self {
+        Self {
+            node,
+            queue,
+            chunks,
+            metrics,
+            max_message_bytes,
+            next_stream: AtomicU64::new(1),
+            stopping: AtomicBool::new(false),
+            stop: watch::channel(false).0,
+            stream_ended: Notify::new(),
+        }
+    }
+
+    /// Refuses new streams, ends the open ones at their next message boundary
+    /// and waits until all of them are gone.
+    pub(crate) async fn stop(&self) {
+        self.stopping.store(true, SeqCst);
+        self.stop.send_replace(true);
+        loop {
+            let ended = self.stream_ended.notified();
+            tokio::pin!(ended);
+            ended.as_mut().enable();
+            if self.metrics.streams_active.load(SeqCst) == 0 {
+                return;
+            }
+            ended.await;
+        }
+    }
+
+    /// Handles one message: validate, queue, build the ack. Never waits.
+    fn handle(&self, session: &mut Session, msg: proto::RankMessage) -> proto::RankAck {
+        let seq = msg.seq;
+        let n = msg.events.len();
+        Metrics::inc(&self.metrics.received_messages);
+        Metrics::add(&self.metrics.received_events, n as u64);
+        let accepted = match session.accept(msg) {
+            Ok(a) => a,
+            Err(e) => {
+                self.metrics.rejected(e.reason());
+                tracing::debug!(seq, reason = e.reason(), error = %e, "rank message rejected");
+                return ack(seq, Code::InvalidArgument, e.to_string(), 0, 0);
+            }
+        };
+        if n == 0 {
+            return ack(seq, Code::Ok, String::new(), 0, 0);
+        }
+        let permit = u32::try_from(n)
+            .ok()
+            .and_then(|k| Arc::clone(&self.queue).try_acquire_many_owned(k).ok());
+        let Some(permit) = permit else {
+            self.metrics.dropped(DropReason::QueueFull, n as u64);
+            return ack(
+                seq,
+                Code::ResourceExhausted,
+                format!("agent queue full: dropped {n} events"),
+                0,
+                n,
+            );
+        };
+        let chunk = Chunk {
+            stream: accepted.stream,
+            names: accepted.names,
+            events: accepted.events,
+            permit,
+        };
+        if self.chunks.send(chunk).is_err() {
+            self.metrics.dropped(DropReason::Shutdown, n as u64);
+            return ack(
+                seq,
+                Code::ResourceExhausted,
+                format!("agent is shutting down: dropped {n} events"),
+                0,
+                n,
+            );
+        }
+        Metrics::add(&self.metrics.accepted_events, n as u64);
+        ack(seq, Code::Ok, String::new(), n, 0)
+    }
+}
+
+fn ack(seq: u64, code: Code, message: String, accepted: usize, dropped: usize) -> proto::RankAck {
+    proto::RankAck {
+        seq,
+        code: code as i32,
+        message,
+        accepted: u32::try_from(accepted).unwrap_or(u32::MAX),
+        dropped: u32::try_from(dropped).unwrap_or(u32::MAX),
+    }
+}
+
+/// Counts a live stream; wakes [`Ingest::stop`] when dropped.
+struct StreamGuard(Arc<Ingest>);
+
+impl Drop for StreamGuard {
+    fn drop(&mut self) {
+        self.0.metrics.streams_active.fetch_sub(1, SeqCst);
+        self.0.stream_ended.notify_waiters();
+    }
+}
+
+type AckStream = Pin<Box<dyn tokio_stream::Stream<Item = Result<proto::RankAck, Status>> + Send>>;
+
+/// The tonic service; cheap to clone into both listeners.
+#[derive(Clone)]
+pub(crate) struct IngestService(pub(crate) Arc<Ingest>);
+
+#[tonic::async_trait]
+impl proto::rank_ingest_server::RankIngest for IngestService {
+    type StreamEventsStream = AckStream;
+
+    async fn stream_events(
+        &self,
+        request: Request<Streaming<proto::RankMessage>>,
+    ) -> Result<Response<AckStream>, Status> {
+        let ingest = Arc::clone(&self.0);
+        // Count first, then check: `stop` sets the flag first, then reads
+        // the count, so no stream slips past it unseen.
+        ingest.metrics.streams_active.fetch_add(1, SeqCst);
+        let guard = StreamGuard(Arc::clone(&ingest));
+        if ingest.stopping.load(SeqCst) {
+            return Err(Status::unavailable("agent is shutting down"));
+        }
+        Metrics::inc(&ingest.metrics.streams_opened);
+        let id = ingest.next_stream.fetch_add(1, SeqCst);
+        let (tx, rx) = mpsc::channel(ACK_BUFFER);
+        tokio::spawn(run_stream(guard, id, request.into_inner(), tx));
+        Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
+    }
+}
+
+/// Reads one rank stream until it ends, the rank goes away or the agent stops.
+async fn run_stream(
+    guard: StreamGuard,
+    id: u64,
+    mut inbound: Streaming<proto::RankMessage>,
+    acks: mpsc::Sender<Result<proto::RankAck, Status>>,
+) {
+    let ingest = Arc::clone(&guard.0);
+    let mut session = Session::new(id, ingest.node.clone());
+    let mut stop = ingest.stop.subscribe();
+    tracing::debug!(stream = id, "rank stream opened");
+    loop {
+        let next = tokio::select! {
+            biased;
+            _ = stop.wait_for(|s| *s) => {
+                let _ = acks.try_send(Err(Status::unavailable("agent is shutting down")));
+                break;
+            }
+            next = inbound.message() => next,
+        };
+        let msg = match next {
+            Ok(Some(msg)) => msg,
+            Ok(None) => break,
+            Err(status) => {
+                if let Some(status) = too_large(&status, ingest.max_message_bytes) {
+                    ingest.metrics.rejected("message_too_large");
+                    let _ = acks.try_send(Err(status));
+                }
+                tracing::debug!(stream = id, code = ?status.code(), message = status.message(), "rank stream failed");
+                break;
+            }
+        };
+        let ack = ingest.handle(&mut session, msg);
+        match acks.try_send(Ok(ack)) {
+            Ok(()) => {}
+            Err(mpsc::error::TrySendError::Full(_)) => Metrics::inc(&ingest.metrics.acks_dropped),
+            Err(mpsc::error::TrySendError::Closed(_)) => break,
+        }
+    }
+    let rank = session.identity().map(|i| (i.job_id.clone(), i.rank));
+    tracing::debug!(stream = id, ?rank, "rank stream closed");
+}
+
+/// Maps tonic's "decoded message length too large" (OUT_OF_RANGE) to the
+/// RESOURCE_EXHAUSTED our protocol promises.
+fn too_large(status: &Status, limit: usize) -> Option<Status> {
+    (status.code() == Code::OutOfRange && status.message().contains("too large")).then(|| {
+        Status::resource_exhausted(format!(
+            "message exceeds max_message_bytes = {limit}: {}",
+            status.message()
+        ))
+    })
+}

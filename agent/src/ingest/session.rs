@@ -1,0 +1,143 @@
+//! Per-stream validation state of one rank stream.
+//!
+//! In: the stream's `RankMessage`s, one at a time. Out: for a valid message,
+//! its events plus the definitions of every name id they reference, ready to
+//! be queued; for an invalid one, the [`ValidationError`] (naming field and
+//! value) and no change of state.
+//!
+//! Invariants: the identity is set by the first valid message that carries
+//! one and never changes afterwards; names and step state are committed only
+//! when the whole message validated (all or nothing), so a rejected message
+//! leaves the stream usable exactly as before it.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use rankscope_proto::v1::{self as proto, event::Kind};
+use rankscope_proto::validate::{
+    check_same_identity, validate_events, validate_identity, validate_names, Names, StepState,
+    ValidationError,
+};
+
+use crate::batch::builder::RankStream;
+
+/// Interned names of one stream, shared cheaply with queued chunks.
+#[derive(Debug, Default)]
+struct NameTable(HashMap<u32, Arc<str>>);
+
+impl Names for NameTable {
+    fn contains(&self, id: u32) -> bool {
+        self.0.contains_key(&id)
+    }
+    fn get(&self, id: u32) -> Option<&str> {
+        self.0.get(&id).map(|s| &**s)
+    }
+}
+
+/// A validated message, ready for the queue.
+#[derive(Debug)]
+pub(crate) struct Accepted {
+    pub(crate) stream: Arc<RankStream>,
+    pub(crate) names: Vec<(u32, Arc<str>)>,
+    pub(crate) events: Vec<proto::Event>,
+}
+
+/// State of one rank stream.
+#[derive(Debug)]
+pub(crate) struct Session {
+    id: u64,
+    node: String,
+    stream: Option<Arc<RankStream>>,
+    names: NameTable,
+    steps: StepState,
+}
+
+impl Session {
+    /// A new stream with process-unique `id`; `node` fills empty identity nodes.
+    pub(crate) fn new(id: u64, node: String) -> Self {
+        Self {
+            id,
+            node,
+            stream: None,
+            names: NameTable::default(),
+            steps: StepState::default(),
+        }
+    }
+
+    /// The stream's identity, once established.
+    pub(crate) fn identity(&self) -> Option<&proto::RankIdentity> {
+        self.stream.as_ref().map(|s| &s.identity)
+    }
+
+    /// Validates `msg` against the stream state and commits it on success.
+    pub(crate) fn accept(&mut self, msg: proto::RankMessage) -> Result<Accepted, ValidationError> {
+        let new_identity = match (&self.stream, msg.identity) {
+            (None, identity) => {
+                let mut identity = validate_identity(identity.as_ref())?.clone();
+                if identity.node.is_empty() {
+                    identity.node.clone_from(&self.node);
+                }
+                Some(identity)
+            }
+            (Some(stream), Some(identity)) => {
+                validate_identity(Some(&identity))?;
+                check_same_identity(&stream.identity, &identity)?;
+                None
+            }
+            (Some(_), None) => None,
+        };
+        let new_names = msg.names.map(|t| t.names).unwrap_or_default();
+        validate_names(&new_names, &self.names)?;
+        let steps = validate_events(&msg.events, &new_names, &self.names, self.steps)?;
+
+        // Valid: commit.
+        if let Some(identity) = new_identity {
+            self.stream = Some(Arc::new(RankStream {
+                id: self.id,
+                identity,
+            }));
+        }
+        for n in new_names {
+            self.names
+                .0
+                .entry(n.id)
+                .or_insert_with(|| Arc::from(n.name));
+        }
+        self.steps = steps;
+        let stream = match &self.stream {
+            Some(s) => Arc::clone(s),
+            // Unreachable: the identity was validated above.
+            None => return Err(ValidationError::MissingIdentity),
+        };
+        let names = referenced_ids(&msg.events)
+            .into_iter()
+            .filter_map(|id| self.names.0.get(&id).map(|n| (id, Arc::clone(n))))
+            .collect();
+        Ok(Accepted {
+            stream,
+            names,
+            events: msg.events,
+        })
+    }
+}
+
+/// Distinct non-zero name ids referenced by `events`, ascending.
+fn referenced_ids(events: &[proto::Event]) -> Vec<u32> {
+    let mut ids: Vec<u32> = events
+        .iter()
+        .filter_map(|e| match e.kind.as_ref()? {
+            Kind::Span(s) => Some(s.name_id),
+            Kind::Collective(c) => Some(c.process_group_id),
+            Kind::Kernel(k) => Some(k.name_id),
+            Kind::StepBegin(_) | Kind::StepEnd(_) => None,
+        })
+        .filter(|id| *id != 0)
+        .collect();
+    ids.sort_unstable();
+    ids.dedup();
+    ids
+}
+
+#[cfg(test)]
+#[path = "session_tests.rs"]
+mod tests;

@@ -1,0 +1,114 @@
+use super::*;
+
+fn identity(rank: u32) -> proto::RankIdentity {
+    proto::RankIdentity {
+        job_id: "job".into(),
+        rank,
+        world_size: 4,
+        ..Default::default()
+    }
+}
+
+fn span(name_id: u32, start_ns: u64, end_ns: u64) -> proto::Event {
+    proto::Event {
+        kind: Some(Kind::Span(proto::Span {
+            category: proto::SpanCategory::Forward as i32,
+            name_id,
+            start_ns,
+            end_ns,
+            ..Default::default()
+        })),
+    }
+}
+
+fn names(defs: &[(u32, &str)]) -> Option<proto::NameTable> {
+    Some(proto::NameTable {
+        names: defs
+            .iter()
+            .map(|(id, n)| proto::InternedName {
+                id: *id,
+                name: (*n).to_owned(),
+            })
+            .collect(),
+    })
+}
+
+#[test]
+fn first_message_sets_identity_and_fills_node() {
+    let mut s = Session::new(9, "node-a".into());
+    let acc = s
+        .accept(proto::RankMessage {
+            identity: Some(identity(1)),
+            ..Default::default()
+        })
+        .unwrap();
+    assert_eq!(acc.stream.id, 9);
+    assert_eq!(acc.stream.identity.node, "node-a");
+    assert_eq!(s.identity().unwrap().rank, 1);
+}
+
+#[test]
+fn events_carry_names_defined_in_earlier_messages() {
+    let mut s = Session::new(1, "n".into());
+    s.accept(proto::RankMessage {
+        identity: Some(identity(0)),
+        names: names(&[(1, "fwd"), (2, "unused"), (3, "bwd")]),
+        ..Default::default()
+    })
+    .unwrap();
+    let acc = s
+        .accept(proto::RankMessage {
+            events: vec![span(3, 1, 2), span(1, 2, 3), span(3, 3, 4), span(0, 4, 5)],
+            ..Default::default()
+        })
+        .unwrap();
+    let got: Vec<(u32, &str)> = acc.names.iter().map(|(i, n)| (*i, &**n)).collect();
+    assert_eq!(got, [(1, "fwd"), (3, "bwd")]);
+    assert_eq!(acc.events.len(), 4);
+}
+
+#[test]
+fn rejected_message_commits_nothing() {
+    let mut s = Session::new(1, "n".into());
+    s.accept(proto::RankMessage {
+        identity: Some(identity(0)),
+        ..Default::default()
+    })
+    .unwrap();
+    // Defines name 5 but has a bad event: name 5 must not become known.
+    let err = s
+        .accept(proto::RankMessage {
+            names: names(&[(5, "x")]),
+            events: vec![span(5, 1, 2), span(0, 9, 3)],
+            ..Default::default()
+        })
+        .unwrap_err();
+    assert_eq!(err.reason(), "end_before_start");
+    let err = s
+        .accept(proto::RankMessage {
+            events: vec![span(5, 1, 2)],
+            ..Default::default()
+        })
+        .unwrap_err();
+    assert_eq!(err.reason(), "unknown_name_id");
+}
+
+#[test]
+fn identity_must_not_change_and_is_required_first() {
+    let mut s = Session::new(1, "n".into());
+    let err = s.accept(proto::RankMessage::default()).unwrap_err();
+    assert_eq!(err.reason(), "missing_identity");
+    s.accept(proto::RankMessage {
+        identity: Some(identity(2)),
+        ..Default::default()
+    })
+    .unwrap();
+    let err = s
+        .accept(proto::RankMessage {
+            identity: Some(identity(3)),
+            ..Default::default()
+        })
+        .unwrap_err();
+    assert_eq!(err.reason(), "identity_changed");
+    assert_eq!(s.identity().unwrap().rank, 2);
+}

@@ -1,0 +1,83 @@
+//! A full queue drops the newest events, counts them and says so in the ack;
+//! the rank is answered at once although nothing moves downstream.
+
+use rankscope_proto::v1 as proto;
+use tonic::Code;
+
+use crate::support::*;
+use crate::workload::*;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn full_queue_drops_newest_and_never_blocks_the_rank() {
+    let collector = FakeCollector::start().await;
+    collector.state.stall();
+    let mut cfg = config(&collector.url(), None);
+    // Pipeline capacity: 1 batch in flight + 1 in the backlog + 1 the batcher
+    // is waiting to hand over + 10 queued events = 25 events of 5-event
+    // messages. Cuts happen only by size.
+    cfg.queue_max_events = 10;
+    cfg.batch_max_events = 5;
+    cfg.batch_max_delay_ms = 3_600_000;
+    cfg.backlog_max_batches = 1;
+    cfg.max_in_flight_batches = 1;
+    let agent = rankscope_agent::start(cfg).await.unwrap();
+    let mut r = Rank::over_tcp(agent.tcp_addr).await;
+    let first = proto::RankMessage {
+        identity: Some(identity("job", 0, 1)),
+        names: names(&[(1, "k")]),
+        ..Default::default()
+    };
+    assert_eq!(r.call(first).await.code, 0);
+
+    let (mut accepted, mut dropped, mut seq) = (0u64, 0u64, 0u64);
+    // Fill the pipeline until it is stuck on the stalled collector.
+    let stuck =
+        |m: &rankscope_agent::MetricsSnapshot| m.queued_events == 10 && m.backlog_batches == 3;
+    while !stuck(&agent.metrics()) {
+        seq += 1;
+        assert!(seq < 1_000, "pipeline never filled: {:?}", agent.metrics());
+        let (a, d) = send5(&mut r, seq).await;
+        accepted += a;
+        dropped += d;
+    }
+    assert_eq!(accepted, 25, "pipeline capacity");
+    // Stuck: every further message is answered at once, all events dropped.
+    for _ in 0..20 {
+        seq += 1;
+        let (a, d) = send5(&mut r, seq).await;
+        assert_eq!((a, d), (0, 5));
+        dropped += d;
+    }
+    let m = agent.metrics();
+    assert_eq!(m.dropped("queue_full"), dropped);
+    assert_eq!(m.accepted_events, 25);
+    assert_eq!(collector.state.events(), 0);
+
+    // Once the collector moves, exactly the accepted events arrive.
+    collector.state.release();
+    wait_delivered(&agent, 25).await;
+    let report = agent.shutdown().await;
+    assert_eq!(report.delivered_events, 25);
+    assert_eq!(report.undelivered_events, 0);
+    assert_eq!(collector.state.events(), 25);
+}
+
+/// Sends a 5-event message and checks its ack; returns (accepted, dropped).
+async fn send5(r: &mut Rank, seq: u64) -> (u64, u64) {
+    let ack = r
+        .call(proto::RankMessage {
+            seq,
+            events: kernels(5, seq * 5),
+            ..Default::default()
+        })
+        .await;
+    assert_eq!(ack.seq, seq);
+    assert_eq!(ack.accepted + ack.dropped, 5);
+    if ack.dropped > 0 {
+        assert_eq!(ack.code, Code::ResourceExhausted as i32);
+        assert!(ack.message.contains("queue full"), "{}", ack.message);
+    } else {
+        assert_eq!(ack.code, 0);
+    }
+    (u64::from(ack.accepted), u64::from(ack.dropped))
+}

@@ -1,0 +1,12 @@
+//! Integration tests of the agent: real gRPC over real sockets, a fake
+//! collector implemented with tonic, no sleeps as synchronisation (only
+//! polling of conditions with a deadline).
+
+mod backpressure;
+mod bad_input;
+mod delivery;
+mod listen;
+mod retry;
+mod shutdown;
+mod support;
+mod workload;

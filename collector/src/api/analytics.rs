@@ -1,0 +1,242 @@
+//! Analytics routes under `/api/v1/jobs/{job}/`: `breakdown`, `ranks`,
+//! `collectives`, `stragglers`, `hangs`.
+//!
+//! Field names are the user-facing contract (issue 3); every duration is
+//! `*_ns`, every percentage `*_pct`. Definitions (HTA 0.5.0, PyTorch Profiler,
+//! nccl-tests) are documented where computed, in `rankscope_analysis`.
+
+use axum::extract::{Path, Query, State};
+use axum::http::StatusCode;
+use axum::Json;
+use rankscope_analysis::Breakdown;
+use serde::{Deserialize, Serialize};
+
+use super::{ApiError, ApiState};
+use crate::store::analytics::StepBreakdownRow;
+
+/// 100 * part / whole, `None` when whole is 0.
+fn pct(part: u64, whole: u64) -> Option<f64> {
+    (whole > 0).then(|| 100.0 * part as f64 / whole as f64)
+}
+
+/// Query of the breakdown route.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BreakdownQuery {
+    step: Option<u64>,
+    last: Option<u64>,
+}
+
+/// One (step, rank) breakdown.
+#[derive(Debug, Serialize)]
+pub struct BreakdownOut {
+    job: String,
+    #[serde(flatten)]
+    row: StepBreakdownRow,
+    /// HTA comm/comp overlap: 100 * overlap / comm.
+    overlap_pct: Option<f64>,
+    idle_pct: Option<f64>,
+    compute_pct: Option<f64>,
+    non_compute_pct: Option<f64>,
+}
+
+pub(super) async fn breakdown(
+    State(st): State<ApiState>,
+    Path(job): Path<String>,
+    Query(q): Query<BreakdownQuery>,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    if q.step.is_some() && q.last.is_some() {
+        return Err(ApiError(
+            StatusCode::BAD_REQUEST,
+            "give either step or last, not both".into(),
+        ));
+    }
+    if q.last == Some(0) {
+        return Err(ApiError(StatusCode::BAD_REQUEST, "last must be >= 1".into()));
+    }
+    let rows = st
+        .store
+        .step_breakdowns(&job, q.step, q.step, q.last)
+        .await?;
+    st.require_job(&job, rows.is_empty()).await?;
+    let out: Vec<BreakdownOut> = rows
+        .into_iter()
+        .map(|row| BreakdownOut {
+            overlap_pct: pct(row.overlap_ns, row.comm_ns),
+            idle_pct: pct(row.idle_ns, row.gpu_span_ns),
+            compute_pct: pct(row.compute_ns, row.gpu_span_ns),
+            non_compute_pct: pct(row.non_compute_ns, row.gpu_span_ns),
+            job: job.clone(),
+            row,
+        })
+        .collect();
+    Ok(Json(serde_json::json!({ "job": job, "breakdown": out })))
+}
+
+/// One rank's temporal breakdown over the whole job.
+#[derive(Debug, Serialize)]
+pub struct RankOut {
+    rank: u32,
+    node: String,
+    gpu_span_ns: u64,
+    gpu_busy_ns: u64,
+    idle_ns: u64,
+    compute_ns: u64,
+    non_compute_ns: u64,
+    comm_ns: u64,
+    memory_ns: u64,
+    overlap_ns: u64,
+    overlap_pct: Option<f64>,
+    idle_pct: Option<f64>,
+    compute_pct: Option<f64>,
+    non_compute_pct: Option<f64>,
+}
+
+impl RankOut {
+    fn new(rank: u32, node: String, b: &Breakdown) -> Self {
+        Self {
+            rank,
+            node,
+            gpu_span_ns: b.gpu_span_ns,
+            gpu_busy_ns: b.gpu_busy_ns,
+            idle_ns: b.idle_ns,
+            compute_ns: b.compute_ns,
+            non_compute_ns: b.non_compute_ns,
+            comm_ns: b.comm_ns,
+            memory_ns: b.memory_ns,
+            overlap_ns: b.overlap_ns,
+            overlap_pct: b.overlap_pct,
+            idle_pct: b.idle_pct,
+            compute_pct: b.compute_pct,
+            non_compute_pct: b.non_compute_pct,
+        }
+    }
+}
+
+pub(super) async fn ranks(
+    State(st): State<ApiState>,
+    Path(job): Path<String>,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    let rows = st.store.rank_summaries(&job).await?;
+    st.require_job(&job, rows.is_empty()).await?;
+    let out: Vec<RankOut> = rows
+        .into_iter()
+        .map(|r| RankOut::new(r.rank, r.node, &r.breakdown))
+        .collect();
+    Ok(Json(serde_json::json!({ "job": job, "ranks": out })))
+}
+
+/// Query of the collectives route.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CollectivesQuery {
+    rank: Option<u32>,
+}
+
+/// One row of collective statistics.
+#[derive(Debug, Serialize)]
+pub struct CollectiveOut {
+    process_group: String,
+    op: String,
+    dtype: String,
+    size_bucket: String,
+    size_lower_bytes: u64,
+    size_upper_bytes: u64,
+    /// `null` for job-wide rows.
+    rank: Option<u32>,
+    calls: u64,
+    collectives: u64,
+    total_bytes: u64,
+    avg_bytes: u64,
+    total_duration_ns: u64,
+    mean_duration_ns: u64,
+    p50_duration_ns: u64,
+    p99_duration_ns: u64,
+    algbw_gbps: Option<f64>,
+    busbw_gbps: Option<f64>,
+    wait_ns: u64,
+    transfer_ns: u64,
+}
+
+pub(super) async fn collectives(
+    State(st): State<ApiState>,
+    Path(job): Path<String>,
+    Query(q): Query<CollectivesQuery>,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    let stats = st.store.collective_stats(&job, q.rank.is_some()).await?;
+    st.require_job(&job, stats.is_empty()).await?;
+    let out: Vec<CollectiveOut> = stats
+        .into_iter()
+        .filter(|s| q.rank.is_none() || s.rank == q.rank)
+        .map(|s| CollectiveOut {
+            process_group: s.process_group,
+            op: s.op.as_str().to_owned(),
+            dtype: s.dtype,
+            size_bucket: s.size_bucket.label(),
+            size_lower_bytes: s.size_bucket.lower_bytes,
+            size_upper_bytes: s.size_bucket.upper_bytes,
+            rank: s.rank,
+            calls: s.calls,
+            collectives: s.collectives,
+            total_bytes: s.total_bytes,
+            avg_bytes: s.avg_bytes,
+            total_duration_ns: s.total_duration_ns,
+            mean_duration_ns: s.mean_duration_ns,
+            p50_duration_ns: s.p50_duration_ns,
+            p99_duration_ns: s.p99_duration_ns,
+            algbw_gbps: s.algbw_gbps,
+            busbw_gbps: s.busbw_gbps,
+            wait_ns: s.wait_ns_total,
+            transfer_ns: s.transfer_ns_total,
+        })
+        .collect();
+    Ok(Json(serde_json::json!({ "job": job, "collectives": out })))
+}
+
+/// One straggler verdict.
+#[derive(Debug, Serialize)]
+pub struct StragglerOut {
+    rank: u32,
+    node: String,
+    first_step: u64,
+    last_step: u64,
+    steps_flagged: u64,
+    slowdown: f64,
+    score: f64,
+    cause: String,
+    active: bool,
+    updated_ns: u64,
+}
+
+pub(super) async fn stragglers(
+    State(st): State<ApiState>,
+    Path(job): Path<String>,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    let rows = st.store.stragglers(&job).await?;
+    st.require_job(&job, rows.is_empty()).await?;
+    let out: Vec<StragglerOut> = rows
+        .into_iter()
+        .map(|v| StragglerOut {
+            rank: v.rank,
+            node: v.node,
+            first_step: v.first_step,
+            last_step: v.last_step,
+            steps_flagged: v.steps_flagged,
+            slowdown: v.slowdown,
+            score: v.score,
+            cause: v.cause,
+            active: v.active != 0,
+            updated_ns: v.updated_ns,
+        })
+        .collect();
+    Ok(Json(serde_json::json!({ "job": job, "stragglers": out })))
+}
+
+pub(super) async fn hangs(
+    State(st): State<ApiState>,
+    Path(job): Path<String>,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    let rows = st.store.hangs(&job).await?;
+    st.require_job(&job, rows.is_empty()).await?;
+    Ok(Json(serde_json::json!({ "job": job, "hangs": rows })))
+}

@@ -1,0 +1,251 @@
+//! Reads of the analytics results and of the raw events the query-time
+//! analytics need.
+//!
+//! In: a job id (and ranges). Out: rows ready for the API. The per-rank
+//! temporal breakdown and the collective statistics are computed here from
+//! raw rows with `rankscope_analysis` (HTA / nccl-tests definitions, see that
+//! crate); step breakdowns and verdicts were computed live and are only read.
+//! SQL in `collector/queries/`, arguments bound with `?`.
+
+use clickhouse::Row;
+use rankscope_analysis::{
+    breakdown, classify_kernel, collective_stats, Breakdown, CollOp, CollectiveObs, GpuEvent,
+    GpuEventKind,
+};
+use serde::{Deserialize, Serialize};
+
+use super::{Store, StoreError};
+
+const BREAKDOWN_MAX_STEP_SQL: &str = include_str!("../../queries/breakdown_max_step.sql");
+const BREAKDOWN_SQL: &str = include_str!("../../queries/breakdown.sql");
+const RANK_GPU_EVENTS_SQL: &str = include_str!("../../queries/rank_gpu_events.sql");
+const JOB_COLLECTIVES_SQL: &str = include_str!("../../queries/job_collectives.sql");
+const STRAGGLERS_SQL: &str = include_str!("../../queries/stragglers.sql");
+const HANGS_SQL: &str = include_str!("../../queries/hangs.sql");
+
+/// One stored per-(step, rank) breakdown row.
+#[derive(Debug, Clone, PartialEq, Eq, Row, Serialize, Deserialize)]
+pub struct StepBreakdownRow {
+    pub step: u64,
+    pub rank: u32,
+    pub node: String,
+    pub step_time_ns: u64,
+    pub gpu_span_ns: u64,
+    pub gpu_busy_ns: u64,
+    pub idle_ns: u64,
+    pub compute_ns: u64,
+    pub comm_ns: u64,
+    pub memory_ns: u64,
+    pub overlap_ns: u64,
+    pub exposed_comm_ns: u64,
+    pub non_compute_ns: u64,
+    pub dataloader_ns: u64,
+    pub comm_wait_ns: u64,
+    pub comm_transfer_ns: u64,
+}
+
+#[derive(Debug, Row, Deserialize)]
+struct MaxStep {
+    step: u64,
+    n: u64,
+}
+
+#[derive(Debug, Row, Deserialize)]
+struct GpuEventRow {
+    rank: u32,
+    node: String,
+    kind: i8,
+    name: String,
+    start_ns: u64,
+    end_ns: u64,
+}
+
+#[derive(Debug, Row, Deserialize)]
+struct CollectiveReadRow {
+    rank: u32,
+    #[allow(dead_code)]
+    node: String,
+    process_group: String,
+    seq: u64,
+    op: String,
+    dtype: String,
+    group_size: u32,
+    bytes: u64,
+    start_ns: u64,
+    end_ns: u64,
+}
+
+/// A straggler verdict, latest version.
+#[derive(Debug, Clone, PartialEq, Row, Serialize, Deserialize)]
+pub struct StragglerRow {
+    pub rank: u32,
+    pub node: String,
+    pub first_step: u64,
+    pub last_step: u64,
+    pub steps_flagged: u64,
+    pub slowdown: f64,
+    pub score: f64,
+    pub cause: String,
+    pub active: u8,
+    pub first_seen_ns: u64,
+    pub updated_ns: u64,
+}
+
+/// A suspected hang.
+#[derive(Debug, Clone, PartialEq, Eq, Row, Serialize, Deserialize)]
+pub struct HangSuspectRow {
+    pub rank: u32,
+    pub node: String,
+    /// -1 when the rank never ended a step.
+    pub last_step: i64,
+    pub job_step: u64,
+    pub silent_ns: u64,
+    pub detected_ns: u64,
+}
+
+/// Temporal breakdown of one rank over all its GPU events in the job.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RankSummary {
+    pub rank: u32,
+    pub node: String,
+    pub breakdown: Breakdown,
+}
+
+impl Store {
+    /// Breakdown rows of steps `from..=to`, or of the last `last` steps.
+    pub async fn step_breakdowns(
+        &self,
+        job: &str,
+        from_step: Option<u64>,
+        to_step: Option<u64>,
+        last: Option<u64>,
+    ) -> Result<Vec<StepBreakdownRow>, StoreError> {
+        let (mut from, mut to) = (from_step.unwrap_or(0), to_step.unwrap_or(u64::MAX));
+        if let Some(k) = last {
+            let max: Vec<MaxStep> = self
+                .client()
+                .query(BREAKDOWN_MAX_STEP_SQL)
+                .bind(job)
+                .fetch_all()
+                .await
+                .map_err(StoreError::query("breakdown max step"))?;
+            let Some(m) = max.into_iter().find(|m| m.n > 0) else {
+                return Ok(Vec::new());
+            };
+            to = to.min(m.step);
+            from = from.max(m.step.saturating_sub(k.saturating_sub(1)));
+        }
+        Ok(self
+            .client()
+            .query(BREAKDOWN_SQL)
+            .bind(job)
+            .bind(from)
+            .bind(to)
+            .fetch_all()
+            .await
+            .map_err(StoreError::query("breakdown"))?)
+    }
+
+    /// Per-rank temporal breakdown over every GPU event of the job,
+    /// including events outside any step (as HTA's temporal breakdown).
+    pub async fn rank_summaries(&self, job: &str) -> Result<Vec<RankSummary>, StoreError> {
+        let mut cursor = self
+            .client()
+            .query(RANK_GPU_EVENTS_SQL)
+            .bind(job)
+            .fetch::<GpuEventRow>()
+            .map_err(StoreError::query("rank GPU events"))?;
+        let mut out = Vec::new();
+        let mut current: Option<(u32, String, Vec<GpuEvent>)> = None;
+        while let Some(row) = cursor
+            .next()
+            .await
+            .map_err(StoreError::query("rank GPU events"))?
+        {
+            if current.as_ref().is_none_or(|c| c.0 != row.rank) {
+                if let Some((rank, node, events)) = current.take() {
+                    out.push(summary(rank, node, &events));
+                }
+                current = Some((row.rank, row.node.clone(), Vec::new()));
+            }
+            let kind = match row.kind {
+                2 => GpuEventKind::Memcpy,
+                3 => GpuEventKind::Memset,
+                _ => GpuEventKind::Kernel,
+            };
+            if let Some(c) = current.as_mut() {
+                c.2.push(GpuEvent {
+                    start_ns: row.start_ns,
+                    end_ns: row.end_ns,
+                    class: classify_kernel(&row.name, kind),
+                });
+            }
+        }
+        if let Some((rank, node, events)) = current.take() {
+            out.push(summary(rank, node, &events));
+        }
+        Ok(out)
+    }
+
+    /// Collective statistics of the job (per rank when `per_rank`), with
+    /// wait / transfer from matching across all ranks.
+    pub async fn collective_stats(
+        &self,
+        job: &str,
+        per_rank: bool,
+    ) -> Result<Vec<rankscope_analysis::CollectiveStats>, StoreError> {
+        let rows: Vec<CollectiveReadRow> = self
+            .client()
+            .query(JOB_COLLECTIVES_SQL)
+            .bind(job)
+            .fetch_all()
+            .await
+            .map_err(StoreError::query("job collectives"))?;
+        let obs: Vec<CollectiveObs> = rows
+            .into_iter()
+            .filter_map(|r| {
+                Some(CollectiveObs {
+                    rank: r.rank,
+                    process_group: r.process_group,
+                    seq: r.seq,
+                    op: r.op.parse::<CollOp>().ok()?,
+                    dtype: r.dtype,
+                    group_size: r.group_size,
+                    bytes: r.bytes,
+                    start_ns: r.start_ns,
+                    end_ns: r.end_ns,
+                })
+            })
+            .collect();
+        Ok(collective_stats(&obs, per_rank))
+    }
+
+    /// Latest version of every straggler verdict of the job.
+    pub async fn stragglers(&self, job: &str) -> Result<Vec<StragglerRow>, StoreError> {
+        Ok(self
+            .client()
+            .query(STRAGGLERS_SQL)
+            .bind(job)
+            .fetch_all()
+            .await
+            .map_err(StoreError::query("stragglers"))?)
+    }
+
+    /// Suspected hangs of the job.
+    pub async fn hangs(&self, job: &str) -> Result<Vec<HangSuspectRow>, StoreError> {
+        self.client()
+            .query(HANGS_SQL)
+            .bind(job)
+            .fetch_all()
+            .await
+            .map_err(StoreError::query("hangs"))
+    }
+}
+
+fn summary(rank: u32, node: String, events: &[GpuEvent]) -> RankSummary {
+    RankSummary {
+        rank,
+        node,
+        breakdown: breakdown(events),
+    }
+}
