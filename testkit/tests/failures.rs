@@ -13,7 +13,11 @@ fn expect_invalid(res: Result<proto::IngestAck, tonic::Status>, needles: &[&str]
     let status = res.expect_err("must be rejected");
     assert_eq!(status.code(), tonic::Code::InvalidArgument, "{status:?}");
     for n in needles {
-        assert!(status.message().contains(n), "{:?} lacks {n:?}", status.message());
+        assert!(
+            status.message().contains(n),
+            "{:?} lacks {n:?}",
+            status.message()
+        );
     }
 }
 
@@ -44,12 +48,18 @@ async fn malformed_batches_are_rejected_with_the_field_named() {
 
     let mut b = small_batch("bad", 5);
     b.ranks[0].events.push(proto::Event {
-        kind: Some(Kind::StepBegin(proto::StepBegin { step: 1, ts_ns: u64::MAX })),
+        kind: Some(Kind::StepBegin(proto::StepBegin {
+            step: 1,
+            ts_ns: u64::MAX,
+        })),
     });
     expect_invalid(stack.ingest(b).await, &["step = 1", "backwards"]);
 
     // The service stays usable and nothing of the rejected batches is stored.
-    let ok = stack.ingest(small_batch("bad", 6)).await.expect("valid batch");
+    let ok = stack
+        .ingest(small_batch("bad", 6))
+        .await
+        .expect("valid batch");
     assert_eq!(ok.rows, 4);
     assert_eq!(stack.counts("bad").await.total(), 4);
 
@@ -93,7 +103,9 @@ async fn collector_unavailable_then_delivered() {
 
     let sim = sim_config("e2e-retry", 4, 5);
     let plan = rankscope_cli::simulate::plan(&sim);
-    let summary = rankscope_cli::simulate::run(&sim, &stack.agent_url()).await.expect("simulate");
+    let summary = rankscope_cli::simulate::run(&sim, &stack.agent_url())
+        .await
+        .expect("simulate");
     assert_eq!(summary.dropped, 0);
     let agent = stack.agent.as_ref().unwrap();
     eventually(30, "agent retried the unreachable collector", || {
@@ -130,7 +142,9 @@ async fn clickhouse_down_nothing_acknowledged_is_lost() {
         .expect("ClickHouse address");
     let proxy = Proxy::start(target).await;
     let cfg = collector_config(&format!("http://{}", proxy.addr), &database);
-    let collector = rankscope_collector::start(cfg.clone()).await.expect("collector");
+    let collector = rankscope_collector::start(cfg.clone())
+        .await
+        .expect("collector");
 
     // Direct: UNAVAILABLE while down.
     let mut stack = Stack {
@@ -142,14 +156,21 @@ async fn clickhouse_down_nothing_acknowledged_is_lost() {
         dir: tempfile::tempdir().unwrap(),
     };
     proxy.set_up(false);
-    let status = stack.ingest(small_batch("ch-down", 1)).await.expect_err("down");
+    let status = stack
+        .ingest(small_batch("ch-down", 1))
+        .await
+        .expect_err("down");
     assert_eq!(status.code(), tonic::Code::Unavailable, "{status:?}");
 
     // Through the agent: retried until ClickHouse is back.
-    stack.start_agent(&format!("http://{}", stack.grpc_addr())).await;
+    stack
+        .start_agent(&format!("http://{}", stack.grpc_addr()))
+        .await;
     let sim = sim_config("ch-down", 2, 3);
     let plan = rankscope_cli::simulate::plan(&sim);
-    rankscope_cli::simulate::run(&sim, &stack.agent_url()).await.expect("simulate");
+    rankscope_cli::simulate::run(&sim, &stack.agent_url())
+        .await
+        .expect("simulate");
     let retries = &stack.collector.as_ref().unwrap().metrics().batches_retry;
     eventually(30, "collector answered UNAVAILABLE to the agent", || {
         retries.load(Relaxed) >= 2
@@ -159,7 +180,13 @@ async fn clickhouse_down_nothing_acknowledged_is_lost() {
     proxy.set_up(true);
     let report = stack.stop_agent().await;
     assert_eq!(report.undelivered_events, 0);
-    assert_eq!(stack.counts("ch-down").await.total(), plan.event_counts().total());
-    assert_eq!(stack.distinct_event_keys("ch-down").await, plan.event_counts().total());
+    assert_eq!(
+        stack.counts("ch-down").await.total(),
+        plan.event_counts().total()
+    );
+    assert_eq!(
+        stack.distinct_event_keys("ch-down").await,
+        plan.event_counts().total()
+    );
     stack.stop().await;
 }

@@ -5,13 +5,12 @@
 mod common;
 
 use common::*;
-use rankscope_proto::v1 as proto;
 
 /// 8 ranks x 50 steps through the whole pipeline: every event stored exactly
 /// once per table, and the step times the API returns are the simulated ones.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn simulated_job_is_stored_exactly_once() {
-    let stack = Stack::start().await;
+    let mut stack = Stack::start().await;
     let sim = sim_config("e2e-exact", 8, 50);
     let plan = rankscope_cli::simulate::plan(&sim);
     let summary = rankscope_cli::simulate::run(&sim, &stack.agent_url())
@@ -26,16 +25,26 @@ async fn simulated_job_is_stored_exactly_once() {
     let counts = stack.counts("e2e-exact").await;
     assert_eq!(counts.steps, expected.steps, "steps table");
     assert_eq!(counts.spans, expected.spans, "spans table");
-    assert_eq!(counts.collectives, expected.collectives, "collectives table");
+    assert_eq!(
+        counts.collectives, expected.collectives,
+        "collectives table"
+    );
     assert_eq!(counts.kernels, expected.kernels, "kernels table");
-    assert_eq!(stack.distinct_event_keys("e2e-exact").await, expected.total(), "no row stored twice");
+    assert_eq!(
+        stack.distinct_event_keys("e2e-exact").await,
+        expected.total(),
+        "no row stored twice"
+    );
 
     let mut api = stack.api_steps("e2e-exact", "").await;
     api.sort();
     let mut want = plan.step_times();
     want.sort();
     assert_eq!(api.len(), 8 * 50);
-    assert_eq!(api, want, "step times from the API equal the simulated ones");
+    assert_eq!(
+        api, want,
+        "step times from the API equal the simulated ones"
+    );
 
     let last = stack.api_steps("e2e-exact", "?last=5").await;
     assert_eq!(last.len(), 8 * 5);
@@ -69,7 +78,10 @@ async fn retried_batch_is_not_stored_twice() {
 
     // A new collector on the same database remembers stored batches.
     stack.restart_collector().await;
-    let after_restart = stack.ingest(batch.clone()).await.expect("retry after restart");
+    let after_restart = stack
+        .ingest(batch.clone())
+        .await
+        .expect("retry after restart");
     assert!(after_restart.duplicate);
     let next = stack.ingest(small_batch("dup-job", 2)).await.expect("next");
     assert!(!next.duplicate);

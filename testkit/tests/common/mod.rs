@@ -134,7 +134,10 @@ impl Stack {
     }
 
     /// Sends one batch straight to the collector's gRPC service.
-    pub async fn ingest(&self, batch: proto::AgentBatch) -> Result<proto::IngestAck, tonic::Status> {
+    pub async fn ingest(
+        &self,
+        batch: proto::AgentBatch,
+    ) -> Result<proto::IngestAck, tonic::Status> {
         let mut client = proto::collector_ingest_client::CollectorIngestClient::connect(format!(
             "http://{}",
             self.grpc_addr()
@@ -154,7 +157,11 @@ impl Stack {
 
     pub async fn counts(&self, job: &str) -> Counts {
         let db = &self.database;
-        let n = |t: &str| self.scalar(&format!("SELECT count() FROM {db}.{t} WHERE job_id = '{job}'"));
+        let n = |t: &str| {
+            self.scalar(&format!(
+                "SELECT count() FROM {db}.{t} WHERE job_id = '{job}'"
+            ))
+        };
         Counts {
             steps: n("steps"),
             spans: n("spans"),
@@ -186,7 +193,9 @@ impl Stack {
 
     /// (step, rank, start_ns, end_ns) rows of the steps route.
     pub async fn api_steps(&self, job: &str, query: &str) -> Vec<(u64, u32, u64, u64)> {
-        let v = self.api_get(&format!("/api/v1/jobs/{job}/steps{query}")).await;
+        let v = self
+            .api_get(&format!("/api/v1/jobs/{job}/steps{query}"))
+            .await;
         v["steps"]
             .as_array()
             .expect("steps array")
@@ -219,7 +228,12 @@ pub async fn eventually(secs: u64, what: &str, mut cond: impl FnMut() -> bool) {
 /// One rank group with a step, a kernel and a collective: 4 event rows.
 pub fn small_batch(job: &str, seq: u64) -> proto::AgentBatch {
     use proto::event::Kind;
-    let t = 1_700_000_000_000_000_000 + seq * 1_000_000;
+    // Recent times: the collector drops partitions older than its retention.
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock after 1970")
+        .as_secs();
+    let t = (now - now % 3600) * 1_000_000_000 + seq * 1_000_000;
     let ev = |k| proto::Event { kind: Some(k) };
     proto::AgentBatch {
         agent_id: "test-agent".into(),
@@ -238,11 +252,20 @@ pub fn small_batch(job: &str, seq: u64) -> proto::AgentBatch {
                 ..Default::default()
             }),
             names: vec![
-                proto::InternedName { id: 1, name: "ampere_sgemm_128x64_tn".into() },
-                proto::InternedName { id: 2, name: "default_pg".into() },
+                proto::InternedName {
+                    id: 1,
+                    name: "ampere_sgemm_128x64_tn".into(),
+                },
+                proto::InternedName {
+                    id: 2,
+                    name: "default_pg".into(),
+                },
             ],
             events: vec![
-                ev(Kind::StepBegin(proto::StepBegin { step: seq, ts_ns: t })),
+                ev(Kind::StepBegin(proto::StepBegin {
+                    step: seq,
+                    ts_ns: t,
+                })),
                 ev(Kind::Kernel(proto::Kernel {
                     kind: proto::KernelKind::Kernel as i32,
                     name_id: 1,
@@ -264,7 +287,10 @@ pub fn small_batch(job: &str, seq: u64) -> proto::AgentBatch {
                     end_ns: t + 900,
                     ..Default::default()
                 })),
-                ev(Kind::StepEnd(proto::StepEnd { step: seq, ts_ns: t + 1000 })),
+                ev(Kind::StepEnd(proto::StepEnd {
+                    step: seq,
+                    ts_ns: t + 1000,
+                })),
             ],
         }],
     }
