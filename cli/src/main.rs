@@ -11,7 +11,8 @@
 
 use anyhow::{bail, Context as _, Result};
 use clap::{Args, Parser, Subcommand};
-use rankscope_cli::query::{self, format, http::HttpClient, OutputFormat, StepsQuery};
+use rankscope_cli::query::analytics::{self, View};
+use rankscope_cli::query::{self, columns, format, http::HttpClient, OutputFormat, StepsQuery};
 use rankscope_cli::simulate::{
     self, SimConfig, Straggler, SummaryFormat, DEFAULT_EVENTS_PER_MESSAGE,
 };
@@ -51,6 +52,14 @@ enum Command {
     Jobs(JobsArgs),
     /// Per-rank step times of one job.
     Steps(StepsArgs),
+    /// Per (step, rank) GPU time breakdown (HTA definitions).
+    Breakdown(BreakdownArgs),
+    /// Per-rank temporal breakdown over the whole job.
+    Ranks(JobArgs),
+    /// NCCL collective statistics (calls, bytes, latency, algbw/busbw, wait).
+    Collectives(CollectivesArgs),
+    /// Straggler verdicts.
+    Stragglers(JobArgs),
 }
 
 #[derive(Debug, Args)]
@@ -128,6 +137,45 @@ struct StepsArgs {
     format: OutputFormat,
 }
 
+#[derive(Debug, Args)]
+struct JobArgs {
+    /// Job id.
+    #[arg(long)]
+    job: String,
+    /// Output format.
+    #[arg(long, value_enum, default_value_t = OutputFormat::Table)]
+    format: OutputFormat,
+}
+
+#[derive(Debug, Args)]
+struct BreakdownArgs {
+    /// Job id.
+    #[arg(long)]
+    job: String,
+    /// Only this step.
+    #[arg(long, conflicts_with = "last")]
+    step: Option<u64>,
+    /// Only the last K finalized steps.
+    #[arg(long, value_name = "K")]
+    last: Option<u64>,
+    /// Output format.
+    #[arg(long, value_enum, default_value_t = OutputFormat::Table)]
+    format: OutputFormat,
+}
+
+#[derive(Debug, Args)]
+struct CollectivesArgs {
+    /// Job id.
+    #[arg(long)]
+    job: String,
+    /// Per-rank statistics of this rank (default: job-wide).
+    #[arg(long)]
+    rank: Option<u32>,
+    /// Output format.
+    #[arg(long, value_enum, default_value_t = OutputFormat::Table)]
+    format: OutputFormat,
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     init_logging(cli.verbose);
@@ -164,7 +212,58 @@ async fn run(cli: Cli) -> Result<()> {
             print!("{}", format::render_steps(&steps.steps, args.format));
             Ok(())
         }
+        Command::Breakdown(a) => {
+            let params = [("step", a.step), ("last", a.last)];
+            view(
+                &http(),
+                &cli.collector,
+                &a.job,
+                View::Breakdown,
+                &params,
+                a.format,
+            )
+            .await
+        }
+        Command::Ranks(a) => {
+            view(&http(), &cli.collector, &a.job, View::Ranks, &[], a.format).await
+        }
+        Command::Collectives(a) => {
+            let params = [("rank", a.rank.map(u64::from))];
+            view(
+                &http(),
+                &cli.collector,
+                &a.job,
+                View::Collectives,
+                &params,
+                a.format,
+            )
+            .await
+        }
+        Command::Stragglers(a) => {
+            view(
+                &http(),
+                &cli.collector,
+                &a.job,
+                View::Stragglers,
+                &[],
+                a.format,
+            )
+            .await
+        }
     }
+}
+
+async fn view(
+    http: &HttpClient,
+    collector: &str,
+    job: &str,
+    view: View,
+    params: &[(&str, Option<u64>)],
+    format: OutputFormat,
+) -> Result<()> {
+    let rows = analytics::fetch_view(http, collector, job, view, params).await?;
+    print!("{}", columns::render(&rows, view.columns(), format));
+    Ok(())
 }
 
 async fn simulate_cmd(args: SimulateArgs) -> Result<()> {

@@ -10,6 +10,8 @@
 //! `{"job": J, "steps": [StepRow]}`. The job is percent-encoded in the path;
 //! absent options are left out of the query string.
 
+pub mod analytics;
+pub mod columns;
 pub mod format;
 pub mod http;
 

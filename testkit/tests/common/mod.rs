@@ -191,6 +191,30 @@ impl Stack {
         body
     }
 
+    /// Polls `path` until `cond` holds on its `field` array (analytics are
+    /// written asynchronously after the events are stored).
+    pub async fn api_poll(
+        &self,
+        path: &str,
+        field: &str,
+        cond: impl Fn(&Vec<serde_json::Value>) -> bool,
+    ) -> Vec<serde_json::Value> {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let url = format!("http://{}{}", self.http_addr(), path);
+            let body: Result<serde_json::Value, _> = rankscope_cli::query::get_json(&url).await;
+            if let Ok(v) = body {
+                if let Some(rows) = v[field].as_array() {
+                    if cond(rows) {
+                        return rows.clone();
+                    }
+                }
+            }
+            assert!(Instant::now() < deadline, "timed out polling {path}");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
     /// (step, rank, start_ns, end_ns) rows of the steps route.
     pub async fn api_steps(&self, job: &str, query: &str) -> Vec<(u64, u32, u64, u64)> {
         let v = self
