@@ -43,7 +43,10 @@ pub fn router(state: ApiState) -> Router {
         .route("/api/v1/jobs/{job}/steps", get(steps))
         .route("/api/v1/jobs/{job}/breakdown", get(analytics::breakdown))
         .route("/api/v1/jobs/{job}/ranks", get(analytics::ranks))
-        .route("/api/v1/jobs/{job}/collectives", get(analytics::collectives))
+        .route(
+            "/api/v1/jobs/{job}/collectives",
+            get(analytics::collectives),
+        )
         .route("/api/v1/jobs/{job}/stragglers", get(analytics::stragglers))
         .route("/api/v1/jobs/{job}/hangs", get(analytics::hangs))
         .with_state(state)

@@ -52,7 +52,10 @@ pub(super) async fn breakdown(
         ));
     }
     if q.last == Some(0) {
-        return Err(ApiError(StatusCode::BAD_REQUEST, "last must be >= 1".into()));
+        return Err(ApiError(
+            StatusCode::BAD_REQUEST,
+            "last must be >= 1".into(),
+        ));
     }
     let rows = st
         .store
