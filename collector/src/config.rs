@@ -24,8 +24,6 @@ pub struct Config {
     pub retention_days: u32,
     /// How often the retention check runs, in seconds.
     pub retention_check_interval_secs: u64,
-    /// Stored batches younger than this seed duplicate detection at start-up.
-    pub dedupe_seed_window_secs: u64,
     /// Most agent sessions tracked for duplicate detection.
     pub dedupe_max_sessions: usize,
     /// ClickHouse connection.
@@ -44,7 +42,6 @@ impl Default for Config {
             max_message_bytes: 16 * 1024 * 1024,
             retention_days: 14,
             retention_check_interval_secs: 3600,
-            dedupe_seed_window_secs: 600,
             dedupe_max_sessions: 100_000,
             clickhouse: StoreConfig::default(),
             writer: WriterConfig::default(),

@@ -18,8 +18,9 @@
 //!   batches were stored); at most `max_sessions` sessions are tracked, the
 //!   least recently seen are forgotten first.
 //!
-//! The tracker is seeded at start-up from `ingest_batches`, so duplicates are
-//! also caught across a collector restart. With several collectors, an
+//! A session the tracker does not know is seeded from `ingest_batches` before
+//! its first batch is classified (see `service`), so duplicates are also
+//! caught across a collector restart and on a re-import of the same trace. With several collectors, an
 //! agent's batches must reach the same collector (per-agent affinity) for
 //! this to hold; the stored rows carry the batch identity regardless.
 
@@ -95,21 +96,17 @@ impl Dedupe {
         }
     }
 
-    /// Seeds the tracker with stored batches: every seq of a session below
-    /// its smallest seeded seq is taken as done (older than the seed window),
-    /// the seeded seqs themselves are done.
-    pub fn seed(&mut self, stored: impl IntoIterator<Item = (String, u64, u64)>) {
-        let mut by_session: HashMap<(String, u64), Vec<u64>> = HashMap::new();
-        for (agent, session, seq) in stored {
-            by_session.entry((agent, session)).or_default().push(seq);
-        }
-        for (key, mut seqs) in by_session {
-            seqs.sort_unstable();
-            let s = self.session(key);
-            s.watermark = s.watermark.max(seqs[0].saturating_sub(1));
-            for seq in seqs {
-                s.mark_done(seq);
-            }
+    /// Whether the session is tracked (seeded or seen).
+    pub fn knows(&self, agent_id: &str, session: u64) -> bool {
+        self.sessions.contains_key(&(agent_id.to_owned(), session))
+    }
+
+    /// Starts tracking a session with the seqs already stored for it (all of
+    /// them, as read from `ingest_batches`).
+    pub fn seed(&mut self, agent_id: &str, session: u64, stored: &[u64]) {
+        let s = self.session((agent_id.to_owned(), session));
+        for &seq in stored {
+            s.mark_done(seq);
         }
     }
 
@@ -217,18 +214,18 @@ mod tests {
     }
 
     #[test]
-    fn seed_marks_stored_batches_and_older() {
+    fn seed_marks_exactly_the_stored_batches() {
         let mut d = Dedupe::new(8);
-        d.seed([("a".to_string(), 7, 10), ("a".to_string(), 7, 12)]);
-        assert_eq!(
-            d.begin("a", 7, 9),
-            Verdict::Duplicate,
-            "older than the window"
-        );
-        assert_eq!(d.begin("a", 7, 10), Verdict::Duplicate);
-        assert_eq!(d.begin("a", 7, 11), Verdict::New, "gap stays writable");
-        assert_eq!(d.begin("a", 7, 12), Verdict::Duplicate);
-        assert_eq!(d.begin("a", 7, 13), Verdict::New);
+        assert!(!d.knows("a", 7));
+        d.seed("a", 7, &[1, 2, 4]);
+        assert!(d.knows("a", 7));
+        assert_eq!(d.begin("a", 7, 1), Verdict::Duplicate);
+        assert_eq!(d.begin("a", 7, 2), Verdict::Duplicate);
+        assert_eq!(d.begin("a", 7, 3), Verdict::New, "gap stays writable");
+        assert_eq!(d.begin("a", 7, 4), Verdict::Duplicate);
+        assert_eq!(d.begin("a", 7, 5), Verdict::New);
+        d.seed("b", 1, &[]);
+        assert!(d.knows("b", 1));
     }
 
     #[test]

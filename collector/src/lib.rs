@@ -92,10 +92,7 @@ pub async fn start(cfg: Config) -> Result<Collector, StartError> {
     let applied = store.migrate().await?;
     tracing::info!(applied = ?applied, database = %cfg.clickhouse.database, "schema up to date");
 
-    let mut dedupe = dedupe::Dedupe::new(cfg.dedupe_max_sessions);
-    let since = service::now_ns().saturating_sub(cfg.dedupe_seed_window_secs * 1_000_000_000);
-    dedupe.seed(store.acked_batches(since).await?);
-    let dedupe = Arc::new(Mutex::new(dedupe));
+    let dedupe = Arc::new(Mutex::new(dedupe::Dedupe::new(cfg.dedupe_max_sessions)));
 
     let (shutdown, shutdown_rx) = watch::channel(false);
     let (writer, writer_task) = store::spawn_writer(
@@ -127,7 +124,13 @@ pub async fn start(cfg: Config) -> Result<Collector, StartError> {
         source,
     })?;
 
-    let svc = service::IngestService::new(writer.clone(), stream.clone(), dedupe, metrics.clone());
+    let svc = service::IngestService::new(
+        store.clone(),
+        writer.clone(),
+        stream.clone(),
+        dedupe,
+        metrics.clone(),
+    );
     let server = proto::collector_ingest_server::CollectorIngestServer::new(svc)
         .max_decoding_message_size(cfg.max_message_bytes);
     let grpc_task = {

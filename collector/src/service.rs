@@ -21,12 +21,13 @@ use tonic::{Request, Response, Status};
 use crate::convert;
 use crate::dedupe::{Dedupe, Verdict};
 use crate::metrics::Metrics;
-use crate::store::{WriteError, WriterHandle};
+use crate::store::{Store, WriteError, WriterHandle};
 use crate::stream::StreamHandle;
 
 /// Implementation of `CollectorIngest`.
 #[derive(Clone)]
 pub struct IngestService {
+    store: Store,
     writer: WriterHandle,
     stream: StreamHandle,
     dedupe: Arc<Mutex<Dedupe>>,
@@ -36,17 +37,43 @@ pub struct IngestService {
 impl IngestService {
     /// A service writing through `writer`.
     pub fn new(
+        store: Store,
         writer: WriterHandle,
         stream: StreamHandle,
         dedupe: Arc<Mutex<Dedupe>>,
         metrics: Arc<Metrics>,
     ) -> Self {
         Self {
+            store,
             writer,
             stream,
             dedupe,
             metrics,
         }
+    }
+
+    /// Seeds duplicate detection for a session this collector has not seen
+    /// (its stored seqs are in ClickHouse after a restart or a re-import).
+    async fn ensure_session(&self, b: &proto::AgentBatch) -> Result<(), Status> {
+        let known = self
+            .dedupe
+            .lock()
+            .map_err(|_| Status::internal("duplicate tracker poisoned"))?
+            .knows(&b.agent_id, b.agent_session);
+        if known {
+            return Ok(());
+        }
+        let stored = self
+            .store
+            .acked_batches(&b.agent_id, b.agent_session)
+            .await
+            .map_err(|e| Status::unavailable(format!("cannot read stored batches: {e}")))?;
+        if let Ok(mut d) = self.dedupe.lock() {
+            if !d.knows(&b.agent_id, b.agent_session) {
+                d.seed(&b.agent_id, b.agent_session, &stored);
+            }
+        }
+        Ok(())
     }
 
     fn verdict(&self, b: &proto::AgentBatch) -> Result<Verdict, Status> {
@@ -87,6 +114,10 @@ impl proto::collector_ingest_server::CollectorIngest for IngestService {
             tracing::debug!(agent = %batch.agent_id, seq = batch.seq, error = %e, "batch rejected");
             Status::invalid_argument(e.to_string())
         })?;
+        if let Err(status) = self.ensure_session(&batch).await {
+            self.metrics.batches_retry.fetch_add(1, Relaxed);
+            return Err(status);
+        }
         match self.verdict(&batch)? {
             Verdict::Duplicate => {
                 self.metrics.batches_duplicate.fetch_add(1, Relaxed);

@@ -420,13 +420,8 @@ async fn concurrent_writes_are_all_acknowledged_and_stored_exactly_once() {
         "{} flushes for {n} row sets",
         load(&m.flushes)
     );
-    let batches = store.acked_batches(0).await.unwrap();
-    assert_eq!(
-        batches,
-        (1..=n)
-            .map(|s| ("agent-a".to_string(), 7, s))
-            .collect::<Vec<_>>()
-    );
+    let batches = store.acked_batches("agent-a", 7).await.unwrap();
+    assert_eq!(batches, (1..=n).collect::<Vec<_>>());
     drop(stop);
     task.await.unwrap();
 }
@@ -737,23 +732,23 @@ async fn jobs_summarise_ranks_and_steps() {
 }
 
 #[tokio::test]
-async fn acked_batches_filter_by_arrival_time() {
+async fn acked_batches_are_per_session_distinct_and_sorted() {
     let store = fresh_store("acked").await;
     let (handle, _task, _stop) = writer(store.clone(), writer_cfg(100_000, 10, 8));
-    let batch = |session, seq, received_ns| BatchRow {
-        agent_id: "agent-b".into(),
+    let batch = |agent: &str, session, seq| BatchRow {
+        agent_id: agent.into(),
         agent_session: session,
         batch_seq: seq,
         node: "n".into(),
-        received_ns,
+        received_ns: now_ns(),
         rows: 0,
     };
-    let now = now_ns();
     let batches = vec![
-        batch(1, 1, now - 100),
-        batch(1, 2, now - 10),
-        batch(2, 1, now - 5),
-        batch(1, 2, now - 10),
+        batch("agent-b", 1, 3),
+        batch("agent-b", 1, 1),
+        batch("agent-b", 2, 1),
+        batch("agent-b", 1, 3),
+        batch("agent-c", 1, 9),
     ];
     handle
         .write(RowSet {
@@ -762,11 +757,9 @@ async fn acked_batches_filter_by_arrival_time() {
         })
         .await
         .unwrap();
-    assert_eq!(
-        store.acked_batches(now - 50).await.unwrap(),
-        vec![("agent-b".to_string(), 1, 2), ("agent-b".to_string(), 2, 1)]
-    );
-    assert_eq!(store.acked_batches(0).await.unwrap().len(), 3);
+    assert_eq!(store.acked_batches("agent-b", 1).await.unwrap(), vec![1, 3]);
+    assert_eq!(store.acked_batches("agent-b", 2).await.unwrap(), vec![1]);
+    assert!(store.acked_batches("agent-x", 1).await.unwrap().is_empty());
 }
 
 #[tokio::test]
@@ -829,10 +822,7 @@ async fn retention_drops_old_day_partitions_and_keeps_recent_ones() {
             if table == Table::Steps { 2 } else { 1 }
         );
     }
-    assert_eq!(
-        store.acked_batches(0).await.unwrap(),
-        vec![("agent-a".to_string(), 7, 1)]
-    );
+    assert_eq!(store.acked_batches("agent-a", 7).await.unwrap(), vec![1]);
     assert!(
         store
             .drop_expired_partitions(7, now)

@@ -83,8 +83,6 @@ struct LastStepsRow {
 
 #[derive(Debug, Row, Deserialize)]
 struct AckedRow {
-    agent_id: String,
-    agent_session: u64,
     batch_seq: u64,
 }
 
@@ -202,23 +200,22 @@ impl Store {
             .map_err(StoreError::query("read step times"))
     }
 
-    /// Every stored agent batch `(agent_id, agent_session, batch_seq)` received at or
-    /// after `since_ns`, distinct and sorted: seeds duplicate detection at start-up.
+    /// The stored batch sequence numbers of one agent session, sorted: seeds
+    /// duplicate detection the first time the collector sees the session.
     pub async fn acked_batches(
         &self,
-        since_ns: u64,
-    ) -> Result<Vec<(String, u64, u64)>, StoreError> {
+        agent_id: &str,
+        agent_session: u64,
+    ) -> Result<Vec<u64>, StoreError> {
         let rows: Vec<AckedRow> = self
             .client()
             .query(ACKED_BATCHES_SQL)
-            .bind(since_ns)
+            .bind(agent_id)
+            .bind(agent_session)
             .fetch_all()
             .await
             .map_err(StoreError::query("read stored batches"))?;
-        Ok(rows
-            .into_iter()
-            .map(|r| (r.agent_id, r.agent_session, r.batch_seq))
-            .collect())
+        Ok(rows.into_iter().map(|r| r.batch_seq).collect())
     }
 
     /// Rows of `job` in `table` (for tests and diagnostics). Tables without a job
