@@ -28,8 +28,9 @@ status:
 
 ## The main job: local stack + an 8-rank simulated job with a straggler, then the step table.
 demo: up
-	$(BIN)/rankscope simulate --job $(DEMO_JOB) --ranks 8 --steps 50 --straggler 5:1.3
+	$(BIN)/rankscope simulate --job $(DEMO_JOB) --ranks 8 --steps 50 --straggler 5:1.3 --wait
 	$(BIN)/rankscope steps --job $(DEMO_JOB) --last 10
+	$(BIN)/rankscope stragglers --job $(DEMO_JOB)
 
 ## Every test, against real ClickHouse servers the suite starts itself.
 test: deps

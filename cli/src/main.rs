@@ -97,6 +97,10 @@ struct SimulateArgs {
     /// Begin of step 0, ns since the Unix epoch [default: now].
     #[arg(long)]
     start_ns: Option<u64>,
+    /// After sending, wait until the collector has analysed the last step
+    /// of every rank (uses --collector), at most this many seconds.
+    #[arg(long, value_name = "SECS", num_args = 0..=1, default_missing_value = "60")]
+    wait: Option<u64>,
     /// Transformer layers (model size).
     #[arg(long, default_value_t = 12)]
     layers: u32,
@@ -196,7 +200,16 @@ fn main() -> ExitCode {
 async fn run(cli: Cli) -> Result<()> {
     let http = || HttpClient::new(Duration::from_millis(cli.timeout_ms));
     match cli.command {
-        Command::Simulate(args) => simulate_cmd(args).await,
+        Command::Simulate(args) => {
+            let wait = args.wait;
+            let (job, ranks, steps) = simulate_cmd(args).await?;
+            match wait {
+                Some(secs) if steps > 0 => {
+                    wait_analysed(&http(), &cli.collector, &job, ranks, steps - 1, secs).await
+                }
+                _ => Ok(()),
+            }
+        }
         Command::Jobs(args) => {
             let jobs = query::fetch_jobs(&http(), &cli.collector).await?;
             print!("{}", format::render_jobs(&jobs, args.format));
@@ -266,7 +279,40 @@ async fn view(
     Ok(())
 }
 
-async fn simulate_cmd(args: SimulateArgs) -> Result<()> {
+/// Polls the breakdown of `last_step` until all `ranks` are there: the
+/// collector has then stored every step and finalized the analytics.
+async fn wait_analysed(
+    http: &HttpClient,
+    collector: &str,
+    job: &str,
+    ranks: u32,
+    last_step: u64,
+    secs: u64,
+) -> Result<()> {
+    let deadline = std::time::Instant::now() + Duration::from_secs(secs);
+    loop {
+        let rows = analytics::fetch_view(
+            http,
+            collector,
+            job,
+            View::Breakdown,
+            &[("step", Some(last_step))],
+        )
+        .await;
+        match rows {
+            Ok(rows) if rows.len() >= ranks as usize => return Ok(()),
+            // Not there yet (404 until the first rows are stored).
+            Ok(_) | Err(query::http::HttpError::Status { status: 404, .. }) => {}
+            Err(e) => return Err(e.into()),
+        }
+        if std::time::Instant::now() >= deadline {
+            bail!("the collector at {collector} had not analysed step {last_step} of job {job:?} on all {ranks} ranks after {secs} s");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+async fn simulate_cmd(args: SimulateArgs) -> Result<(String, u32, u64)> {
     let now = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .context("the system clock is before 1970")?;
@@ -296,7 +342,7 @@ async fn simulate_cmd(args: SimulateArgs) -> Result<()> {
             summary.first_rejection.as_deref().unwrap_or("-")
         );
     }
-    Ok(())
+    Ok((cfg.job, cfg.ranks, cfg.steps))
 }
 
 fn init_logging(verbose: bool) {
