@@ -135,15 +135,14 @@ impl Store {
             to = to.min(m.step);
             from = from.max(m.step.saturating_sub(k.saturating_sub(1)));
         }
-        Ok(self
-            .client()
+        self.client()
             .query(BREAKDOWN_SQL)
             .bind(job)
             .bind(from)
             .bind(to)
             .fetch_all()
             .await
-            .map_err(StoreError::query("breakdown"))?)
+            .map_err(StoreError::query("breakdown"))
     }
 
     /// Per-rank temporal breakdown over every GPU event of the job,
@@ -222,13 +221,12 @@ impl Store {
 
     /// Latest version of every straggler verdict of the job.
     pub async fn stragglers(&self, job: &str) -> Result<Vec<StragglerRow>, StoreError> {
-        Ok(self
-            .client()
+        self.client()
             .query(STRAGGLERS_SQL)
             .bind(job)
             .fetch_all()
             .await
-            .map_err(StoreError::query("stragglers"))?)
+            .map_err(StoreError::query("stragglers"))
     }
 
     /// Suspected hangs of the job.

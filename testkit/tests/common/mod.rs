@@ -34,9 +34,11 @@ pub struct Stack {
 }
 
 pub fn collector_config(clickhouse_url: &str, database: &str) -> rankscope_collector::Config {
-    let mut cfg = rankscope_collector::Config::default();
-    cfg.grpc_listen_addr = "127.0.0.1:0".into();
-    cfg.http_listen_addr = "127.0.0.1:0".into();
+    let mut cfg = rankscope_collector::Config {
+        grpc_listen_addr: "127.0.0.1:0".into(),
+        http_listen_addr: "127.0.0.1:0".into(),
+        ..Default::default()
+    };
     cfg.clickhouse.url = clickhouse_url.to_owned();
     cfg.clickhouse.database = database.to_owned();
     // Small flush interval keeps the tests quick; the batching logic is the same.
@@ -45,16 +47,17 @@ pub fn collector_config(clickhouse_url: &str, database: &str) -> rankscope_colle
 }
 
 pub fn agent_config(collector_url: &str, dir: &std::path::Path) -> rankscope_agent::Config {
-    let mut cfg = rankscope_agent::Config::default();
-    cfg.listen_addr = "127.0.0.1:0".into();
-    cfg.unix_socket_path = dir.join("agent.sock").to_string_lossy().into_owned();
-    cfg.collector_url = collector_url.to_owned();
-    cfg.agent_id = "e2e-agent".into();
-    cfg.node = "e2e-node".into();
-    cfg.batch_max_delay_ms = 20;
-    cfg.retry_initial_ms = 10;
-    cfg.retry_max_ms = 200;
-    cfg
+    rankscope_agent::Config {
+        listen_addr: "127.0.0.1:0".into(),
+        unix_socket_path: dir.join("agent.sock").to_string_lossy().into_owned(),
+        collector_url: collector_url.to_owned(),
+        agent_id: "e2e-agent".into(),
+        node: "e2e-node".into(),
+        batch_max_delay_ms: 20,
+        retry_initial_ms: 10,
+        retry_max_ms: 200,
+        ..Default::default()
+    }
 }
 
 pub fn sim_config(job: &str, ranks: u32, steps: u64) -> rankscope_cli::simulate::SimConfig {
