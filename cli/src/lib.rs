@@ -10,6 +10,7 @@
 //! [`simulate::SimConfig`] (same seed, same events); formatting is pure and
 //! separate from I/O; no panics on network or user input.
 
+pub mod import;
 pub mod query;
 pub mod simulate;
 

@@ -60,6 +60,40 @@ enum Command {
     Collectives(CollectivesArgs),
     /// Straggler verdicts.
     Stragglers(JobArgs),
+    /// Import PyTorch profiler (Kineto) traces: files or folders, one file per rank.
+    Import(ImportArgs),
+}
+
+#[derive(Debug, Args)]
+struct ImportArgs {
+    /// Job id the traces are filed under.
+    #[arg(long)]
+    job: String,
+    /// Run id (empty = unknown).
+    #[arg(long, default_value = "")]
+    run_id: String,
+    /// Rank of a single trace without distributedInfo.
+    #[arg(long)]
+    rank: Option<u32>,
+    /// World size of a trace without distributedInfo.
+    #[arg(long)]
+    world_size: Option<u32>,
+    /// Node name to record (traces do not carry it).
+    #[arg(long, default_value = "")]
+    node: String,
+    /// The collector's gRPC ingest URL.
+    #[arg(
+        long,
+        env = "RANKSCOPE_INGEST",
+        default_value = "http://127.0.0.1:7700"
+    )]
+    ingest: String,
+    /// Files imported at the same time.
+    #[arg(long, default_value_t = 8)]
+    parallel: usize,
+    /// Trace files (.json, .json.gz) or folders of them.
+    #[arg(required = true)]
+    paths: Vec<std::path::PathBuf>,
 }
 
 #[derive(Debug, Args)]
@@ -252,6 +286,7 @@ async fn run(cli: Cli) -> Result<()> {
             )
             .await
         }
+        Command::Import(a) => import_cmd(a).await,
         Command::Stragglers(a) => {
             view(
                 &http(),
@@ -264,6 +299,51 @@ async fn run(cli: Cli) -> Result<()> {
             .await
         }
     }
+}
+
+async fn import_cmd(a: ImportArgs) -> Result<()> {
+    use rankscope_cli::import::{self, send};
+    let files = import::discover(&a.paths)?;
+    let mut opts = import::ImportOptions::new(a.job.clone());
+    opts.run_id = a.run_id;
+    opts.node = a.node;
+    opts.rank_override = a.rank;
+    opts.world_size_override = a.world_size;
+    let send_opts = send::SendOptions {
+        ingest_url: a.ingest,
+        max_attempts: 20,
+        parallel_files: a.parallel,
+        progress: true,
+    };
+    let started = std::time::Instant::now();
+    let reports = send::import_and_send(files, &opts, &send_opts).await?;
+    let mut bytes = 0;
+    for r in &reports {
+        let st = &r.summary.stats;
+        bytes += st.file_bytes;
+        println!(
+            "{}: rank {} of {}, {} events ({} rows stored, {} of {} batches already stored), {} bad events skipped",
+            r.path.display(),
+            r.summary.identity.rank,
+            r.summary.identity.world_size,
+            st.events_by_kind.total(),
+            r.rows,
+            r.duplicates,
+            r.batches,
+            st.skipped_bad_events,
+        );
+        for w in &st.warnings {
+            println!("  warning: {w}");
+        }
+    }
+    let secs = started.elapsed().as_secs_f64();
+    println!(
+        "imported {} file(s) into job {:?}: {:.1} MB in {secs:.2} s",
+        reports.len(),
+        a.job,
+        bytes as f64 / 1e6
+    );
+    Ok(())
 }
 
 async fn view(

@@ -3,7 +3,7 @@
 //!
 //! In: the collector's base URL (e.g. `http://127.0.0.1:7701`) and the
 //! command's options. Out: the API's rows ([`JobInfo`], [`StepRow`]) and
-//! their rendering as a table, JSON or CSV ([`format`], pure).
+//! their rendering as a table, JSON or CSV (module `format`, pure).
 //!
 //! API: `GET /api/v1/jobs` -> `{"jobs": [JobInfo]}`;
 //! `GET /api/v1/jobs/{job}/steps?last=&from_step=&to_step=` ->

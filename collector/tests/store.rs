@@ -767,12 +767,25 @@ async fn retention_drops_old_day_partitions_and_keeps_recent_ones() {
     let store = fresh_store("retention").await;
     let (handle, _task, _stop) = writer(store.clone(), writer_cfg(100_000, 10, 8));
     let now = now_ns();
+    let day_of = |ns: u64| {
+        ch().query(&format!(
+            "SELECT toYYYYMMDD(toDateTime({}, 'UTC'))",
+            ns / 1_000_000_000
+        ))
+        .unwrap()
+        .trim()
+        .to_string()
+    };
     handle.write(full_row_set("job-r", 1, now)).await.unwrap();
     handle
         .write(full_row_set("job-r", 2, now - 10 * DAY_NS))
         .await
         .unwrap();
-    assert_eq!(store.count_rows(Table::Spans, "job-r").await.unwrap(), 2);
+    handle
+        .write(full_row_set("job-r", 3, now + 8 * DAY_NS))
+        .await
+        .unwrap();
+    assert_eq!(store.count_rows(Table::Spans, "job-r").await.unwrap(), 3);
 
     assert!(
         store
@@ -782,19 +795,17 @@ async fn retention_drops_old_day_partitions_and_keeps_recent_ones() {
             .is_empty(),
         "0 keeps forever"
     );
+    // The day 10 days ago is older than 7 days, but it was written just now
+    // (an import of old data): it stays for 7 days after its write.
     assert!(store
-        .drop_expired_partitions(30, now)
+        .drop_expired_partitions(7, now)
         .await
         .unwrap()
         .is_empty());
-    let dropped = store.drop_expired_partitions(7, now).await.unwrap();
-    let old_day = ch()
-        .query(&format!(
-            "SELECT toYYYYMMDD(toDateTime({}, 'UTC'))",
-            (now - 10 * DAY_NS) / 1_000_000_000
-        ))
-        .unwrap();
-    let mut expected: Vec<String> = [
+    // 8 days later both the old day and today have expired; day +8 stays.
+    let later = now + 8 * DAY_NS;
+    let dropped = store.drop_expired_partitions(7, later).await.unwrap();
+    let tables = [
         "collectives",
         "hang_suspects",
         "ingest_batches",
@@ -804,10 +815,16 @@ async fn retention_drops_old_day_partitions_and_keeps_recent_ones() {
         "step_breakdown",
         "steps",
         "straggler_verdicts",
-    ]
-    .iter()
-    .map(|t| format!("{t}/{}", old_day.trim()))
-    .collect();
+    ];
+    let mut expected: Vec<String> = tables
+        .iter()
+        .flat_map(|t| {
+            [
+                format!("{t}/{}", day_of(now - 10 * DAY_NS)),
+                format!("{t}/{}", day_of(now)),
+            ]
+        })
+        .collect();
     expected.sort();
     assert_eq!(dropped, expected);
     for table in [
@@ -822,10 +839,10 @@ async fn retention_drops_old_day_partitions_and_keeps_recent_ones() {
             if table == Table::Steps { 2 } else { 1 }
         );
     }
-    assert_eq!(store.acked_batches("agent-a", 7).await.unwrap(), vec![1]);
+    assert_eq!(store.acked_batches("agent-a", 7).await.unwrap(), vec![3]);
     assert!(
         store
-            .drop_expired_partitions(7, now)
+            .drop_expired_partitions(7, later)
             .await
             .unwrap()
             .is_empty(),

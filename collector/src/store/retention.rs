@@ -7,7 +7,9 @@
 //! partition id is the UTC day as eight digits; ids are parsed as numbers before they go
 //! into SQL, anything else is skipped with a warning. Day D is dropped when
 //! `D + 1 day <= now - retention_days`, i.e. when none of its rows is younger than the
-//! retention. `retention_days = 0` keeps everything.
+//! retention, AND its last write (the newest part's `modification_time`) is older than
+//! the retention too: an imported trace of last year is kept for `retention_days`
+//! after its import, not dropped at once. `retention_days = 0` keeps everything.
 
 use clickhouse::sql::Identifier;
 use clickhouse::Row;
@@ -24,6 +26,8 @@ const NS_PER_DAY: u64 = 86_400 * 1_000_000_000;
 struct PartRow {
     table: String,
     partition_id: String,
+    /// Unix seconds of the partition's newest part.
+    written_s: u64,
 }
 
 impl Store {
@@ -57,7 +61,9 @@ impl Store {
                 tracing::warn!(table = %part.table, partition = %part.partition_id, "skipping partition that is not a YYYYMMDD day");
                 continue;
             };
-            if day >= cutoff {
+            let retention_ns = u64::from(retention_days) * NS_PER_DAY;
+            let written_ns = part.written_s.saturating_mul(1_000_000_000);
+            if day >= cutoff || written_ns.saturating_add(retention_ns) > now_ns {
                 continue;
             }
             self.client()

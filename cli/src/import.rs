@@ -1,0 +1,358 @@
+//! Import of PyTorch profiler (Kineto) Chrome-trace files as `rankscope.v1`
+//! event streams, one stream per file (= per rank).
+//!
+//! In: a `.json` or `.json.gz` trace (gzip is recognised by its magic
+//! bytes), [`ImportOptions`]. Out: [`Chunk`]s of `rankscope.v1` events for
+//! one rank, each a self-contained `RankEvents` group (identity, the
+//! definitions of every name id it references, at most `chunk_events`
+//! events), handed to a sink in stream order; then an [`ImportSummary`]
+//! with [`ImportStats`]. [`discover()`] expands folders into trace files.
+//!
+//! What becomes what:
+//! - identity: `distributedInfo.rank` / `world_size` (or the caller's
+//!   overrides; without either the file is rejected), `local_rank` = the
+//!   device of the GPU activities, labels `source=kineto`, `trace_file`,
+//!   `gpu` (from `deviceProperties`), `backend`, `nccl_version`;
+//! - steps: CPU `ProfilerStep#N` annotations become `StepBegin(N)` /
+//!   `StepEnd(N)` (GPU-side `gpu_user_annotation` ones if the CPU ones are
+//!   missing; a trace with neither is one step 0 over the whole trace);
+//! - GPU activities (`kernel`, `gpu_memcpy`, `gpu_memset`) become `Kernel`
+//!   events (kind, name, stream = `args.stream` or `tid`, device =
+//!   `args.device` or `pid`, correlation, memcpy/memset bytes); each
+//!   belongs to the step of its CPU launch (same `args.correlation`, as HTA
+//!   does); those launched outside any step, or before the trace started,
+//!   are kept, outside the steps (see the `plan` module);
+//! - NCCL kernels (`^nccl.*Kernel`) also become `Collective` events (see
+//!   the `nccl` module for op, dtype, bytes, process group and sequence numbers);
+//! - a few CPU phase annotations become `Span`s (`## forward ##`,
+//!   `## backward ##`, `## optimizer ##`, `DistributedDataParallel.forward`,
+//!   `Optimizer.step#*`, `Optimizer.zero_grad#*`, `enumerate(DataLoader)#*`).
+//!
+//! Time: `ts`/`dur` are microseconds, integers (old traces) or floats with
+//! nanosecond precision (new ones). Output times are u64 ns since the Unix
+//! epoch: `baseTimeNanoseconds` (0 when absent: old traces' `ts` are epoch
+//! microseconds already) + `ts * 1000`, rounded to the nanosecond. HTA's
+//! rounding of float timestamps to whole microseconds is not applied: the
+//! HTA numbers of the reference set are reproduced without it (integer
+//! timestamps), and newer traces keep their real precision.
+//!
+//! Stream order: `StepBegin(N)`, the events of step N (by start time),
+//! `StepEnd(N)`, with out-of-step events between steps where they belong
+//! in time; every interval has `end_ns >= start_ns`. The output is a pure
+//! function of the file (and the options other than `max_buffered_events`).
+//!
+//! Memory: the document is streamed (never a DOM). A first pass keeps
+//! O(steps + API calls + NCCL kernels) facts (about 24 bytes per CUDA API
+//! call); ordering passes keep at most `max_buffered_events` compact records
+//! (about 64 bytes each); a chunk holds at most `chunk_events` events.
+//! Unusable single events (no numeric `ts`/`dur`) are skipped and counted;
+//! structural problems fail the file with an [`ImportError`] naming it.
+
+mod discover;
+mod emit;
+mod error;
+mod event;
+mod identity;
+mod names;
+mod nccl;
+mod plan;
+mod raw;
+mod scalar;
+mod scan;
+pub mod send;
+mod source;
+mod stats;
+mod time;
+
+use std::collections::HashMap;
+use std::path::Path;
+
+use rankscope_proto::v1 as proto;
+
+pub use discover::discover;
+pub use error::{ImportError, Problem};
+pub use stats::{EventCounts, ImportStats, MAX_WARNINGS};
+
+use emit::{Emitter, Window};
+use names::Interner;
+use plan::Plan;
+use raw::TopMeta;
+use scan::Scan;
+
+/// Default events per chunk.
+pub const DEFAULT_CHUNK_EVENTS: usize = 10_000;
+/// Default bound on records buffered by one ordering pass (~64 MiB).
+pub const DEFAULT_MAX_BUFFERED_EVENTS: usize = 1_000_000;
+
+/// How to import.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ImportOptions {
+    /// Job id the events are filed under. Required.
+    pub job: String,
+    /// Run id (empty = unknown).
+    pub run_id: String,
+    /// Node name for the identity (empty: the trace does not record it).
+    pub node: String,
+    /// Rank to use instead of `distributedInfo.rank`.
+    pub rank_override: Option<u32>,
+    /// World size to use instead of `distributedInfo.world_size`.
+    pub world_size_override: Option<u32>,
+    /// Most events per chunk (>= 1).
+    pub chunk_events: usize,
+    /// Most records one ordering pass buffers (>= 1); more events need more
+    /// passes over the file, the output is the same.
+    pub max_buffered_events: usize,
+}
+
+impl ImportOptions {
+    /// Defaults for `job`.
+    pub fn new(job: impl Into<String>) -> Self {
+        Self {
+            job: job.into(),
+            run_id: String::new(),
+            node: String::new(),
+            rank_override: None,
+            world_size_override: None,
+            chunk_events: DEFAULT_CHUNK_EVENTS,
+            max_buffered_events: DEFAULT_MAX_BUFFERED_EVENTS,
+        }
+    }
+}
+
+/// A piece of one rank's event stream: a self-contained `RankEvents` group.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Chunk {
+    /// 0, 1, 2, ... within the file.
+    pub index: u64,
+    /// The rank (same in every chunk of a file).
+    pub identity: proto::RankIdentity,
+    /// Definitions of every name id the events reference (ids are stable
+    /// across the chunks of a file).
+    pub names: Vec<proto::InternedName>,
+    /// Events in stream order.
+    pub events: Vec<proto::Event>,
+}
+
+impl Chunk {
+    /// As the wire group the collector ingests.
+    pub fn into_rank_events(self) -> proto::RankEvents {
+        proto::RankEvents {
+            identity: Some(self.identity),
+            names: self.names,
+            events: self.events,
+        }
+    }
+}
+
+/// Where an import is, for progress display.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Progress {
+    /// 1 = the scan, 2.. = ordering passes (usually just 2).
+    pub pass: u32,
+    /// File bytes read in this pass.
+    pub file_bytes_read: u64,
+    /// File size.
+    pub file_bytes_total: u64,
+}
+
+/// The result of importing one file.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ImportSummary {
+    pub identity: proto::RankIdentity,
+    pub stats: ImportStats,
+}
+
+/// A whole file in memory (for tests and small traces).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ImportedRank {
+    pub identity: proto::RankIdentity,
+    /// Every name definition, by id.
+    pub names: Vec<proto::InternedName>,
+    pub events: Vec<proto::Event>,
+    pub stats: ImportStats,
+}
+
+/// Imports `path`, handing chunks to `sink` (see the module doc).
+pub fn import_file<F, E>(
+    path: &Path,
+    opts: &ImportOptions,
+    sink: F,
+) -> Result<ImportSummary, ImportError>
+where
+    F: FnMut(Chunk) -> Result<(), E>,
+    E: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    import_file_with_progress(path, opts, |_| {}, sink)
+}
+
+/// [`import_file`] with progress callbacks (about one per MiB read).
+pub fn import_file_with_progress<F, E>(
+    path: &Path,
+    opts: &ImportOptions,
+    mut progress: impl FnMut(&Progress),
+    sink: F,
+) -> Result<ImportSummary, ImportError>
+where
+    F: FnMut(Chunk) -> Result<(), E>,
+    E: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    run(path, opts, &mut progress, sink).map_err(|p| p.at(path))
+}
+
+/// Imports `path` into memory: all chunks joined.
+pub fn import_to_memory(path: &Path, opts: &ImportOptions) -> Result<ImportedRank, ImportError> {
+    let mut names = HashMap::new();
+    let mut events = Vec::new();
+    let summary = import_file(path, opts, |c: Chunk| {
+        for n in c.names {
+            names.entry(n.id).or_insert(n);
+        }
+        events.extend(c.events);
+        Ok::<(), std::convert::Infallible>(())
+    })?;
+    let mut names: Vec<proto::InternedName> = names.into_values().collect();
+    names.sort_by_key(|n| n.id);
+    Ok(ImportedRank {
+        identity: summary.identity,
+        names,
+        events,
+        stats: summary.stats,
+    })
+}
+
+fn run<F, E>(
+    path: &Path,
+    opts: &ImportOptions,
+    progress: &mut dyn FnMut(&Progress),
+    sink: F,
+) -> Result<ImportSummary, Problem>
+where
+    F: FnMut(Chunk) -> Result<(), E>,
+    E: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    if opts.job.is_empty() {
+        return Err(Problem::BadOptions("the job id is empty".into()));
+    }
+    let file_bytes_total = std::fs::metadata(path).map_err(Problem::Io)?.len();
+    let report = |pass: u32| {
+        move |read: u64| Progress {
+            pass,
+            file_bytes_read: read,
+            file_bytes_total,
+        }
+    };
+
+    // Pass 1: the facts needed to place events.
+    let mut meta = TopMeta::default();
+    let mut scan = Scan::default();
+    let at = report(1);
+    let first = source::pass(
+        path,
+        &mut meta,
+        &mut scan,
+        true,
+        Some(&mut |n| progress(&at(n))),
+    )?;
+    check_events(&meta, &scan)?;
+    let identity = identity::identity(path, opts, &meta, &scan)?;
+    let base_ns = meta.base_time_ns.unwrap_or(0);
+    if let Some((_, end)) = scan.bounds {
+        if base_ns.checked_add(end).is_none() {
+            return Err(Problem::TimeOverflow {
+                base_ns,
+                offset_ns: end,
+            });
+        }
+    }
+    let mut stats = std::mem::take(&mut scan.stats);
+    if stats.skipped_bad_events > 0 {
+        stats.warn(format!(
+            "{} event(s) without a usable ts/dur skipped",
+            stats.skipped_bad_events
+        ));
+    }
+    stats.file_bytes = file_bytes_total;
+    stats.bytes_read = first.file;
+    stats.json_bytes = first.json;
+    stats.trace_events = meta.event_count;
+    let pg_config = meta
+        .dist
+        .as_mut()
+        .and_then(|d| d.pg_config.take())
+        .unwrap_or_default();
+    let plan = Plan::new(&mut scan, identity.world_size, &pg_config, &mut stats);
+    drop(scan);
+
+    // Ordering passes, each emitting what it buffered.
+    let mut interner = Interner::default();
+    let mut emitter = Emitter::new(
+        &plan,
+        identity.clone(),
+        base_ns,
+        opts.chunk_events,
+        sink,
+        stats,
+    );
+    let mut after = None;
+    let mut passes = 1;
+    loop {
+        passes += 1;
+        let mut window = Window::new(&plan, &mut interner, after, opts.max_buffered_events);
+        let mut again = TopMeta::default();
+        let at = report(passes);
+        let bytes = source::pass(
+            path,
+            &mut again,
+            &mut window,
+            false,
+            Some(&mut |n| progress(&at(n))),
+        )?;
+        if again.event_count != meta.event_count {
+            return Err(Problem::Changed {
+                was: meta.event_count,
+                now: again.event_count,
+            });
+        }
+        let (recs, more, peak) = window.finish();
+        emitter.stats.bytes_read += bytes.file;
+        emitter.stats.max_buffered_events = emitter.stats.max_buffered_events.max(peak as u64);
+        after = recs.last().map(emit::Rec::key).or(after);
+        let done = !more || recs.is_empty();
+        emitter.emit(recs, &interner)?;
+        if done {
+            break;
+        }
+    }
+    let mut stats = emitter.finish(&interner)?;
+    stats.passes = passes;
+    if stats.gpu_events_unlinked > 0 {
+        stats.warn(format!(
+            "{} GPU event(s) have no CPU launch in the trace (launched before profiling \
+             started): kept outside the steps",
+            stats.gpu_events_unlinked
+        ));
+    }
+    Ok(ImportSummary { identity, stats })
+}
+
+/// File-level checks after the scan.
+fn check_events(meta: &TopMeta, scan: &Scan) -> Result<(), Problem> {
+    if !meta.has_events {
+        return Err(Problem::NotKinetoTrace(
+            "no traceEvents array in the top-level object".into(),
+        ));
+    }
+    if meta.event_count == 0 {
+        return Err(Problem::EmptyTrace);
+    }
+    if scan.usable == 0 {
+        return Err(Problem::NoUsableEvents {
+            events: meta.event_count,
+            skipped: scan.stats.skipped_bad_events,
+        });
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,396 @@
+//! Ordering passes and chunked output.
+//!
+//! In: the trace's events again (one or more passes), the [`Plan`]. Out:
+//! `rankscope.v1` events in stream order, in [`Chunk`]s of at most
+//! `chunk_events` events, handed to the caller's sink.
+//!
+//! Stream order: segments in order (see [`super::plan`]); within a segment
+//! by start time, then trace order; `StepBegin(N)` before the first event
+//! of step N's segment and `StepEnd(N)` after its last, emitted even for
+//! steps without events. A Collective follows its NCCL kernel's Kernel.
+//!
+//! Bounded memory: a [`Window`] pass keeps only the `max_buffered` smallest
+//! sort keys after the last emitted one (a bounded max-heap), so a pass
+//! holds at most `max_buffered` compact records whatever the trace size; if
+//! more were left, another pass follows from where this one stopped. The
+//! output does not depend on `max_buffered` (keys are unique: the trace
+//! ordinal is part of them; wire name ids are assigned at emission).
+
+use std::collections::{BinaryHeap, HashSet};
+
+use rankscope_proto::v1 as proto;
+
+use super::event::{self, Class};
+use super::names::{Interner, Published};
+use super::plan::Plan;
+use super::raw::{EventHandler, RawEvent};
+use super::stats::ImportStats;
+use super::{Chunk, Problem};
+
+/// Sort key: (segment, start ns, trace ordinal, 0 = the event / 1 = its
+/// Collective).
+pub(crate) type Key = (u32, u64, u64, u8);
+
+#[derive(Debug)]
+enum Body {
+    Kernel {
+        kind: proto::KernelKind,
+        name: u32,
+        stream: u32,
+        device: i32,
+        end: u64,
+        corr: u64,
+        bytes: u64,
+        linked: bool,
+    },
+    Collective {
+        index: usize,
+        pg: u32,
+        stream: u32,
+        device: i32,
+        end: u64,
+    },
+    Span {
+        category: proto::SpanCategory,
+        name: u32,
+        end: u64,
+    },
+}
+
+/// One buffered output event (start and times relative to the trace base).
+#[derive(Debug)]
+pub(crate) struct Rec {
+    key: Key,
+    body: Body,
+}
+
+impl Rec {
+    pub(crate) fn key(&self) -> Key {
+        self.key
+    }
+}
+
+impl PartialEq for Rec {
+    fn eq(&self, other: &Self) -> bool {
+        self.key == other.key
+    }
+}
+impl Eq for Rec {}
+impl PartialOrd for Rec {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+impl Ord for Rec {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.key.cmp(&other.key)
+    }
+}
+
+/// One ordering pass: keeps the `cap` smallest records with key > `after`.
+pub(crate) struct Window<'a> {
+    plan: &'a Plan,
+    interner: &'a mut Interner,
+    after: Option<Key>,
+    cap: usize,
+    heap: BinaryHeap<Rec>,
+    overflow: bool,
+    peak: usize,
+}
+
+impl<'a> Window<'a> {
+    pub(crate) fn new(
+        plan: &'a Plan,
+        interner: &'a mut Interner,
+        after: Option<Key>,
+        cap: usize,
+    ) -> Self {
+        Self {
+            plan,
+            interner,
+            after,
+            cap: cap.max(1),
+            heap: BinaryHeap::new(),
+            overflow: false,
+            peak: 0,
+        }
+    }
+
+    /// The pass's records in stream order, whether records were left for
+    /// another pass, and the most records held at once.
+    pub(crate) fn finish(self) -> (Vec<Rec>, bool, usize) {
+        (self.heap.into_sorted_vec(), self.overflow, self.peak)
+    }
+
+    fn offer(&mut self, key: Key, build: impl FnOnce(&mut Interner) -> Body) {
+        if self.after.is_some_and(|a| key <= a) {
+            return;
+        }
+        if self.heap.len() >= self.cap {
+            self.overflow = true;
+            match self.heap.peek() {
+                Some(top) if key < top.key => {
+                    self.heap.pop();
+                }
+                _ => return,
+            }
+        }
+        let body = build(self.interner);
+        self.heap.push(Rec { key, body });
+        self.peak = self.peak.max(self.heap.len());
+    }
+}
+
+impl EventHandler for Window<'_> {
+    fn event(&mut self, ordinal: u64, ev: RawEvent) {
+        let class = event::classify(&ev);
+        let Ok((start, end)) = event::span_ns(&ev) else {
+            return; // counted by the scan
+        };
+        let name = ev.name.as_str().unwrap_or("");
+        match class {
+            Class::Gpu(kind) => {
+                let corr = ev.args.correlation.as_u64();
+                let (seg, linked) = self.plan.gpu_seg(corr, start);
+                let stream = ev
+                    .args
+                    .stream
+                    .as_u64()
+                    .or_else(|| ev.tid.as_u64_loose())
+                    .and_then(|s| u32::try_from(s).ok())
+                    .unwrap_or(0);
+                let device = ev
+                    .args
+                    .device
+                    .as_u64()
+                    .or_else(|| ev.pid.as_u64_loose())
+                    .and_then(|d| i32::try_from(d).ok())
+                    .unwrap_or(-1);
+                let bytes = match kind {
+                    proto::KernelKind::Kernel | proto::KernelKind::Unspecified => 0,
+                    _ => ev.args.bytes.as_u64().unwrap_or_else(|| {
+                        // GB/s = bytes per ns.
+                        let bw = ev.args.bandwidth_gbps.as_f64().unwrap_or(0.0);
+                        (bw * (end - start) as f64).round().max(0.0) as u64
+                    }),
+                };
+                self.offer((seg, start, ordinal, 0), |names| Body::Kernel {
+                    kind,
+                    name: names.intern(name),
+                    stream,
+                    device,
+                    end,
+                    corr: corr.unwrap_or(0),
+                    bytes,
+                    linked,
+                });
+                let coll = self.plan.collective_index(ordinal);
+                if let Some((index, c)) = coll.filter(|(_, c)| c.op.is_some()) {
+                    let pg_name = c.pg.clone();
+                    self.offer((seg, start, ordinal, 1), |names| Body::Collective {
+                        index,
+                        pg: if pg_name.is_empty() {
+                            0
+                        } else {
+                            names.intern(&pg_name)
+                        },
+                        stream,
+                        device,
+                        end,
+                    });
+                }
+            }
+            Class::CpuAnnotation | Class::CpuOp => {
+                if let Some(category) = event::span_category(class, name) {
+                    let seg = self.plan.cpu_seg(start);
+                    self.offer((seg, start, ordinal, 0), |names| Body::Span {
+                        category,
+                        name: names.intern(name),
+                        end,
+                    });
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+/// Turns ordered records into wire events and chunks.
+pub(crate) struct Emitter<'p, F> {
+    plan: &'p Plan,
+    identity: proto::RankIdentity,
+    base_ns: u64,
+    chunk_events: usize,
+    published: Published,
+    events: Vec<proto::Event>,
+    next_marker: usize,
+    ranks_sent: HashSet<u32>,
+    sink: F,
+    pub(crate) stats: ImportStats,
+}
+
+impl<'p, F, E> Emitter<'p, F>
+where
+    F: FnMut(Chunk) -> Result<(), E>,
+    E: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    pub(crate) fn new(
+        plan: &'p Plan,
+        identity: proto::RankIdentity,
+        base_ns: u64,
+        chunk_events: usize,
+        sink: F,
+        stats: ImportStats,
+    ) -> Self {
+        Self {
+            plan,
+            identity,
+            base_ns,
+            chunk_events: chunk_events.max(1),
+            published: Published::new(),
+            events: Vec::new(),
+            next_marker: 0,
+            ranks_sent: HashSet::new(),
+            sink,
+            stats,
+        }
+    }
+
+    /// Emits one pass's records (already in stream order).
+    pub(crate) fn emit(&mut self, recs: Vec<Rec>, names: &Interner) -> Result<(), Problem> {
+        for rec in recs {
+            let (seg, start, _, _) = rec.key;
+            self.advance(seg, names)?;
+            let at = |t: u64| self.base_ns.saturating_add(t);
+            let kind = match rec.body {
+                Body::Kernel {
+                    kind,
+                    name,
+                    stream,
+                    device,
+                    end,
+                    corr,
+                    bytes,
+                    linked,
+                } => {
+                    self.stats.gpu_events_unlinked += u64::from(!linked);
+                    self.stats.gpu_events_outside_steps += u64::from(seg & 1 == 0);
+                    proto::event::Kind::Kernel(proto::Kernel {
+                        kind: kind as i32,
+                        name_id: self.published.use_name(name),
+                        stream,
+                        device,
+                        start_ns: at(start),
+                        end_ns: at(end),
+                        correlation: corr,
+                        bytes,
+                    })
+                }
+                Body::Collective {
+                    index,
+                    pg,
+                    stream,
+                    device,
+                    end,
+                } => {
+                    let c = &self.plan.collectives[index];
+                    let pg = self.published.use_name(pg);
+                    let group_ranks = if self.ranks_sent.insert(pg) {
+                        c.group_ranks.clone()
+                    } else {
+                        Vec::new()
+                    };
+                    proto::event::Kind::Collective(proto::Collective {
+                        op: c.op.map_or(0, |op| op as i32),
+                        process_group_id: pg,
+                        group_ranks,
+                        group_size: c.group_size,
+                        dtype: c.dtype as i32,
+                        count: c.count,
+                        bytes: c.bytes,
+                        seq: c.seq,
+                        stream,
+                        device,
+                        start_ns: at(start),
+                        end_ns: at(end),
+                        peer: 0,
+                    })
+                }
+                Body::Span {
+                    category,
+                    name,
+                    end,
+                } => proto::event::Kind::Span(proto::Span {
+                    category: category as i32,
+                    name_id: self.published.use_name(name),
+                    start_ns: at(start),
+                    end_ns: at(end),
+                    stream: 0,
+                    device: -1,
+                }),
+            };
+            self.push(proto::Event { kind: Some(kind) }, names)?;
+        }
+        Ok(())
+    }
+
+    /// Emits the remaining step markers and the last chunk.
+    pub(crate) fn finish(mut self, names: &Interner) -> Result<ImportStats, Problem> {
+        self.advance(u32::MAX, names)?;
+        self.flush(names)?;
+        Ok(self.stats)
+    }
+
+    /// Emits the step markers that precede events of segment `seg`: marker
+    /// `m` (StepBegin of step m/2 when even, its StepEnd when odd) precedes
+    /// segments >= m + 1.
+    fn advance(&mut self, seg: u32, names: &Interner) -> Result<(), Problem> {
+        let markers = 2 * self.plan.steps.len();
+        while self.next_marker < markers && (self.next_marker as u64) < u64::from(seg) {
+            let s = self.plan.steps[self.next_marker / 2];
+            let is_begin = self.next_marker == 2 * (self.next_marker / 2);
+            let kind = if is_begin {
+                proto::event::Kind::StepBegin(proto::StepBegin {
+                    step: s.step,
+                    ts_ns: self.base_ns.saturating_add(s.start),
+                })
+            } else {
+                proto::event::Kind::StepEnd(proto::StepEnd {
+                    step: s.step,
+                    ts_ns: self.base_ns.saturating_add(s.end),
+                })
+            };
+            self.next_marker += 1;
+            self.push(proto::Event { kind: Some(kind) }, names)?;
+        }
+        Ok(())
+    }
+
+    fn push(&mut self, ev: proto::Event, names: &Interner) -> Result<(), Problem> {
+        self.stats.events_by_kind.add(&ev);
+        self.events.push(ev);
+        if self.events.len() >= self.chunk_events {
+            self.flush(names)?;
+        }
+        Ok(())
+    }
+
+    fn flush(&mut self, names: &Interner) -> Result<(), Problem> {
+        if self.events.is_empty() {
+            return Ok(());
+        }
+        let index = self.stats.chunks;
+        let chunk = Chunk {
+            index,
+            identity: self.identity.clone(),
+            names: self.published.take_chunk_names(names),
+            events: std::mem::take(&mut self.events),
+        };
+        self.ranks_sent.clear();
+        self.stats.chunks += 1;
+        (self.sink)(chunk).map_err(|e| Problem::Sink {
+            chunk: index,
+            error: e.into(),
+        })
+    }
+}

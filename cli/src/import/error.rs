@@ -1,0 +1,92 @@
+//! Why a file could not be imported.
+//!
+//! Every error names the file ([`ImportError::path`]) and the problem in
+//! words a user can act on ([`Problem`]); positions in the JSON are given
+//! as line and column of the decompressed text.
+
+use std::path::PathBuf;
+
+/// A file that could not be imported, and why.
+#[derive(Debug, thiserror::Error)]
+#[error("{}: {problem}", path.display())]
+pub struct ImportError {
+    /// The file (or folder, for discovery errors).
+    pub path: PathBuf,
+    /// What is wrong with it.
+    pub problem: Problem,
+}
+
+/// What is wrong with a trace file.
+#[derive(Debug, thiserror::Error)]
+pub enum Problem {
+    /// The file cannot be opened or read.
+    #[error("cannot read: {0}")]
+    Io(std::io::Error),
+    /// The JSON ends before the document is complete.
+    #[error("truncated: the JSON ends early (line {line}, column {column})")]
+    Truncated { line: usize, column: usize },
+    /// The gzip stream ends before its end marker.
+    #[error("truncated: the gzip stream ends early")]
+    TruncatedGzip,
+    /// The gzip data is damaged.
+    #[error("corrupt gzip data: {0}")]
+    CorruptGzip(String),
+    /// The text is not JSON.
+    #[error("not JSON: {message} at line {line} column {column}")]
+    NotJson {
+        message: String,
+        line: usize,
+        column: usize,
+    },
+    /// Valid JSON, but not shaped like a Kineto trace.
+    #[error("not a Kineto trace: {0}")]
+    NotKinetoTrace(String),
+    /// `traceEvents` has no elements.
+    #[error("traceEvents is empty: nothing to import")]
+    EmptyTrace,
+    /// No `distributedInfo` and no rank / world size given by the caller.
+    #[error(
+        "no distributedInfo (rank, world_size) in the trace; \
+         pass --rank and --world-size to import it anyway"
+    )]
+    MissingDistributedInfo,
+    /// `distributedInfo` is present but unusable.
+    #[error("bad distributedInfo: {0}")]
+    BadDistributedInfo(String),
+    /// Every complete event lacks a usable `ts` or `dur`.
+    #[error(
+        "no event has a usable ts and dur ({skipped} complete events lack them, \
+         {events} trace events in all)"
+    )]
+    NoUsableEvents { events: u64, skipped: u64 },
+    /// Timestamps do not fit u64 nanoseconds since the epoch.
+    #[error(
+        "timestamps overflow u64 nanoseconds (baseTimeNanoseconds {base_ns} + {offset_ns} ns)"
+    )]
+    TimeOverflow { base_ns: u64, offset_ns: u64 },
+    /// The file changed between two passes over it.
+    #[error("the file changed while being imported ({was} events in the first pass, {now} later)")]
+    Changed { was: u64, now: u64 },
+    /// A folder holds no trace files.
+    #[error("no .json or .json.gz trace files in this folder")]
+    NoTraceFiles,
+    /// The caller's options are unusable.
+    #[error("invalid import options: {0}")]
+    BadOptions(String),
+    /// The caller's sink failed on a chunk.
+    #[error("sending chunk {chunk} failed: {error}")]
+    Sink {
+        chunk: u64,
+        error: Box<dyn std::error::Error + Send + Sync>,
+    },
+}
+
+impl Problem {
+    /// Attaches the file.
+    pub(crate) fn at(self, path: impl Into<PathBuf>) -> ImportError {
+        ImportError {
+            path: path.into(),
+            problem: self,
+        }
+    }
+}

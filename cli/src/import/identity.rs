@@ -1,0 +1,86 @@
+//! The rank identity of an imported file.
+//!
+//! In: the options, `distributedInfo` / `deviceProperties` and what the
+//! scan saw. Out: a `RankIdentity`, or a [`Problem`] when rank and world
+//! size are unknown or inconsistent. Overrides win over `distributedInfo`;
+//! without `distributedInfo` both overrides are required.
+
+use std::collections::HashMap;
+use std::path::Path;
+
+use rankscope_proto::v1 as proto;
+
+use super::raw::TopMeta;
+use super::scan::Scan;
+use super::{ImportOptions, Problem};
+
+/// The rank identity from `distributedInfo`, the options and the trace.
+pub(crate) fn identity(
+    path: &Path,
+    opts: &ImportOptions,
+    meta: &TopMeta,
+    scan: &Scan,
+) -> Result<proto::RankIdentity, Problem> {
+    let dist = meta.dist.as_ref();
+    if dist.is_none() && (opts.rank_override.is_none() || opts.world_size_override.is_none()) {
+        return Err(Problem::MissingDistributedInfo);
+    }
+    let field = |name: &str, v: Option<u64>, over: Option<u32>| -> Result<u32, Problem> {
+        over.or_else(|| v.and_then(|v| u32::try_from(v).ok()))
+            .ok_or_else(|| {
+                Problem::BadDistributedInfo(format!(
+                    "{name} is missing or not a small non-negative integer"
+                ))
+            })
+    };
+    let rank = field(
+        "rank",
+        dist.and_then(|d| d.rank.as_u64()),
+        opts.rank_override,
+    )?;
+    let world_size = field(
+        "world_size",
+        dist.and_then(|d| d.world_size.as_u64()),
+        opts.world_size_override,
+    )?;
+    if world_size == 0 || rank >= world_size {
+        return Err(Problem::BadDistributedInfo(format!(
+            "rank {rank} is not below world_size {world_size}"
+        )));
+    }
+    let mut labels = HashMap::from([("source".to_owned(), "kineto".to_owned())]);
+    if let Some(name) = path.file_name().and_then(|n| n.to_str()) {
+        labels.insert("trace_file".into(), name.to_owned());
+    }
+    let device = scan.first_device;
+    let gpu = meta
+        .devices
+        .iter()
+        .find(|d| d.id.as_u64() == device)
+        .or_else(|| (meta.devices.len() == 1).then(|| &meta.devices[0]))
+        .and_then(|d| d.name.as_str());
+    if let Some(gpu) = gpu {
+        labels.insert("gpu".into(), gpu.to_owned());
+    }
+    for (key, value) in [
+        ("backend", dist.and_then(|d| d.backend.as_str())),
+        ("nccl_version", dist.and_then(|d| d.nccl_version.as_str())),
+    ] {
+        if let Some(v) = value {
+            labels.insert(key.into(), v.to_owned());
+        }
+    }
+    Ok(proto::RankIdentity {
+        job_id: opts.job.clone(),
+        rank,
+        world_size,
+        local_rank: device.and_then(|d| u32::try_from(d).ok()).unwrap_or(0),
+        node: opts.node.clone(),
+        pid: scan
+            .host_pid
+            .and_then(|p| u32::try_from(p).ok())
+            .unwrap_or(0),
+        run_id: opts.run_id.clone(),
+        labels,
+    })
+}

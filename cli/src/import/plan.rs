@@ -1,0 +1,272 @@
+//! Between the passes: where every event goes, and what every NCCL kernel
+//! was.
+//!
+//! In: a [`Scan`]. Out: a [`Plan`]: the steps, the segment of any CPU time
+//! or GPU activity, and the resolved collectives.
+//!
+//! Segments order the output stream: with `n` steps (sorted by start),
+//! segment `2k` is the gap before step `k` (out-of-step events), `2k + 1`
+//! is step `k`, `2n` is after the last step. Assignment rules:
+//! - a GPU activity belongs to the step of its CPU launch (the API call
+//!   with the same `args.correlation`, as HTA does); a launch outside every
+//!   step puts it in the gap where the launch happened;
+//! - a GPU activity with no launch in the trace (launched before the
+//!   profiler started) is outside every step (HTA: iteration -1), in the
+//!   gap at or after its own start;
+//! - CPU spans go by their start time;
+//! - a trace without CPU `ProfilerStep#N` annotations uses GPU-side ones;
+//!   without either it is one step, step 0, spanning the whole trace, and
+//!   everything is in it.
+//!
+//! Step numbers strictly increase in time order: a repeated or decreasing
+//! `ProfilerStep#N` is dropped with a warning (its events become
+//! out-of-step). Collective sequence numbers count, per process group,
+//! the rank's NCCL kernels in launch order (kernels launched before the
+//! trace first), starting at 0; ranks of one job match by `(pg, seq)`.
+
+use std::collections::HashMap;
+
+use rankscope_proto::v1 as proto;
+
+use super::nccl;
+use super::raw::PgConfig;
+use super::scan::{Launch, Scan, StepMark};
+use super::stats::ImportStats;
+
+/// A launch, indexed by correlation id.
+#[derive(Debug, Clone, Copy)]
+struct LaunchRef {
+    corr: u64,
+    ts: u64,
+    ext: u64,
+    seg: u32,
+}
+
+/// Launch order of an NCCL kernel: (launch time, `None` = before the trace;
+/// kernel start; trace ordinal).
+type LaunchOrder = (Option<u64>, u64, u64);
+
+/// One NCCL kernel, resolved.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Resolved {
+    pub ordinal: u64,
+    /// `None`: unknown op, no `Collective` is emitted.
+    pub op: Option<proto::CollectiveOp>,
+    /// Process group name ("" = default / unknown).
+    pub pg: String,
+    pub group_size: u32,
+    pub group_ranks: Vec<u32>,
+    pub dtype: proto::DataType,
+    pub count: u64,
+    pub bytes: u64,
+    pub seq: u64,
+}
+
+/// The placement plan of one file.
+#[derive(Debug)]
+pub(crate) struct Plan {
+    /// Steps in output order.
+    pub steps: Vec<StepMark>,
+    /// Everything is in the one synthetic step.
+    pub single_step: bool,
+    launches: Vec<LaunchRef>,
+    /// NCCL kernels by ordinal.
+    pub collectives: Vec<Resolved>,
+}
+
+impl Plan {
+    pub(crate) fn new(
+        scan: &mut Scan,
+        world_size: u32,
+        pg_config: &[PgConfig],
+        stats: &mut ImportStats,
+    ) -> Self {
+        let (steps, single_step) = pick_steps(scan, stats);
+        let mut plan = Self {
+            steps,
+            single_step,
+            launches: Vec::new(),
+            collectives: Vec::new(),
+        };
+        plan.launches = index_launches(std::mem::take(&mut scan.launches), &plan);
+        plan.collectives = plan.resolve(scan, world_size, pg_config, stats);
+        plan
+    }
+
+    /// Segment of a CPU-side time.
+    pub(crate) fn cpu_seg(&self, t: u64) -> u32 {
+        if self.single_step {
+            return 1;
+        }
+        let k = self.steps.partition_point(|s| s.start <= t);
+        if k > 0 && t < self.steps[k - 1].end {
+            seg(2 * (k - 1) + 1)
+        } else {
+            seg(2 * k)
+        }
+    }
+
+    /// Segment of a GPU activity, and whether its launch was found.
+    pub(crate) fn gpu_seg(&self, corr: Option<u64>, start: u64) -> (u32, bool) {
+        if self.single_step {
+            return (1, self.launch(corr).is_some());
+        }
+        match self.launch(corr) {
+            Some(l) => (l.seg, true),
+            None => (
+                seg(2 * self.steps.partition_point(|s| s.start <= start)),
+                false,
+            ),
+        }
+    }
+
+    fn launch(&self, corr: Option<u64>) -> Option<&LaunchRef> {
+        let corr = corr?;
+        let i = self.launches.binary_search_by_key(&corr, |l| l.corr).ok()?;
+        self.launches.get(i)
+    }
+
+    /// The resolved NCCL kernel at `ordinal` (and its index), if it is one.
+    pub(crate) fn collective_index(&self, ordinal: u64) -> Option<(usize, &Resolved)> {
+        let i = self
+            .collectives
+            .binary_search_by_key(&ordinal, |c| c.ordinal)
+            .ok()?;
+        Some((i, self.collectives.get(i)?))
+    }
+
+    fn resolve(
+        &self,
+        scan: &mut Scan,
+        world_size: u32,
+        pg_config: &[PgConfig],
+        stats: &mut ImportStats,
+    ) -> Vec<Resolved> {
+        let pgs: HashMap<&str, &PgConfig> = pg_config
+            .iter()
+            .filter_map(|p| p.pg_name.as_str().map(|n| (n, p)))
+            .collect();
+        let mut out = Vec::with_capacity(scan.nccl.len());
+        let mut order: Vec<(String, LaunchOrder, usize)> = Vec::new();
+        for draft in std::mem::take(&mut scan.nccl) {
+            let launch = self.launch(draft.corr);
+            let mut meta = draft.meta.unwrap_or_default();
+            let ext = draft.ext.or(launch.map(|l| l.ext)).filter(|e| *e != 0);
+            if let Some(rpc) = ext.and_then(|e| scan.comm_meta.get(&e)) {
+                meta.fill_from(rpc);
+            }
+            let p = nccl::payload(&draft.name, &meta);
+            let pg = meta.pg_name.clone().unwrap_or_default();
+            let cfg = pgs.get(pg.as_str());
+            let group_ranks = meta
+                .pg_ranks
+                .clone()
+                .or_else(|| cfg.and_then(|c| c.ranks.as_ranks()))
+                .unwrap_or_default();
+            let group_size = meta
+                .group_size
+                .or_else(|| {
+                    cfg.and_then(|c| c.pg_size.as_u64())
+                        .and_then(|s| u32::try_from(s).ok())
+                })
+                .or_else(|| u32::try_from(group_ranks.len()).ok().filter(|n| *n > 0))
+                .unwrap_or(world_size)
+                .max(1);
+            if p.op.is_none() {
+                stats.collectives_unknown_op += 1;
+            }
+            order.push((
+                pg.clone(),
+                (launch.map(|l| l.ts), draft.start, draft.ordinal),
+                out.len(),
+            ));
+            out.push(Resolved {
+                ordinal: draft.ordinal,
+                op: p.op,
+                pg,
+                group_size,
+                group_ranks,
+                dtype: p.dtype,
+                count: p.count,
+                bytes: p.bytes,
+                seq: 0,
+            });
+        }
+        order.sort();
+        let mut last_pg: Option<&str> = None;
+        let mut seq = 0;
+        for (pg, _, i) in &order {
+            if last_pg != Some(pg.as_str()) {
+                last_pg = Some(pg.as_str());
+                seq = 0;
+            }
+            out[*i].seq = seq;
+            seq += 1;
+        }
+        if stats.collectives_unknown_op > 0 {
+            stats.warn(format!(
+                "{} NCCL kernel(s) with no NCCL metadata and no op in their name \
+                 (e.g. ncclDevKernel_Generic): imported as kernels, no collective events",
+                stats.collectives_unknown_op
+            ));
+        }
+        out.sort_by_key(|c| c.ordinal);
+        out
+    }
+}
+
+fn seg(i: usize) -> u32 {
+    u32::try_from(i).unwrap_or(u32::MAX)
+}
+
+/// CPU steps, else GPU-side steps, else one synthetic step over everything.
+fn pick_steps(scan: &mut Scan, stats: &mut ImportStats) -> (Vec<StepMark>, bool) {
+    let mut marks = if scan.cpu_steps.is_empty() {
+        if !scan.gpu_steps.is_empty() {
+            stats.warn("no CPU ProfilerStep annotations: using the GPU-side ones");
+        }
+        std::mem::take(&mut scan.gpu_steps)
+    } else {
+        std::mem::take(&mut scan.cpu_steps)
+    };
+    if marks.is_empty() {
+        let (start, end) = scan.bounds.unwrap_or((0, 0));
+        stats.warn("no ProfilerStep annotations: the whole trace is imported as step 0");
+        let whole = StepMark {
+            step: 0,
+            start,
+            end,
+            ordinal: 0,
+        };
+        return (vec![whole], true);
+    }
+    marks.sort_by_key(|m| (m.start, m.ordinal));
+    let mut kept: Vec<StepMark> = Vec::with_capacity(marks.len());
+    for m in marks {
+        match kept.last() {
+            Some(last) if m.step <= last.step => stats.warn(format!(
+                "ProfilerStep#{} (traceEvents[{}]) dropped: step numbers must increase in time \
+                 order (previous is ProfilerStep#{})",
+                m.step, m.ordinal, last.step
+            )),
+            _ => kept.push(m),
+        }
+    }
+    (kept, false)
+}
+
+/// Sorts launches by correlation (the first in file order wins on
+/// duplicates) and assigns each its segment.
+fn index_launches(mut launches: Vec<Launch>, plan: &Plan) -> Vec<LaunchRef> {
+    launches.sort_by_key(|l| l.corr); // stable: keeps file order among equals
+    launches.dedup_by_key(|l| l.corr);
+    launches
+        .into_iter()
+        .map(|l| LaunchRef {
+            corr: l.corr,
+            ts: l.ts,
+            ext: l.ext,
+            seg: plan.cpu_seg(l.ts),
+        })
+        .collect()
+}

@@ -1,0 +1,394 @@
+//! Lenient, streaming deserialization of a Kineto Chrome-trace document.
+//!
+//! In: a `serde_json::Deserializer` over the (decompressed) file. Out: the
+//! document's small top-level metadata ([`TopMeta`]) and, one at a time,
+//! every element of `traceEvents` as a [`RawEvent`] handed to an
+//! [`EventHandler`], with its ordinal (index in the array).
+//!
+//! Invariants: the document is never held in memory: the top-level map is
+//! visited key by key (any order; `traceEvents` may come before
+//! `distributedInfo`), the event array element by element, and every field
+//! we do not need is skipped with `IgnoredAny`. Per-event fields are
+//! lenient: a value of an unexpected JSON type reads as [`Scalar::Other`]
+//! instead of failing the whole stream, so one odd event is skipped by the
+//! caller, not fatal. Only malformed JSON (syntax, truncation) and a
+//! top-level value that is not an object or array fail the parse.
+
+use std::fmt;
+
+use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
+use serde::Deserialize;
+
+pub(crate) use super::scalar::{Num, Scalar};
+
+/// Implements the visitor methods that turn every JSON type a lenient
+/// visitor does not want into `Default::default()` (draining containers).
+macro_rules! ignore_other_types {
+    () => {
+        fn visit_bool<E: de::Error>(self, _: bool) -> Result<Self::Value, E> {
+            Ok(Default::default())
+        }
+        fn visit_i64<E: de::Error>(self, _: i64) -> Result<Self::Value, E> {
+            Ok(Default::default())
+        }
+        fn visit_u64<E: de::Error>(self, _: u64) -> Result<Self::Value, E> {
+            Ok(Default::default())
+        }
+        fn visit_f64<E: de::Error>(self, _: f64) -> Result<Self::Value, E> {
+            Ok(Default::default())
+        }
+        fn visit_str<E: de::Error>(self, _: &str) -> Result<Self::Value, E> {
+            Ok(Default::default())
+        }
+        fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
+            Ok(Default::default())
+        }
+        fn visit_none<E: de::Error>(self) -> Result<Self::Value, E> {
+            Ok(Default::default())
+        }
+        fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+            IgnoredAny::deserialize(d)?;
+            Ok(Default::default())
+        }
+    };
+}
+
+/// The `args` fields the importer reads (everything else is skipped).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub(crate) struct RawArgs {
+    pub correlation: Scalar,
+    pub external_id: Scalar,
+    pub device: Scalar,
+    pub stream: Scalar,
+    pub bytes: Scalar,
+    pub bandwidth_gbps: Scalar,
+    pub coll_name: Scalar,
+    pub in_nelems: Scalar,
+    pub out_nelems: Scalar,
+    pub group_size: Scalar,
+    pub dtype: Scalar,
+    pub pg_name: Scalar,
+    pub pg_ranks: Scalar,
+}
+
+/// One element of `traceEvents`, with only the fields the importer uses.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub(crate) struct RawEvent {
+    pub ph: Scalar,
+    pub cat: Scalar,
+    pub name: Scalar,
+    pub ts: Scalar,
+    pub dur: Scalar,
+    pub pid: Scalar,
+    pub tid: Scalar,
+    pub args: RawArgs,
+}
+
+/// Reads a map key without allocating and maps it to a field index
+/// (`usize::MAX` = a key we skip).
+struct KeySeed(&'static [&'static str]);
+
+impl<'de> DeserializeSeed<'de> for KeySeed {
+    type Value = usize;
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<usize, D::Error> {
+        d.deserialize_str(self)
+    }
+}
+
+impl<'de> Visitor<'de> for KeySeed {
+    type Value = usize;
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a key")
+    }
+    fn visit_str<E: de::Error>(self, v: &str) -> Result<usize, E> {
+        Ok(self.0.iter().position(|k| *k == v).unwrap_or(usize::MAX))
+    }
+}
+
+const EVENT_KEYS: &[&str] = &["ph", "cat", "name", "ts", "dur", "pid", "tid", "args"];
+const ARG_KEYS: &[&str] = &[
+    "correlation",
+    "External id",
+    "device",
+    "stream",
+    "bytes",
+    "memory bandwidth (GB/s)",
+    "Collective name",
+    "In msg nelems",
+    "Out msg nelems",
+    "Group size",
+    "dtype",
+    "Process Group Name",
+    "Process Group Ranks",
+];
+
+struct ArgsVisitor;
+
+impl<'de> Visitor<'de> for ArgsVisitor {
+    type Value = RawArgs;
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("an args object")
+    }
+    ignore_other_types!();
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<RawArgs, A::Error> {
+        while seq.next_element::<IgnoredAny>()?.is_some() {}
+        Ok(RawArgs::default())
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<RawArgs, A::Error> {
+        let mut a = RawArgs::default();
+        while let Some(k) = map.next_key_seed(KeySeed(ARG_KEYS))? {
+            let slot = match k {
+                0 => &mut a.correlation,
+                1 => &mut a.external_id,
+                2 => &mut a.device,
+                3 => &mut a.stream,
+                4 => &mut a.bytes,
+                5 => &mut a.bandwidth_gbps,
+                6 => &mut a.coll_name,
+                7 => &mut a.in_nelems,
+                8 => &mut a.out_nelems,
+                9 => &mut a.group_size,
+                10 => &mut a.dtype,
+                11 => &mut a.pg_name,
+                12 => &mut a.pg_ranks,
+                _ => {
+                    map.next_value::<IgnoredAny>()?;
+                    continue;
+                }
+            };
+            *slot = map.next_value()?;
+        }
+        Ok(a)
+    }
+}
+
+impl<'de> Deserialize<'de> for RawArgs {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_any(ArgsVisitor)
+    }
+}
+
+struct EventVisitor;
+
+impl<'de> Visitor<'de> for EventVisitor {
+    type Value = RawEvent;
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a trace event object")
+    }
+    ignore_other_types!();
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<RawEvent, A::Error> {
+        while seq.next_element::<IgnoredAny>()?.is_some() {}
+        Ok(RawEvent::default())
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<RawEvent, A::Error> {
+        let mut e = RawEvent::default();
+        while let Some(k) = map.next_key_seed(KeySeed(EVENT_KEYS))? {
+            let slot = match k {
+                0 => &mut e.ph,
+                1 => &mut e.cat,
+                2 => &mut e.name,
+                3 => &mut e.ts,
+                4 => &mut e.dur,
+                5 => &mut e.pid,
+                6 => &mut e.tid,
+                7 => {
+                    e.args = map.next_value()?;
+                    continue;
+                }
+                _ => {
+                    map.next_value::<IgnoredAny>()?;
+                    continue;
+                }
+            };
+            *slot = map.next_value()?;
+        }
+        Ok(e)
+    }
+}
+
+impl<'de> Deserialize<'de> for RawEvent {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_any(EventVisitor)
+    }
+}
+
+/// One entry of `distributedInfo.pg_config`.
+#[derive(Debug, Clone, Default, Deserialize)]
+pub(crate) struct PgConfig {
+    #[serde(default)]
+    pub pg_name: Scalar,
+    #[serde(default)]
+    pub pg_size: Scalar,
+    #[serde(default)]
+    pub ranks: Scalar,
+}
+
+/// `distributedInfo`.
+#[derive(Debug, Clone, Default, Deserialize)]
+pub(crate) struct DistInfo {
+    #[serde(default)]
+    pub rank: Scalar,
+    #[serde(default)]
+    pub world_size: Scalar,
+    #[serde(default)]
+    pub backend: Scalar,
+    #[serde(default)]
+    pub nccl_version: Scalar,
+    #[serde(default)]
+    pub pg_config: Option<Vec<PgConfig>>,
+}
+
+/// One entry of `deviceProperties`.
+#[derive(Debug, Clone, Default, Deserialize)]
+pub(crate) struct DeviceProp {
+    #[serde(default)]
+    pub id: Scalar,
+    #[serde(default)]
+    pub name: Scalar,
+}
+
+/// The document's top-level metadata (everything but `traceEvents`).
+#[derive(Debug, Clone, Default)]
+pub(crate) struct TopMeta {
+    pub dist: Option<DistInfo>,
+    pub devices: Vec<DeviceProp>,
+    pub base_time_ns: Option<u64>,
+    /// Whether a `traceEvents` array (or a bare top-level array) was seen.
+    pub has_events: bool,
+    /// Number of elements of `traceEvents`.
+    pub event_count: u64,
+}
+
+/// Receives the events of `traceEvents`, in order.
+pub(crate) trait EventHandler {
+    fn event(&mut self, ordinal: u64, ev: RawEvent);
+}
+
+/// Visits a whole trace document: fills `meta` and feeds `handler`.
+/// With `read_meta = false` the metadata is skipped (a second pass).
+pub(crate) struct TopSeed<'a, H> {
+    pub meta: &'a mut TopMeta,
+    pub handler: &'a mut H,
+    pub read_meta: bool,
+}
+
+const TOP_KEYS: &[&str] = &[
+    "traceEvents",
+    "distributedInfo",
+    "deviceProperties",
+    "baseTimeNanoseconds",
+];
+
+impl<'de, H: EventHandler> DeserializeSeed<'de> for TopSeed<'_, H> {
+    type Value = ();
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de, H: EventHandler> Visitor<'de> for TopSeed<'_, H> {
+    type Value = ();
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a trace object with a traceEvents array")
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+        while let Some(k) = map.next_key_seed(KeySeed(TOP_KEYS))? {
+            match k {
+                0 => {
+                    self.meta.has_events = true;
+                    map.next_value_seed(EventsSeed {
+                        meta: &mut *self.meta,
+                        handler: &mut *self.handler,
+                    })?;
+                }
+                1 if self.read_meta => self.meta.dist = Some(map.next_value()?),
+                2 if self.read_meta => {
+                    self.meta.devices = map.next_value::<LenientVec<DeviceProp>>()?.0;
+                }
+                3 if self.read_meta => {
+                    self.meta.base_time_ns = map.next_value::<Scalar>()?.as_u64();
+                }
+                _ => {
+                    map.next_value::<IgnoredAny>()?;
+                }
+            }
+        }
+        Ok(())
+    }
+    /// A bare array of events (the Chrome trace "JSON array format").
+    fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<(), A::Error> {
+        self.meta.has_events = true;
+        EventsSeed {
+            meta: self.meta,
+            handler: self.handler,
+        }
+        .visit_seq(seq)
+    }
+}
+
+struct EventsSeed<'a, H> {
+    meta: &'a mut TopMeta,
+    handler: &'a mut H,
+}
+
+impl<'de, H: EventHandler> DeserializeSeed<'de> for EventsSeed<'_, H> {
+    type Value = ();
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+        d.deserialize_seq(self)
+    }
+}
+
+impl<'de, H: EventHandler> Visitor<'de> for EventsSeed<'_, H> {
+    type Value = ();
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("traceEvents to be an array")
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
+        let mut ordinal = 0u64;
+        while let Some(ev) = seq.next_element::<RawEvent>()? {
+            self.handler.event(ordinal, ev);
+            ordinal += 1;
+        }
+        self.meta.event_count = ordinal;
+        Ok(())
+    }
+}
+
+/// An array of `T`; a value that is not an array reads as empty (an element
+/// that is not a `T` still fails the parse).
+struct LenientVec<T>(Vec<T>);
+
+impl<'de, T: Deserialize<'de>> Deserialize<'de> for LenientVec<T> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V<T>(std::marker::PhantomData<T>);
+        impl<'de, T: Deserialize<'de>> Visitor<'de> for V<T> {
+            type Value = LenientVec<T>;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("an array")
+            }
+            ignore_other_types!();
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+                let mut out = Vec::new();
+                while let Some(x) = seq.next_element()? {
+                    out.push(x);
+                }
+                Ok(LenientVec(out))
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+                while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
+                Ok(LenientVec(Vec::new()))
+            }
+        }
+        d.deserialize_any(V(std::marker::PhantomData))
+    }
+}
+
+impl<T> Default for LenientVec<T> {
+    fn default() -> Self {
+        Self(Vec::new())
+    }
+}
+
+#[cfg(test)]
+#[path = "raw_tests.rs"]
+mod tests;

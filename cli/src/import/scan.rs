@@ -1,0 +1,159 @@
+//! First pass: the small facts needed to place every event.
+//!
+//! In: every [`RawEvent`] of the trace, in file order. Out: a [`Scan`]:
+//! the `ProfilerStep#N` intervals (CPU and GPU side), every CUDA/HIP API
+//! call's correlation id, start and `External id` (to link GPU activities
+//! to their launch, as HTA does), the NCCL metadata of `record_param_comms`
+//! ops by `External id`, the NCCL kernels, the trace's time bounds, and the
+//! count of unusable events.
+//!
+//! Memory: O(steps + API calls + NCCL kernels), about 24 bytes per API
+//! call, never the events themselves. Times are ns relative to the trace's
+//! base time (`baseTimeNanoseconds` may come after `traceEvents`).
+
+use std::collections::HashMap;
+
+use super::event::{self, Class};
+use super::nccl::CommMeta;
+use super::raw::{EventHandler, RawEvent};
+use super::stats::ImportStats;
+
+/// A `ProfilerStep#N` interval.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct StepMark {
+    pub step: u64,
+    pub start: u64,
+    pub end: u64,
+    pub ordinal: u64,
+}
+
+/// A host API call that may have launched GPU work.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Launch {
+    pub corr: u64,
+    pub ts: u64,
+    /// `External id` (0 = none).
+    pub ext: u64,
+}
+
+/// An NCCL kernel seen in the scan.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct NcclDraft {
+    pub ordinal: u64,
+    pub start: u64,
+    pub name: String,
+    pub corr: Option<u64>,
+    pub ext: Option<u64>,
+    /// Metadata on the kernel itself.
+    pub meta: Option<CommMeta>,
+}
+
+/// Everything the first pass learns.
+#[derive(Debug, Default)]
+pub(crate) struct Scan {
+    pub cpu_steps: Vec<StepMark>,
+    pub gpu_steps: Vec<StepMark>,
+    pub launches: Vec<Launch>,
+    pub comm_meta: HashMap<u64, CommMeta>,
+    pub nccl: Vec<NcclDraft>,
+    /// Earliest start and latest end over all usable complete events.
+    pub bounds: Option<(u64, u64)>,
+    /// Device of the first GPU activity (`args.device`, else `pid`).
+    pub first_device: Option<u64>,
+    /// Host process id of the first step annotation or API call.
+    pub host_pid: Option<u64>,
+    /// Usable complete events.
+    pub usable: u64,
+    /// GPU activities.
+    pub gpu_events: u64,
+    /// Skipped-event count and warnings.
+    pub stats: ImportStats,
+}
+
+/// How many skipped events are described individually in warnings.
+const DESCRIBED_BAD_EVENTS: u64 = 5;
+
+impl EventHandler for Scan {
+    fn event(&mut self, ordinal: u64, ev: RawEvent) {
+        let class = event::classify(&ev);
+        if class == Class::Ignored {
+            return;
+        }
+        let (start, end) = match event::span_ns(&ev) {
+            Ok(t) => t,
+            Err(why) => {
+                self.stats.skipped_bad_events += 1;
+                if self.stats.skipped_bad_events <= DESCRIBED_BAD_EVENTS {
+                    let name = ev.name.as_str().unwrap_or("");
+                    self.stats.warn(format!(
+                        "traceEvents[{ordinal}] ({name:?}) {}: skipped",
+                        why.as_str()
+                    ));
+                }
+                return;
+            }
+        };
+        self.usable += 1;
+        self.bounds = Some(match self.bounds {
+            None => (start, end),
+            Some((lo, hi)) => (lo.min(start), hi.max(end)),
+        });
+        let name = ev.name.as_str().unwrap_or("");
+        match class {
+            Class::Gpu(kind) => {
+                self.gpu_events += 1;
+                if self.first_device.is_none() {
+                    self.first_device = ev.args.device.as_u64().or(ev.pid.as_u64_loose());
+                }
+                if kind == rankscope_proto::v1::KernelKind::Kernel && event::is_nccl_kernel(name) {
+                    self.nccl.push(NcclDraft {
+                        ordinal,
+                        start,
+                        name: name.to_owned(),
+                        corr: ev.args.correlation.as_u64(),
+                        ext: ev.args.external_id.as_u64(),
+                        meta: CommMeta::from_args(&ev.args),
+                    });
+                }
+            }
+            Class::Launch => {
+                if let Some(corr) = ev.args.correlation.as_u64() {
+                    if self.host_pid.is_none() {
+                        self.host_pid = ev.pid.as_u64();
+                    }
+                    self.launches.push(Launch {
+                        corr,
+                        ts: start,
+                        ext: ev.args.external_id.as_u64().unwrap_or(0),
+                    });
+                }
+            }
+            Class::CpuAnnotation | Class::GpuAnnotation => {
+                if let Some(step) = event::profiler_step(name) {
+                    let mark = StepMark {
+                        step,
+                        start,
+                        end,
+                        ordinal,
+                    };
+                    if class == Class::CpuAnnotation {
+                        self.host_pid = ev.pid.as_u64().or(self.host_pid);
+                        self.cpu_steps.push(mark);
+                    } else {
+                        self.gpu_steps.push(mark);
+                    }
+                }
+            }
+            Class::CpuOp => {
+                if name == "record_param_comms" {
+                    if let (Some(ext), Some(meta)) =
+                        (ev.args.external_id.as_u64(), CommMeta::from_args(&ev.args))
+                    {
+                        self.comm_meta.entry(ext).or_insert(meta);
+                    }
+                }
+            }
+            Class::OtherComplete | Class::Ignored => {}
+        }
+    }
+}

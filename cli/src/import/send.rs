@@ -1,0 +1,321 @@
+//! Sending imported traces to the collector: the `rankscope import` command.
+//!
+//! In: trace files, [`ImportOptions`] and the collector's gRPC ingest URL.
+//! Out: per file a [`FileReport`]; the events are stored through the same
+//! `CollectorIngest` service (validation, duplicate detection, live step
+//! assembly and straggler analytics) as live data.
+//!
+//! Each file is parsed on a blocking thread; its chunks cross a bounded
+//! channel (parsing waits while the collector is slow, memory stays bounded)
+//! to an async sender that sends them one at a time, in order, as
+//! `AgentBatch`es. Files are imported concurrently so every rank's steps
+//! reach the collector together (a job's steps finalize when all ranks
+//! ended them).
+//!
+//! Re-import replaces, never double-counts: a batch's identity is a pure
+//! function of the input — `agent_id` = `rankscope-import`, `agent_session` =
+//! FNV-1a 64 of (job, run id, overrides, file bytes), `seq` = chunk index + 1
+//! — so the collector acknowledges a re-sent batch as a duplicate without
+//! storing it again. Transient failures (UNAVAILABLE, timeouts) are retried
+//! with backoff; anything else fails the file with an error naming it.
+
+use std::io::{IsTerminal, Read};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use rankscope_proto::v1 as proto;
+use tokio::sync::mpsc;
+
+use super::{
+    import_file_with_progress, Chunk, ImportError, ImportOptions, ImportSummary, Progress,
+};
+
+/// `agent_id` of imported batches.
+pub const IMPORT_AGENT_ID: &str = "rankscope-import";
+
+/// How to reach the collector.
+#[derive(Debug, Clone)]
+pub struct SendOptions {
+    /// The collector's gRPC ingest URL, e.g. `http://127.0.0.1:7700`.
+    pub ingest_url: String,
+    /// Attempts per batch before giving up on transient errors.
+    pub max_attempts: u32,
+    /// Files imported at the same time.
+    pub parallel_files: usize,
+    /// Print progress to stderr when it is a terminal.
+    pub progress: bool,
+}
+
+/// What happened to one file.
+#[derive(Debug, Clone)]
+pub struct FileReport {
+    pub path: PathBuf,
+    pub summary: ImportSummary,
+    /// Batches sent and stored.
+    pub batches: u64,
+    /// Batches the collector had stored before (re-import).
+    pub duplicates: u64,
+    /// Event rows the collector stored.
+    pub rows: u64,
+}
+
+/// Why an import failed.
+#[derive(Debug, thiserror::Error)]
+pub enum SendError {
+    #[error("invalid collector ingest URL {url:?}: {reason}")]
+    Url { url: String, reason: String },
+    #[error("{path}: cannot read: {source}")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error(transparent)]
+    Import(#[from] ImportError),
+    #[error("{path}: chunk {chunk}: the collector at {url} refused it: {status}")]
+    Refused {
+        path: PathBuf,
+        chunk: u64,
+        url: String,
+        status: String,
+    },
+    #[error("{path}: the import task failed: {reason}")]
+    Task { path: PathBuf, reason: String },
+}
+
+/// Imports every file and sends it to the collector.
+pub async fn import_and_send(
+    files: Vec<PathBuf>,
+    opts: &ImportOptions,
+    send: &SendOptions,
+) -> Result<Vec<FileReport>, SendError> {
+    let channel = tonic::transport::Endpoint::from_shared(send.ingest_url.clone())
+        .map_err(|e| SendError::Url {
+            url: send.ingest_url.clone(),
+            reason: e.to_string(),
+        })?
+        .connect_timeout(Duration::from_secs(10))
+        .timeout(Duration::from_secs(120))
+        .connect_lazy();
+    let client = proto::collector_ingest_client::CollectorIngestClient::new(channel)
+        .max_encoding_message_size(usize::MAX);
+    let mut reports = Vec::with_capacity(files.len());
+    for group in files.chunks(send.parallel_files.max(1)) {
+        let mut tasks = tokio::task::JoinSet::new();
+        for (i, path) in group.iter().enumerate() {
+            let (path, opts, send, client) =
+                (path.clone(), opts.clone(), send.clone(), client.clone());
+            tasks.spawn(async move { (i, import_one(path, opts, send, client).await) });
+        }
+        let mut done: Vec<(usize, FileReport)> = Vec::new();
+        while let Some(joined) = tasks.join_next().await {
+            let (i, result) = joined.map_err(|e| SendError::Task {
+                path: PathBuf::from("?"),
+                reason: e.to_string(),
+            })?;
+            done.push((i, result?));
+        }
+        done.sort_by_key(|(i, _)| *i);
+        reports.extend(done.into_iter().map(|(_, r)| r));
+    }
+    Ok(reports)
+}
+
+type Client = proto::collector_ingest_client::CollectorIngestClient<tonic::transport::Channel>;
+
+async fn import_one(
+    path: PathBuf,
+    opts: ImportOptions,
+    send: SendOptions,
+    mut client: Client,
+) -> Result<FileReport, SendError> {
+    let session = session_id(&path, &opts)?;
+    let (tx, mut rx) = mpsc::channel::<Chunk>(4);
+    let parse = {
+        let (path, opts, show) = (
+            path.clone(),
+            opts.clone(),
+            send.progress && std::io::stderr().is_terminal(),
+        );
+        tokio::task::spawn_blocking(move || {
+            let name = path.display().to_string();
+            let mut last_pct = u64::MAX;
+            let progress = move |p: &Progress| {
+                if !show || p.file_bytes_total == 0 {
+                    return;
+                }
+                let pct = 100 * p.file_bytes_read / p.file_bytes_total;
+                if pct != last_pct {
+                    last_pct = pct;
+                    eprint!("\r{name}: pass {} {pct:>3}%", p.pass);
+                }
+            };
+            let result = import_file_with_progress(&path, &opts, progress, |chunk| {
+                tx.blocking_send(chunk).map_err(|_| "the sender stopped")
+            });
+            if show {
+                eprintln!();
+            }
+            result
+        })
+    };
+    let mut report = (0u64, 0u64, 0u64);
+    let mut send_result = Ok(());
+    while let Some(chunk) = rx.recv().await {
+        let index = chunk.index;
+        let batch = proto::AgentBatch {
+            agent_id: IMPORT_AGENT_ID.to_owned(),
+            agent_session: session,
+            seq: index + 1,
+            node: chunk.identity.node.clone(),
+            sent_at_ns: now_ns(),
+            ranks: vec![chunk.into_rank_events()],
+        };
+        match send_batch(&mut client, batch, &send).await {
+            Ok(ack) => {
+                report.0 += 1;
+                report.1 += u64::from(ack.duplicate);
+                report.2 += ack.rows;
+            }
+            Err(status) => {
+                send_result = Err(SendError::Refused {
+                    path: path.clone(),
+                    chunk: index,
+                    url: send.ingest_url.clone(),
+                    status,
+                });
+                break;
+            }
+        }
+    }
+    drop(rx); // a parser still running sees the closed channel and stops
+    let parsed = parse.await.map_err(|e| SendError::Task {
+        path: path.clone(),
+        reason: e.to_string(),
+    })?;
+    send_result?;
+    Ok(FileReport {
+        summary: parsed?,
+        path,
+        batches: report.0,
+        duplicates: report.1,
+        rows: report.2,
+    })
+}
+
+/// Sends one batch, retrying transient failures with exponential backoff.
+async fn send_batch(
+    client: &mut Client,
+    batch: proto::AgentBatch,
+    send: &SendOptions,
+) -> Result<proto::IngestAck, String> {
+    let mut delay = Duration::from_millis(100);
+    let mut attempt = 1;
+    loop {
+        match client.ingest(batch.clone()).await {
+            Ok(ack) => return Ok(ack.into_inner()),
+            Err(s) => {
+                let transient = matches!(
+                    s.code(),
+                    tonic::Code::Unavailable
+                        | tonic::Code::DeadlineExceeded
+                        | tonic::Code::Cancelled
+                        | tonic::Code::Unknown
+                );
+                if !transient || attempt >= send.max_attempts {
+                    return Err(format!(
+                        "{:?}: {} (after {attempt} attempts)",
+                        s.code(),
+                        s.message()
+                    ));
+                }
+            }
+        }
+        tokio::time::sleep(delay).await;
+        delay = (delay * 2).min(Duration::from_secs(5));
+        attempt += 1;
+    }
+}
+
+/// A non-zero session id that is a pure function of the input.
+fn session_id(path: &Path, opts: &ImportOptions) -> Result<u64, SendError> {
+    let mut h = Fnv::default();
+    h.write(opts.job.as_bytes());
+    h.write(&[0]);
+    h.write(opts.run_id.as_bytes());
+    h.write(&[0]);
+    for o in [opts.rank_override, opts.world_size_override] {
+        h.write(&o.map_or(u64::MAX, u64::from).to_le_bytes());
+    }
+    h.write(&(opts.chunk_events as u64).to_le_bytes());
+    let read_err = |source| SendError::Read {
+        path: path.to_owned(),
+        source,
+    };
+    let mut f = std::fs::File::open(path).map_err(read_err)?;
+    let mut buf = vec![0u8; 1 << 16];
+    loop {
+        let n = f.read(&mut buf).map_err(read_err)?;
+        if n == 0 {
+            break;
+        }
+        h.write(&buf[..n]);
+    }
+    Ok(h.0.max(1))
+}
+
+/// FNV-1a, 64 bit: stable across builds and platforms.
+struct Fnv(u64);
+
+impl Default for Fnv {
+    fn default() -> Self {
+        Self(0xcbf2_9ce4_8422_2325)
+    }
+}
+
+impl Fnv {
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 ^= u64::from(b);
+            self.0 = self.0.wrapping_mul(0x0100_0000_01b3);
+        }
+    }
+}
+
+fn now_ns() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fnv_matches_the_reference_vectors() {
+        let mut h = Fnv::default();
+        h.write(b"");
+        assert_eq!(h.0, 0xcbf2_9ce4_8422_2325);
+        let mut h = Fnv::default();
+        h.write(b"a");
+        assert_eq!(h.0, 0xaf63_dc4c_8601_ec8c);
+        let mut h = Fnv::default();
+        h.write(b"foobar");
+        assert_eq!(h.0, 0x8594_4171_f739_67e8);
+    }
+
+    #[test]
+    fn session_depends_on_job_and_content() {
+        let dir = std::env::temp_dir().join(format!("rankscope-send-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let (a, b) = (dir.join("a.json"), dir.join("b.json"));
+        std::fs::write(&a, b"{}").unwrap();
+        std::fs::write(&b, b"{ }").unwrap();
+        let o = ImportOptions::new("j");
+        let sa = session_id(&a, &o).unwrap();
+        assert_eq!(sa, session_id(&a, &o).unwrap(), "deterministic");
+        assert_ne!(sa, session_id(&b, &o).unwrap());
+        assert_ne!(sa, session_id(&a, &ImportOptions::new("k")).unwrap());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}

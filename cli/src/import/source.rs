@@ -1,0 +1,186 @@
+//! Reading a trace file: plain or gzip JSON, one streaming pass at a time.
+//!
+//! In: a path. Out: one pass of [`raw`](super::raw) deserialization over
+//! the file (events to a handler), byte counts, and progress callbacks with
+//! the file bytes read so far; or a [`Problem`] saying what is wrong with
+//! the file.
+//!
+//! Compression is decided by the gzip magic bytes (`1f 8b`), not by the
+//! file name. Memory: two fixed-size buffers; nothing grows with the file.
+
+use std::cell::Cell;
+use std::fs::File;
+use std::io::{self, BufRead, BufReader, Read};
+use std::path::Path;
+use std::rc::Rc;
+
+use flate2::bufread::MultiGzDecoder;
+use serde::de::DeserializeSeed;
+
+use super::raw::{EventHandler, TopMeta, TopSeed};
+use super::Problem;
+
+/// Progress callbacks come at most once per this many file bytes.
+const PROGRESS_EVERY_BYTES: u64 = 1 << 20;
+const FILE_BUFFER_BYTES: usize = 64 << 10;
+const JSON_BUFFER_BYTES: usize = 256 << 10;
+
+/// Counts bytes read through it and reports file progress.
+struct Counting<'a, R> {
+    inner: R,
+    count: Rc<Cell<u64>>,
+    next_report: u64,
+    on_progress: Option<&'a mut dyn FnMut(u64)>,
+}
+
+impl<R: Read> Read for Counting<'_, R> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        let total = self.count.get() + n as u64;
+        self.count.set(total);
+        if total >= self.next_report {
+            self.next_report = total + PROGRESS_EVERY_BYTES;
+            if let Some(f) = self.on_progress.as_mut() {
+                f(total);
+            }
+        }
+        Ok(n)
+    }
+}
+
+/// Bytes one pass read.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct PassBytes {
+    /// From the file (compressed size for gzip).
+    pub file: u64,
+    /// Decompressed JSON.
+    pub json: u64,
+}
+
+/// Opens `path` as a decompressed byte stream; the counters see the file
+/// bytes and the JSON bytes read.
+fn open<'a>(
+    path: &Path,
+    file_count: Rc<Cell<u64>>,
+    json_count: Rc<Cell<u64>>,
+    on_progress: Option<&'a mut dyn FnMut(u64)>,
+) -> io::Result<(Box<dyn Read + 'a>, bool)> {
+    let file = File::open(path)?;
+    let mut buffered = BufReader::with_capacity(
+        FILE_BUFFER_BYTES,
+        Counting {
+            inner: file,
+            count: file_count,
+            next_report: 0,
+            on_progress,
+        },
+    );
+    let gzip = buffered.fill_buf()?.starts_with(&[0x1f, 0x8b]);
+    let decoded: Box<dyn Read + 'a> = if gzip {
+        Box::new(MultiGzDecoder::new(buffered))
+    } else {
+        Box::new(buffered)
+    };
+    let counted = Counting {
+        inner: decoded,
+        count: json_count,
+        next_report: u64::MAX,
+        on_progress: None,
+    };
+    Ok((
+        Box::new(BufReader::with_capacity(JSON_BUFFER_BYTES, counted)),
+        gzip,
+    ))
+}
+
+/// One streaming pass over the file: metadata into `meta` (when
+/// `read_meta`), events into `handler`.
+pub(crate) fn pass<H: EventHandler>(
+    path: &Path,
+    meta: &mut TopMeta,
+    handler: &mut H,
+    read_meta: bool,
+    on_progress: Option<&mut dyn FnMut(u64)>,
+) -> Result<PassBytes, Problem> {
+    let file_count = Rc::new(Cell::new(0));
+    let json_count = Rc::new(Cell::new(0));
+    let (reader, gzip) =
+        open(path, file_count.clone(), json_count.clone(), on_progress).map_err(Problem::Io)?;
+    let mut de = serde_json::Deserializer::from_reader(reader);
+    let seed = TopSeed {
+        meta,
+        handler,
+        read_meta,
+    };
+    seed.deserialize(&mut de)
+        .and_then(|()| de.end())
+        .map_err(|e| json_problem(e, gzip))?;
+    Ok(PassBytes {
+        file: file_count.get(),
+        json: json_count.get(),
+    })
+}
+
+/// What a `serde_json` error means for the user.
+fn json_problem(e: serde_json::Error, gzip: bool) -> Problem {
+    use serde_json::error::Category;
+    let (line, column) = (e.line(), e.column());
+    match e.classify() {
+        Category::Eof => Problem::Truncated { line, column },
+        Category::Syntax => Problem::NotJson {
+            message: without_position(&e),
+            line,
+            column,
+        },
+        Category::Data => Problem::NotKinetoTrace(format!(
+            "{} at line {line} column {column}",
+            without_position(&e)
+        )),
+        Category::Io => {
+            let io = io::Error::from(e);
+            match io.kind() {
+                io::ErrorKind::UnexpectedEof if gzip => Problem::TruncatedGzip,
+                io::ErrorKind::InvalidInput | io::ErrorKind::InvalidData if gzip => {
+                    Problem::CorruptGzip(io.to_string())
+                }
+                _ => Problem::Io(io),
+            }
+        }
+    }
+}
+
+/// serde_json's message without its " at line L column C" suffix.
+fn without_position(e: &serde_json::Error) -> String {
+    let text = e.to_string();
+    match text.rfind(" at line ") {
+        Some(i) => text[..i].to_owned(),
+        None => text,
+    }
+}
+
+/// Whether a file found in a folder should be imported: everything except a
+/// JSON object whose first 64 KiB mention none of the Kineto top-level keys
+/// (e.g. a results file next to the traces). Unreadable or non-JSON files
+/// are kept so that importing them reports the problem.
+pub(crate) fn looks_like_trace(path: &Path) -> bool {
+    const SNIFF_BYTES: u64 = 64 << 10;
+    let (reader, _) = match open(path, Rc::default(), Rc::default(), None) {
+        Ok(r) => r,
+        Err(_) => return true,
+    };
+    let mut head = Vec::new();
+    if reader.take(SNIFF_BYTES).read_to_end(&mut head).is_err() {
+        return true;
+    }
+    let text = String::from_utf8_lossy(&head);
+    if !text.trim_start().starts_with('{') {
+        return true;
+    }
+    [
+        "\"traceEvents\"",
+        "\"schemaVersion\"",
+        "\"distributedInfo\"",
+    ]
+    .iter()
+    .any(|k| text.contains(k))
+}
