@@ -62,6 +62,21 @@ enum Command {
     Stragglers(JobArgs),
     /// Import PyTorch profiler (Kineto) traces: files or folders, one file per rank.
     Import(ImportArgs),
+    /// Alerts (straggler, hang, low GPU utilization, collective slowdown).
+    Alerts(AlertsArgs),
+}
+
+#[derive(Debug, Args)]
+struct AlertsArgs {
+    /// Only this job.
+    #[arg(long)]
+    job: Option<String>,
+    /// Only alerts still firing.
+    #[arg(long)]
+    active: bool,
+    /// Output format.
+    #[arg(long, value_enum, default_value_t = OutputFormat::Table)]
+    format: OutputFormat,
 }
 
 #[derive(Debug, Args)]
@@ -287,6 +302,12 @@ async fn run(cli: Cli) -> Result<()> {
             .await
         }
         Command::Import(a) => import_cmd(a).await,
+        Command::Alerts(a) => {
+            let rows = analytics::fetch_alerts(&http(), &cli.collector, a.job.as_deref(), a.active)
+                .await?;
+            print!("{}", columns::render(&rows, analytics::ALERTS, a.format));
+            Ok(())
+        }
         Command::Stragglers(a) => {
             view(
                 &http(),

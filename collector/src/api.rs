@@ -18,6 +18,7 @@ use axum::routing::get;
 use axum::{Json, Router};
 use serde::{Deserialize, Serialize};
 
+mod alerts;
 mod analytics;
 
 use crate::metrics::Metrics;
@@ -32,6 +33,8 @@ pub struct ApiState {
     pub metrics: Arc<Metrics>,
     /// The writer, for its counters.
     pub writer: WriterHandle,
+    /// Latest analytics values as gauges.
+    pub gauges: Arc<crate::gauges::JobGauges>,
 }
 
 /// The API's router.
@@ -49,6 +52,7 @@ pub fn router(state: ApiState) -> Router {
         )
         .route("/api/v1/jobs/{job}/stragglers", get(analytics::stragglers))
         .route("/api/v1/jobs/{job}/hangs", get(analytics::hangs))
+        .route("/api/v1/alerts", get(alerts::alerts))
         .with_state(state)
 }
 
@@ -115,11 +119,14 @@ async fn metrics(State(st): State<ApiState>) -> Response {
             w.rows_written.load(Relaxed),
         ),
     ];
-    (
-        [("content-type", "text/plain; version=0.0.4")],
-        st.metrics.render(&extra),
-    )
-        .into_response()
+    let mut out = st.metrics.render(&extra);
+    w.insert_latency.render(
+        &mut out,
+        "rankscope_collector_clickhouse_insert_latency_seconds",
+        "Duration of successful ClickHouse INSERT statements.",
+    );
+    st.gauges.render(&mut out);
+    ([("content-type", "text/plain; version=0.0.4")], out).into_response()
 }
 
 #[derive(Serialize)]

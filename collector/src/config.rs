@@ -6,6 +6,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::alert::AlertsConfig;
 use crate::store::{StoreConfig, WriterConfig};
 use crate::stream::StreamConfig;
 
@@ -32,6 +33,12 @@ pub struct Config {
     pub writer: WriterConfig,
     /// Live analytics: step assembly, stragglers, hangs.
     pub stream: StreamConfig,
+    /// OTLP/gRPC endpoint metrics are exported to (empty: no export).
+    pub otlp_endpoint: String,
+    /// How often metrics are exported over OTLP.
+    pub otlp_export_interval_ms: u64,
+    /// Alert rules, lifecycle and sinks.
+    pub alerts: AlertsConfig,
 }
 
 impl Default for Config {
@@ -46,6 +53,9 @@ impl Default for Config {
             clickhouse: StoreConfig::default(),
             writer: WriterConfig::default(),
             stream: StreamConfig::default(),
+            otlp_endpoint: String::new(),
+            otlp_export_interval_ms: 10_000,
+            alerts: AlertsConfig::default(),
         }
     }
 }
@@ -103,6 +113,10 @@ impl Config {
             .straggler
             .policy()
             .map_err(ConfigError::Invalid)?;
+        self.alerts.validate().map_err(ConfigError::Invalid)?;
+        if self.otlp_export_interval_ms == 0 {
+            return bad("otlp_export_interval_ms must be >= 1");
+        }
         if self.clickhouse.database.is_empty()
             || !self
                 .clickhouse

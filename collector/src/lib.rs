@@ -10,12 +10,15 @@
 //! UNAVAILABLE at once and the agent keeps the batch and retries. Nothing is
 //! acknowledged before it is stored.
 
+pub mod alert;
 pub mod api;
 pub mod config;
 pub mod convert;
 pub mod dedupe;
+pub mod gauges;
 pub mod limits;
 pub mod metrics;
+pub mod otel;
 pub mod service;
 pub mod store;
 pub mod stream;
@@ -38,6 +41,8 @@ pub enum StartError {
     Config(#[from] config::ConfigError),
     #[error("ClickHouse: {0}")]
     Store(#[from] store::StoreError),
+    #[error("{0}")]
+    Otel(String),
     #[error("cannot listen on {addr}: {source}")]
     Bind {
         addr: String,
@@ -54,6 +59,9 @@ pub struct Collector {
     metrics: Arc<metrics::Metrics>,
     writer: store::WriterHandle,
     stream: stream::StreamHandle,
+    alerts: alert::AlertHandle,
+    gauges: Arc<gauges::JobGauges>,
+    otel: Option<otel::Otel>,
     shutdown: watch::Sender<bool>,
     tasks: Vec<JoinHandle<()>>,
 }
@@ -81,6 +89,20 @@ impl Collector {
         for t in self.tasks {
             let _ = t.await;
         }
+        if let Some(o) = self.otel {
+            // The SDK's shutdown blocks on a final export.
+            let _ = tokio::task::spawn_blocking(move || o.shutdown()).await;
+        }
+    }
+
+    /// Alerting counters and sinks.
+    pub fn alerts(&self) -> &alert::AlertHandle {
+        &self.alerts
+    }
+
+    /// The latest analytics gauges.
+    pub fn gauges(&self) -> &gauges::JobGauges {
+        &self.gauges
     }
 }
 
@@ -106,6 +128,26 @@ pub async fn start(cfg: Config) -> Result<Collector, StartError> {
         .straggler
         .policy()
         .map_err(config::ConfigError::Invalid)?;
+    let gauges = Arc::new(gauges::JobGauges::default());
+    let (alerts, alerts_task) = alert::spawn_alerts(
+        cfg.alerts.clone(),
+        writer.clone(),
+        wait_for(shutdown_rx.clone()),
+    );
+    let otel = if cfg.otlp_endpoint.is_empty() {
+        None
+    } else {
+        Some(
+            otel::Otel::start(
+                &cfg.otlp_endpoint,
+                Duration::from_millis(cfg.otlp_export_interval_ms),
+                gauges.clone(),
+                metrics.clone(),
+                writer.clone(),
+            )
+            .map_err(|e| StartError::Otel(e.to_string()))?,
+        )
+    };
     let (stream, stream_task) = stream::spawn_stream(
         cfg.stream.clone(),
         policy,
@@ -154,6 +196,7 @@ pub async fn start(cfg: Config) -> Result<Collector, StartError> {
             store: store.clone(),
             metrics: metrics.clone(),
             writer: writer.clone(),
+            gauges: gauges.clone(),
         };
         let stop = wait_for(shutdown_rx.clone());
         tokio::spawn(async move {
@@ -178,6 +221,9 @@ pub async fn start(cfg: Config) -> Result<Collector, StartError> {
         metrics,
         writer,
         stream,
+        alerts,
+        gauges,
+        otel,
         shutdown,
         // Servers first: in-flight batches finish before the writer's final flush.
         tasks: vec![
@@ -185,6 +231,7 @@ pub async fn start(cfg: Config) -> Result<Collector, StartError> {
             api_task,
             retention_task,
             stream_task,
+            alerts_task,
             writer_task,
         ],
     })

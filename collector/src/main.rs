@@ -27,6 +27,12 @@ struct Args {
     /// Days of data kept (0 = forever).
     #[arg(long, env = "RANKSCOPE_RETENTION_DAYS")]
     retention_days: Option<u32>,
+    /// Default alert webhook (JSON POST of every alert transition).
+    #[arg(long, env = "RANKSCOPE_ALERT_WEBHOOK_URL")]
+    alert_webhook_url: Option<String>,
+    /// OTLP/gRPC endpoint to export metrics to, e.g. http://otel-collector:4317.
+    #[arg(long, env = "RANKSCOPE_OTLP_ENDPOINT")]
+    otlp_endpoint: Option<String>,
     #[command(subcommand)]
     command: Option<Command>,
 }
@@ -56,6 +62,12 @@ fn config(args: &Args) -> anyhow::Result<Config> {
     }
     if let Some(v) = args.retention_days {
         cfg.retention_days = v;
+    }
+    if let Some(v) = &args.alert_webhook_url {
+        cfg.alerts.webhook_url = v.clone();
+    }
+    if let Some(v) = &args.otlp_endpoint {
+        cfg.otlp_endpoint = v.clone();
     }
     cfg.validate()?;
     Ok(cfg)

@@ -23,6 +23,8 @@ pub struct Metrics {
     pub batches_retry: AtomicU64,
     /// Events (rows) stored.
     pub events_stored: AtomicU64,
+    /// Time from receiving a batch to acknowledging it (stored).
+    pub batch_latency: Histogram,
     rejected: Mutex<BTreeMap<&'static str, u64>>,
 }
 
@@ -82,6 +84,11 @@ impl Metrics {
         for (name, help, v) in extra {
             counter(&mut out, name, help, &[("", *v)]);
         }
+        self.batch_latency.render(
+            &mut out,
+            "rankscope_collector_batch_latency_seconds",
+            "Time from receiving an agent batch to acknowledging it after ClickHouse stored it.",
+        );
         out
     }
 }
@@ -96,5 +103,93 @@ fn counter(out: &mut String, name: &str, help: &str, series: &[(&str, u64)]) {
         } else {
             let _ = writeln!(out, "{name}{{reason=\"{reason}\"}} {v}");
         }
+    }
+}
+
+/// Upper bounds (seconds) of the latency histogram buckets.
+pub const LATENCY_BUCKETS_S: [f64; 13] = [
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+];
+
+/// A latency histogram with fixed buckets, lock-free to observe.
+#[derive(Debug, Default)]
+pub struct Histogram {
+    /// Per bucket (not cumulative); the last slot is +Inf.
+    buckets: [AtomicU64; LATENCY_BUCKETS_S.len() + 1],
+    sum_us: AtomicU64,
+    count: AtomicU64,
+}
+
+impl Histogram {
+    /// Records one observation.
+    pub fn observe(&self, d: std::time::Duration) {
+        let s = d.as_secs_f64();
+        let i = LATENCY_BUCKETS_S
+            .iter()
+            .position(|b| s <= *b)
+            .unwrap_or(LATENCY_BUCKETS_S.len());
+        self.buckets[i].fetch_add(1, Relaxed);
+        self.sum_us
+            .fetch_add(u64::try_from(d.as_micros()).unwrap_or(u64::MAX), Relaxed);
+        self.count.fetch_add(1, Relaxed);
+    }
+
+    /// Observations so far.
+    pub fn count(&self) -> u64 {
+        self.count.load(Relaxed)
+    }
+
+    /// Sum of the observations, seconds.
+    pub fn sum_s(&self) -> f64 {
+        self.sum_us.load(Relaxed) as f64 / 1e6
+    }
+
+    /// Prometheus text of the histogram `name`.
+    pub fn render(&self, out: &mut String, name: &str, help: &str) {
+        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} histogram");
+        let mut cum = 0;
+        for (i, b) in LATENCY_BUCKETS_S.iter().enumerate() {
+            cum += self.buckets[i].load(Relaxed);
+            let _ = writeln!(out, "{name}_bucket{{le=\"{b}\"}} {cum}");
+        }
+        cum += self.buckets[LATENCY_BUCKETS_S.len()].load(Relaxed);
+        let _ = writeln!(out, "{name}_bucket{{le=\"+Inf\"}} {cum}");
+        let _ = writeln!(out, "{name}_sum {}", self.sum_s());
+        let _ = writeln!(out, "{name}_count {}", self.count());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn histogram_renders_cumulative_buckets() {
+        let h = Histogram::default();
+        h.observe(Duration::from_micros(500));
+        h.observe(Duration::from_millis(30));
+        h.observe(Duration::from_secs(20));
+        let mut out = String::new();
+        h.render(&mut out, "x_seconds", "X.");
+        assert!(out.contains("x_seconds_bucket{le=\"0.001\"} 1\n"), "{out}");
+        assert!(out.contains("x_seconds_bucket{le=\"0.05\"} 2\n"));
+        assert!(out.contains("x_seconds_bucket{le=\"10\"} 2\n"));
+        assert!(out.contains("x_seconds_bucket{le=\"+Inf\"} 3\n"));
+        assert!(out.contains("x_seconds_count 3\n"));
+        assert!((h.sum_s() - 20.0305).abs() < 1e-9);
+    }
+
+    #[test]
+    fn counters_render_with_reasons() {
+        let m = Metrics::default();
+        m.reject("rank_out_of_range");
+        m.reject("rank_out_of_range");
+        m.batches_received.fetch_add(3, Relaxed);
+        let out = m.render(&[]);
+        assert!(out.contains("rankscope_collector_batches_received_total 3\n"));
+        assert!(out.contains(
+            "rankscope_collector_rejected_batches_total{reason=\"rank_out_of_range\"} 2\n"
+        ));
     }
 }

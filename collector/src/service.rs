@@ -105,6 +105,7 @@ impl proto::collector_ingest_server::CollectorIngest for IngestService {
         request: Request<proto::AgentBatch>,
     ) -> Result<Response<proto::IngestAck>, Status> {
         use std::sync::atomic::Ordering::Relaxed;
+        let received = std::time::Instant::now();
         let batch = request.into_inner();
         self.metrics.batches_received.fetch_add(1, Relaxed);
         let rows = convert::convert(&batch, now_ns()).map_err(|e| {
@@ -154,6 +155,7 @@ impl proto::collector_ingest_server::CollectorIngest for IngestService {
                     Some(convert::stream_input(&batch)),
                 );
                 self.metrics.batches_stored.fetch_add(1, Relaxed);
+                self.metrics.batch_latency.observe(received.elapsed());
                 self.metrics.events_stored.fetch_add(n, Relaxed);
                 Ok(Response::new(proto::IngestAck {
                     seq: batch.seq,

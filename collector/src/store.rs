@@ -32,8 +32,8 @@ use serde::{Deserialize, Serialize};
 pub use migrate::{split_statements, Migration, MIGRATIONS};
 pub use read::{JobRow, StepTimeRow};
 pub use rows::{
-    BatchRow, BreakdownRow, CollectiveRow, HangRow, KernelRow, RankRow, RowSet, SpanRow, StepRow,
-    VerdictRow,
+    AlertRow, BatchRow, BreakdownRow, CollectiveRow, HangRow, KernelRow, RankRow, RowSet, SpanRow,
+    StepRow, VerdictRow,
 };
 pub use writer::{
     spawn_writer, TableCounters, WriteError, WriteOutcome, WriterConfig, WriterHandle,
@@ -160,11 +160,12 @@ pub enum Table {
     StepBreakdown,
     StragglerVerdicts,
     HangSuspects,
+    Alerts,
 }
 
 impl Table {
     /// Every table (the writer stores `ingest_batches` after the event tables).
-    pub const ALL: [Table; 11] = [
+    pub const ALL: [Table; 12] = [
         Table::Steps,
         Table::Spans,
         Table::Collectives,
@@ -176,6 +177,7 @@ impl Table {
         Table::StepBreakdown,
         Table::StragglerVerdicts,
         Table::HangSuspects,
+        Table::Alerts,
     ];
 
     /// The table's name in ClickHouse.
@@ -192,6 +194,7 @@ impl Table {
             Table::StepBreakdown => "step_breakdown",
             Table::StragglerVerdicts => "straggler_verdicts",
             Table::HangSuspects => "hang_suspects",
+            Table::Alerts => "alerts",
         }
     }
 
@@ -207,6 +210,7 @@ impl Table {
                 | Table::StepBreakdown
                 | Table::StragglerVerdicts
                 | Table::HangSuspects
+                | Table::Alerts
         )
     }
 }

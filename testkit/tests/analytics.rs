@@ -50,6 +50,7 @@ fn assemble(cfg: &SimConfig) -> (JobOutput, u64) {
                     names: names.clone(),
                     events: r.events,
                 }],
+                ..Default::default()
             };
             convert::convert(&batch, 0).expect("simulated batches are valid");
             for group in convert::stream_input(&batch).groups {

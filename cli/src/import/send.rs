@@ -169,6 +169,7 @@ async fn import_one(
             node: chunk.identity.node.clone(),
             sent_at_ns: now_ns(),
             ranks: vec![chunk.into_rank_events()],
+            ..Default::default()
         };
         match send_batch(&mut client, batch, &send).await {
             Ok(ack) => {

@@ -101,6 +101,48 @@ const STRAGGLERS: &[Column] = &[
     col("active", "active", Kind::Plain),
 ];
 
+/// Table columns of `rankscope alerts`.
+pub const ALERTS: &[Column] = &[
+    col("job", "job", Kind::Plain),
+    col("rule", "rule", Kind::Plain),
+    col("rank", "rank", Kind::Plain),
+    col("node", "node", Kind::Plain),
+    col("severity", "severity", Kind::Plain),
+    col("state", "state", Kind::Plain),
+    col("started_at_ns", "started_at_ns", Kind::Plain),
+    col("resolved_at_ns", "resolved_at_ns", Kind::Plain),
+    col("summary", "summary", Kind::Plain),
+];
+
+/// URL of `GET /api/v1/alerts`.
+pub fn alerts_url(collector: &str, job: Option<&str>, active: bool) -> String {
+    let mut url = format!("{}/api/v1/alerts", collector.trim_end_matches('/'));
+    let mut sep = '?';
+    if let Some(j) = job {
+        url.push_str(&format!("{sep}job={}", percent_encode(j)));
+        sep = '&';
+    }
+    if active {
+        url.push_str(&format!("{sep}active=true"));
+    }
+    url
+}
+
+/// Fetches alerts (`evidence` stays an object for JSON output; tables show
+/// the summary).
+pub async fn fetch_alerts(
+    client: &HttpClient,
+    collector: &str,
+    job: Option<&str>,
+    active: bool,
+) -> Result<Vec<Value>, HttpError> {
+    let body: Value = client.get_json(&alerts_url(collector, job, active)).await?;
+    Ok(match body.get("alerts") {
+        Some(Value::Array(rows)) => rows.clone(),
+        _ => Vec::new(),
+    })
+}
+
 /// URL of `view` for `job` with `params` (absent ones left out).
 pub fn view_url(collector: &str, job: &str, view: View, params: &[(&str, Option<u64>)]) -> String {
     let mut url = format!(
@@ -140,6 +182,18 @@ pub async fn fetch_view(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn alert_urls() {
+        assert_eq!(
+            alerts_url("http://c/", None, false),
+            "http://c/api/v1/alerts"
+        );
+        assert_eq!(
+            alerts_url("http://c", Some("a/b"), true),
+            "http://c/api/v1/alerts?job=a%2Fb&active=true"
+        );
+    }
 
     #[test]
     fn urls() {

@@ -247,3 +247,41 @@ fn summary(rank: u32, node: String, events: &[GpuEvent]) -> RankSummary {
         breakdown: breakdown(events),
     }
 }
+
+const ALERTS_SQL: &str = include_str!("../../queries/alerts.sql");
+
+/// An alert with its latest transition.
+#[derive(Debug, Clone, PartialEq, Eq, Row, Serialize, Deserialize)]
+pub struct AlertReadRow {
+    pub job_id: String,
+    pub rule: String,
+    pub rank: i64,
+    pub node: String,
+    pub severity: String,
+    pub state: String,
+    pub started_at_ns: u64,
+    pub resolved_at_ns: u64,
+    pub summary: String,
+    /// JSON text.
+    pub evidence: String,
+}
+
+impl Store {
+    /// Alerts of `job` (all jobs when `None`), newest first; only firing
+    /// ones when `active`.
+    pub async fn alerts(
+        &self,
+        job: Option<&str>,
+        active: bool,
+    ) -> Result<Vec<AlertReadRow>, StoreError> {
+        let job = job.unwrap_or("");
+        self.client()
+            .query(ALERTS_SQL)
+            .bind(job)
+            .bind(job)
+            .bind(u8::from(active))
+            .fetch_all()
+            .await
+            .map_err(StoreError::query("alerts"))
+    }
+}

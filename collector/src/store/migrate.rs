@@ -45,6 +45,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "0003_analytics",
         sql: include_str!("../../schema/0003_analytics.sql"),
     },
+    Migration {
+        version: 5,
+        name: "0005_alerts",
+        sql: include_str!("../../schema/0005_alerts.sql"),
+    },
 ];
 
 const CREATE_TABLE_SQL: &str = include_str!("../../queries/schema_migrations.sql");

@@ -174,6 +174,22 @@ pub struct HangRow {
     pub detected_ns: u64,
 }
 
+/// `alerts`: one alert transition (`state` 1 = firing, 2 = resolved; `rank` -1 = the job).
+#[derive(Debug, Clone, PartialEq, Eq, Row, Serialize, Deserialize)]
+pub struct AlertRow {
+    pub job_id: String,
+    pub rule: String,
+    pub rank: i64,
+    pub node: String,
+    pub severity: String,
+    pub state: i8,
+    pub started_at_ns: u64,
+    pub resolved_at_ns: u64,
+    pub transition_ns: u64,
+    pub summary: String,
+    pub evidence: String,
+}
+
 /// The rows of one agent batch (or several), written and acknowledged together.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct RowSet {
@@ -187,6 +203,8 @@ pub struct RowSet {
     pub breakdowns: Vec<BreakdownRow>,
     pub verdicts: Vec<VerdictRow>,
     pub hangs: Vec<HangRow>,
+    /// Alert transitions (written by the alert task).
+    pub alerts: Vec<AlertRow>,
 }
 
 impl RowSet {
@@ -208,6 +226,7 @@ impl RowSet {
             + self.breakdowns.len()
             + self.verdicts.len()
             + self.hangs.len()
+            + self.alerts.len()
     }
 
     /// Moves all rows of `other` into `self`.
@@ -221,5 +240,6 @@ impl RowSet {
         self.breakdowns.append(&mut other.breakdowns);
         self.verdicts.append(&mut other.verdicts);
         self.hangs.append(&mut other.hangs);
+        self.alerts.append(&mut other.alerts);
     }
 }

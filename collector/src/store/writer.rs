@@ -110,6 +110,8 @@ pub struct WriterMetrics {
     pub unavailable: AtomicU64,
     /// Row sets answered `Rejected`.
     pub rejected: AtomicU64,
+    /// Duration of successful INSERT statements.
+    pub insert_latency: crate::metrics::Histogram,
     tables: [TableCounters; Table::ALL.len()],
 }
 
@@ -299,6 +301,7 @@ impl Writer {
             self.write_table(Table::StepBreakdown, &rows.breakdowns),
             self.write_table(Table::StragglerVerdicts, &rows.verdicts),
             self.write_table(Table::HangSuspects, &rows.hangs),
+            self.write_table(Table::Alerts, &rows.alerts),
         )?;
         self.write_table(Table::IngestBatches, &rows.batches).await
     }
@@ -312,6 +315,7 @@ impl Writer {
             return Ok(());
         }
         let counters = self.metrics.table(table);
+        let started = std::time::Instant::now();
         match insert(
             &self.store,
             table,
@@ -321,6 +325,7 @@ impl Writer {
         .await
         {
             Ok(()) => {
+                self.metrics.insert_latency.observe(started.elapsed());
                 let n = rows.len() as u64;
                 counters.rows.fetch_add(n, Relaxed);
                 counters.inserts.fetch_add(1, Relaxed);

@@ -320,5 +320,6 @@ pub fn small_batch(job: &str, seq: u64) -> proto::AgentBatch {
                 })),
             ],
         }],
+        ..Default::default()
     }
 }

@@ -1,0 +1,176 @@
+use super::*;
+
+fn straggler(active: bool) -> AlertInput {
+    AlertInput::Straggler {
+        job: "j".into(),
+        rank: 3,
+        node: "n3".into(),
+        active,
+        first_step: 2,
+        last_step: 6,
+        steps_flagged: 4,
+        slowdown: 1.4,
+        score: 12.0,
+        cause: "compute".into(),
+        evidence: String::new(),
+    }
+}
+
+#[test]
+fn straggler_fires_and_resolves_with_evidence() {
+    let mut rules = Rules::new(RulesConfig::default());
+    let mut e = Engine::new(0, 0);
+    let t = rules.apply(straggler(true), &mut e, 1);
+    assert_eq!(t.len(), 1);
+    let a = t[0].alert();
+    assert_eq!(
+        (a.key.rule, a.key.rank, a.severity.as_str()),
+        ("straggler", 3, "warning")
+    );
+    assert!(
+        a.evidence.summary.contains("40% slower"),
+        "{}",
+        a.evidence.summary
+    );
+    assert_eq!(a.evidence.fields["first_step"], 2);
+    assert!(
+        rules.apply(straggler(true), &mut e, 2).is_empty(),
+        "one alert while active"
+    );
+    let t = rules.apply(straggler(false), &mut e, 3);
+    assert!(matches!(t[0], Transition::Resolved(_)));
+}
+
+#[test]
+fn hang_per_rank_and_per_job() {
+    let mut rules = Rules::new(RulesConfig::default());
+    let mut e = Engine::new(0, 0);
+    let t = rules.apply(
+        AlertInput::RankHang {
+            job: "j".into(),
+            rank: 5,
+            node: "n".into(),
+            last_step: Some(9),
+            job_step: 12,
+            silent_ns: 300_000_000_000,
+        },
+        &mut e,
+        1,
+    );
+    assert_eq!(t[0].alert().key.rank, 5);
+    assert!(t[0].alert().evidence.summary.contains("step 9"));
+    let t = rules.apply(
+        AlertInput::RankProgress {
+            job: "j".into(),
+            rank: 5,
+        },
+        &mut e,
+        2,
+    );
+    assert!(matches!(t[0], Transition::Resolved(_)));
+    let t = rules.apply(
+        AlertInput::JobStalled {
+            job: "j".into(),
+            last_step: 12,
+            silent_ns: 1,
+        },
+        &mut e,
+        3,
+    );
+    assert_eq!(
+        (t[0].alert().key.rank, t[0].alert().severity.as_str()),
+        (-1, "critical")
+    );
+}
+
+#[test]
+fn low_gpu_utilization_uses_the_window_mean() {
+    let mut cfg = RulesConfig::default();
+    cfg.low_gpu_utilization.window_steps = 3;
+    let mut rules = Rules::new(cfg);
+    let mut e = Engine::new(0, 0);
+    let mut feed = |step, pct: f64, e: &mut Engine| {
+        rules.apply(
+            AlertInput::RankStepGpu {
+                job: "j".into(),
+                rank: 1,
+                node: "n".into(),
+                step,
+                gpu_util_pct: pct,
+            },
+            e,
+            step,
+        )
+    };
+    assert!(feed(0, 10.0, &mut e).is_empty());
+    assert!(feed(1, 10.0, &mut e).is_empty(), "window not full");
+    let t = feed(2, 10.0, &mut e);
+    assert!(matches!(t[0], Transition::Firing(_)));
+    assert!(
+        feed(3, 95.0, &mut e).is_empty(),
+        "mean 38.3 still >= 30: resolves"
+    );
+    assert!(e.active().is_empty());
+}
+
+#[test]
+fn collective_slowdown_against_the_jobs_baseline() {
+    let mut cfg = RulesConfig::default();
+    cfg.collective_slowdown.baseline_steps = 3;
+    cfg.collective_slowdown.window_steps = 2;
+    let mut rules = Rules::new(cfg);
+    let mut e = Engine::new(0, 0);
+    let mut feed = |step, bw: f64, e: &mut Engine| {
+        rules.apply(
+            AlertInput::CollectiveStep {
+                job: "j".into(),
+                step,
+                key: "all_reduce pg0 64MiB-128MiB".into(),
+                busbw_gbps: bw,
+            },
+            e,
+            step,
+        )
+    };
+    for (s, bw) in [(0, 100.0), (1, 110.0), (2, 90.0), (3, 95.0), (4, 98.0)] {
+        assert!(feed(s, bw, &mut e).is_empty(), "healthy at step {s}");
+    }
+    assert!(
+        feed(5, 40.0, &mut e).is_empty(),
+        "median(98, 40) = 69 >= 60"
+    );
+    let t = feed(6, 40.0, &mut e);
+    let a = t[0].alert();
+    assert_eq!((a.key.rule, a.key.rank), ("collective_slowdown", -1));
+    assert_eq!(a.evidence.fields["baseline_busbw_gbps"], 100.0);
+    feed(7, 100.0, &mut e);
+    let t = feed(8, 100.0, &mut e);
+    assert!(matches!(t[0], Transition::Resolved(_)));
+}
+
+#[test]
+fn disabled_rules_do_nothing_and_job_gone_resolves() {
+    let mut cfg = RulesConfig::default();
+    cfg.straggler.enabled = false;
+    let mut rules = Rules::new(cfg);
+    let mut e = Engine::new(0, 0);
+    assert!(rules.apply(straggler(true), &mut e, 1).is_empty());
+    rules.apply(
+        AlertInput::JobStalled {
+            job: "j".into(),
+            last_step: 1,
+            silent_ns: 1,
+        },
+        &mut e,
+        2,
+    );
+    let t = rules.apply(AlertInput::JobGone { job: "j".into() }, &mut e, 3);
+    assert_eq!(t.len(), 1);
+}
+
+#[test]
+fn validation_names_the_option() {
+    let mut cfg = RulesConfig::default();
+    cfg.collective_slowdown.min_fraction = 1.5;
+    assert!(cfg.validate().unwrap_err().contains("min_fraction"));
+}
