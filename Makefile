@@ -4,7 +4,7 @@ CARGO ?= cargo
 BIN := target/release
 DEMO_JOB ?= demo-$(shell date +%s)
 
-.PHONY: deps build demo up down status test lint fmt clean-state
+.PHONY: deps build demo up down status test lint fmt clean-state bench
 
 ## Install what a fresh Debian/Ubuntu machine lacks: ClickHouse server and curl.
 deps:
@@ -45,3 +45,9 @@ fmt:
 
 clean-state: down
 	rm -rf .rankscope
+
+## Benchmarks (issue 6): release build, every section (~10 min on 2 cores); prints a table,
+## writes bench/results.json and bench/RESULTS.md. Not part of `make test`.
+bench: deps build
+	@command -v clickhouse-client >/dev/null || deploy/dev/clickhouse.sh apt clickhouse-client
+	$(BIN)/rankscope-bench --out-dir bench

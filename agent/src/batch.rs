@@ -2,13 +2,17 @@
 //!
 //! In: [`Chunk`]s (validated events of one rank message) from the ingest
 //! streams over an unbounded channel whose size is bounded by the queue's
-//! semaphore (a chunk carries one permit per event), and a flush command at
-//! shutdown. Out: [`Pending`] batches to the uplink over the bounded backlog
-//! channel (`backlog_max_batches`).
+//! semaphore (a chunk carries one permit per event), telemetry
+//! [`SampleSet`]s from the sampler thread (bounded channel; the sampler
+//! drops a tick when it is full), and a flush command at shutdown. Out:
+//! [`Pending`] batches to the uplink over the bounded backlog channel
+//! (`backlog_max_batches`).
 //!
 //! Invariants:
-//! * a batch holds at most `batch_max_events` events (a big chunk is split)
-//!   and is cut at the latest `batch_max_delay_ms` after its first event;
+//! * a batch holds at most `batch_max_events` events plus samples (a big
+//!   chunk is split) and is cut at the latest `batch_max_delay_ms` after its
+//!   first event, or one second after its first sample when it holds no
+//!   events;
 //! * `seq` starts at 1 and grows by one per batch; per rank stream, events
 //!   leave in the order they arrived;
 //! * queue permits are released as soon as their events are in the batch
@@ -27,7 +31,13 @@ use tokio::time::Instant;
 pub(crate) mod builder;
 
 use crate::metrics::Metrics;
+use crate::sample::SampleSet;
 use builder::{BatchBuilder, RankStream};
+
+/// How long a batch holding only telemetry samples may wait for more (at
+/// least `batch_max_delay_ms`): telemetry alone makes about one batch a
+/// second, not one per `batch_max_delay_ms` (fewer calls, fewer INSERTs).
+const SAMPLES_MAX_DELAY: Duration = Duration::from_millis(1000);
 
 /// Validated events of one rank message, waiting in the queue.
 #[derive(Debug)]
@@ -45,6 +55,8 @@ pub(crate) struct Chunk {
 pub(crate) struct Pending {
     pub(crate) batch: proto::AgentBatch,
     pub(crate) events: u64,
+    /// Telemetry samples in the batch.
+    pub(crate) samples: u64,
 }
 
 /// Batcher settings and state.
@@ -88,9 +100,11 @@ impl Batcher {
     pub(crate) async fn run(
         mut self,
         mut input: mpsc::UnboundedReceiver<Chunk>,
+        mut samples: mpsc::Receiver<SampleSet>,
         out: mpsc::Sender<Pending>,
         mut flush: oneshot::Receiver<()>,
     ) {
+        let mut samples_open = true;
         loop {
             let deadline = self.deadline;
             tokio::select! {
@@ -99,11 +113,18 @@ impl Batcher {
                     while let Ok(chunk) = input.try_recv() {
                         self.add(chunk, &out).await;
                     }
+                    while let Ok(set) = samples.try_recv() {
+                        self.add_samples(set, &out).await;
+                    }
                     break;
                 }
                 chunk = input.recv() => match chunk {
                     Some(chunk) => self.add(chunk, &out).await,
                     None => break,
+                },
+                set = samples.recv(), if samples_open => match set {
+                    Some(set) => self.add_samples(set, &out).await,
+                    None => samples_open = false,
                 },
                 _ = tokio::time::sleep_until(deadline.unwrap_or_else(Instant::now)),
                     if deadline.is_some() => self.cut(&out).await,
@@ -121,23 +142,40 @@ impl Batcher {
             mut permit,
         } = chunk;
         while !events.is_empty() {
-            let room = self.max_events - self.builder.events();
+            let room = self.max_events.saturating_sub(self.builder.units()).max(1);
             let rest = if events.len() > room {
                 events.split_off(room)
             } else {
                 Vec::new()
             };
-            if self.builder.is_empty() {
-                self.deadline = Some(Instant::now() + self.max_delay);
+            if self.builder.events() == 0 {
+                // The first events bring a samples-only batch's deadline forward.
+                let due = Instant::now() + self.max_delay;
+                self.deadline = Some(self.deadline.map_or(due, |d| d.min(due)));
             }
             let taken = events.len();
             self.builder.push(&stream, &names, events);
             // The events are in the batch now: give their queue room back.
             drop(permit.split(taken));
-            if self.builder.events() >= self.max_events {
+            if self.builder.units() >= self.max_events {
                 self.cut(out).await;
             }
             events = rest;
+        }
+    }
+
+    /// Adds the samples of one tick (never split: a tick is small).
+    async fn add_samples(&mut self, set: SampleSet, out: &mpsc::Sender<Pending>) {
+        if set.len() == 0 {
+            return;
+        }
+        if self.builder.is_empty() {
+            let delay = self.max_delay.max(SAMPLES_MAX_DELAY);
+            self.deadline = Some(Instant::now() + delay);
+        }
+        self.builder.push_samples(set);
+        if self.builder.units() >= self.max_events {
+            self.cut(out).await;
         }
     }
 
@@ -149,6 +187,8 @@ impl Batcher {
             return;
         }
         let events = self.builder.events() as u64;
+        let samples = self.builder.samples() as u64;
+        let (gpu_samples, host_samples) = self.builder.take_samples();
         let batch = proto::AgentBatch {
             agent_id: self.agent_id.clone(),
             agent_session: self.session,
@@ -156,11 +196,18 @@ impl Batcher {
             node: self.node.clone(),
             sent_at_ns: 0,
             ranks: self.builder.take(),
+            gpu_samples,
+            host_samples,
         };
         self.next_seq += 1;
         Metrics::inc(&self.metrics.batches_created);
-        tracing::trace!(seq = batch.seq, events, "batch cut");
-        if out.send(Pending { batch, events }).await.is_err() {
+        tracing::trace!(seq = batch.seq, events, samples, "batch cut");
+        let pending = Pending {
+            batch,
+            events,
+            samples,
+        };
+        if out.send(pending).await.is_err() {
             // Only after the uplink was aborted at the end of a shutdown; the
             // shutdown report counts these events as undelivered.
             tracing::error!(events, "uplink gone, batch not handed over");

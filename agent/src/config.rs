@@ -78,6 +78,15 @@ pub struct Config {
     pub max_message_bytes: usize,
     /// At shutdown, how long the backlog may take to drain.
     pub shutdown_flush_timeout_ms: u64,
+    /// How often every GPU is sampled through NVML (>= 100; 0 disables GPU
+    /// sampling).
+    pub gpu_sample_interval_ms: u64,
+    /// How often the host (CPU, memory, network, rank processes) is sampled
+    /// (>= 100; 0 disables host sampling).
+    pub host_sample_interval_ms: u64,
+    /// NVML library to load; empty: `libnvidia-ml.so.1` from the dynamic
+    /// loader's search path.
+    pub nvml_library_path: String,
 }
 
 impl Default for Config {
@@ -99,6 +108,9 @@ impl Default for Config {
             request_timeout_ms: 30_000,
             max_message_bytes: 16 * 1024 * 1024,
             shutdown_flush_timeout_ms: 10_000,
+            gpu_sample_interval_ms: 1000,
+            host_sample_interval_ms: 1000,
+            nvml_library_path: String::new(),
         }
     }
 }
@@ -194,9 +206,38 @@ impl Config {
                 problem: "must start with http:// or https://",
             });
         }
+        for (field, value) in [
+            ("gpu_sample_interval_ms", self.gpu_sample_interval_ms),
+            ("host_sample_interval_ms", self.host_sample_interval_ms),
+        ] {
+            if value != 0 && value < MIN_SAMPLE_INTERVAL_MS {
+                return Err(ConfigError::Invalid {
+                    field,
+                    value: value.to_string(),
+                    problem: "must be 0 (disabled) or >= 100",
+                });
+            }
+        }
         self.listen_socket_addr()?;
         self.backoff()?;
         Ok(())
+    }
+}
+
+/// Shortest sampling interval accepted (10 Hz).
+pub const MIN_SAMPLE_INTERVAL_MS: u64 = 100;
+
+/// The NVML library loaded when `nvml_library_path` is empty.
+pub const DEFAULT_NVML_LIBRARY: &str = "libnvidia-ml.so.1";
+
+impl Config {
+    /// The NVML library to load.
+    pub fn nvml_library(&self) -> &str {
+        if self.nvml_library_path.is_empty() {
+            DEFAULT_NVML_LIBRARY
+        } else {
+            &self.nvml_library_path
+        }
     }
 }
 
@@ -259,6 +300,9 @@ mod tests {
         assert_eq!(c.queue_max_events, 1_000_000);
         assert_eq!(c.batch_max_events, 50_000);
         assert_eq!(c.max_message_bytes, 16 * 1024 * 1024);
+        assert_eq!(c.gpu_sample_interval_ms, 1000);
+        assert_eq!(c.host_sample_interval_ms, 1000);
+        assert_eq!(c.nvml_library(), "libnvidia-ml.so.1");
     }
 
     #[test]
@@ -290,6 +334,30 @@ mod tests {
         assert!(err.to_string().contains("collector_url"), "{err}");
         let err = Config::from_toml("listen_addr = \"localhost\"\n", Path::new("x")).unwrap_err();
         assert!(err.to_string().contains("listen_addr = localhost"), "{err}");
+    }
+
+    #[test]
+    fn sample_intervals_are_bounded_and_zero_disables() {
+        let c = Config::default();
+        assert_eq!(
+            (c.gpu_sample_interval_ms, c.host_sample_interval_ms),
+            (1000, 1000)
+        );
+        assert_eq!(c.nvml_library(), "libnvidia-ml.so.1");
+        let c = Config::from_toml(
+            "gpu_sample_interval_ms = 100\nhost_sample_interval_ms = 0\nnvml_library_path = \"/x/libnvidia-ml.so.1\"\n",
+            Path::new("x"),
+        )
+        .unwrap();
+        assert_eq!(c.gpu_sample_interval_ms, 100);
+        assert_eq!(c.nvml_library(), "/x/libnvidia-ml.so.1");
+        let err = Config::from_toml("gpu_sample_interval_ms = 99\n", Path::new("x")).unwrap_err();
+        assert!(
+            err.to_string().contains("gpu_sample_interval_ms = 99"),
+            "{err}"
+        );
+        let err = Config::from_toml("host_sample_interval_ms = 5\n", Path::new("x")).unwrap_err();
+        assert!(err.to_string().contains("host_sample_interval_ms"), "{err}");
     }
 
     #[test]

@@ -33,6 +33,7 @@ pub(crate) mod session;
 
 use crate::batch::Chunk;
 use crate::metrics::{DropReason, Metrics};
+use crate::sample::ranks::{RankInfo, RankRegistry};
 use session::Session;
 
 /// Acks buffered per stream before they are dropped.
@@ -45,6 +46,8 @@ pub(crate) struct Ingest {
     pub(crate) chunks: mpsc::UnboundedSender<Chunk>,
     pub(crate) metrics: Arc<Metrics>,
     pub(crate) max_message_bytes: usize,
+    /// Ranks with an open stream, for mapping GPUs and processes to ranks.
+    pub(crate) ranks: Arc<RankRegistry>,
     next_stream: AtomicU64,
     stopping: AtomicBool,
     stop: watch::Sender<bool>,
@@ -58,6 +61,7 @@ impl Ingest {
         chunks: mpsc::UnboundedSender<Chunk>,
         metrics: Arc<Metrics>,
         max_message_bytes: usize,
+        ranks: Arc<RankRegistry>,
     ) -> Self {
         Self {
             node,
@@ -65,6 +69,7 @@ impl Ingest {
             chunks,
             metrics,
             max_message_bytes,
+            ranks,
             next_stream: AtomicU64::new(1),
             stopping: AtomicBool::new(false),
             stop: watch::channel(false).0,
@@ -199,6 +204,7 @@ async fn run_stream(
     let ingest = Arc::clone(&guard.0);
     let mut session = Session::new(id, ingest.node.clone());
     let mut stop = ingest.stop.subscribe();
+    let mut registered = false;
     tracing::debug!(stream = id, "rank stream opened");
     loop {
         let next = tokio::select! {
@@ -222,12 +228,27 @@ async fn run_stream(
             }
         };
         let ack = ingest.handle(&mut session, msg);
+        if !registered {
+            if let Some(i) = session.identity() {
+                ingest.ranks.insert(
+                    id,
+                    RankInfo {
+                        job_id: i.job_id.clone(),
+                        rank: i.rank,
+                        local_rank: i.local_rank,
+                        pid: i.pid,
+                    },
+                );
+                registered = true;
+            }
+        }
         match acks.try_send(Ok(ack)) {
             Ok(()) => {}
             Err(mpsc::error::TrySendError::Full(_)) => Metrics::inc(&ingest.metrics.acks_dropped),
             Err(mpsc::error::TrySendError::Closed(_)) => break,
         }
     }
+    ingest.ranks.remove(id);
     let rank = session.identity().map(|i| (i.job_id.clone(), i.rank));
     tracing::debug!(stream = id, ?rank, "rank stream closed");
 }

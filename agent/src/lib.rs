@@ -2,12 +2,15 @@
 //! collector.
 //!
 //! In: `RankIngest.StreamEvents` bidi streams from the ranks of this node
-//! (TCP and a Unix socket). Out: `AgentBatch`es to the collector's
+//! (TCP and a Unix socket); NVML and the host, sampled by [`sample`]. Out:
+//! `AgentBatch`es (events and samples) to the collector's
 //! `CollectorIngest.Ingest`, acks to the ranks, counters ([`MetricsSnapshot`]).
 //!
 //! ```text
 //! rank --gRPC--> ingest --Chunk, queue bounded by events--> batcher
 //!      <-RankAck-        (full: drop newest, count, ack says so)
+//! sampler thread (NVML, sysinfo) --SampleSet, bounded--> batcher
+//!      (full: drop the tick, count; ranks come from ingest's registry)
 //! batcher --AgentBatch, backlog bounded by batches--> uplink --gRPC--> collector
 //!          (full: batcher waits => queue fills => drops at ingest)
 //!          uplink: <= max_in_flight calls, retry transient errors with
@@ -40,12 +43,13 @@ mod batch;
 pub mod config;
 mod ingest;
 pub mod metrics;
+pub mod sample;
 mod serve;
 mod uplink;
 
 pub use backoff::Backoff;
 pub use config::Config;
-pub use metrics::{DropReason, MetricsSnapshot};
+pub use metrics::{DropReason, MetricsSnapshot, NvmlState};
 pub use serve::ServeError;
 
 use batch::Batcher;
@@ -65,6 +69,8 @@ pub enum AgentError {
     },
     #[error(transparent)]
     Listen(#[from] ServeError),
+    #[error("cannot start the sampler thread: {0}")]
+    Sampler(std::io::Error),
 }
 
 /// What happened to the data at shutdown.
@@ -103,6 +109,7 @@ pub struct AgentHandle {
     flush: oneshot::Sender<()>,
     batcher: JoinHandle<()>,
     uplink: JoinHandle<()>,
+    sampler: Option<sample::Sampler>,
     flush_timeout: Duration,
 }
 
@@ -164,7 +171,21 @@ pub async fn start(config: Config) -> Result<AgentHandle, AgentError> {
         Duration::from_millis(config.batch_max_delay_ms),
         Arc::clone(&metrics),
     );
-    let batcher = tokio::spawn(batcher.run(chunk_rx, backlog_tx, flush_rx));
+    let (sample_tx, sample_rx) = mpsc::channel(sample::QUEUE_SETS);
+    let batcher = tokio::spawn(batcher.run(chunk_rx, sample_rx, backlog_tx, flush_rx));
+
+    let ranks = Arc::new(sample::ranks::RankRegistry::default());
+    let sampler = sample::Sampler::spawn(
+        sample::SamplerConfig {
+            gpu_interval_ms: config.gpu_sample_interval_ms,
+            host_interval_ms: config.host_sample_interval_ms,
+            nvml_library: config.nvml_library().to_owned(),
+        },
+        Arc::clone(&ranks),
+        Arc::clone(&metrics),
+        sample_tx,
+    )
+    .map_err(AgentError::Sampler)?;
 
     let ingest = Arc::new(Ingest::new(
         config.node.clone(),
@@ -172,6 +193,7 @@ pub async fn start(config: Config) -> Result<AgentHandle, AgentError> {
         chunk_tx,
         Arc::clone(&metrics),
         config.max_message_bytes,
+        ranks,
     ));
     let svc = IngestService(Arc::clone(&ingest));
     let (server_stop, stop_rx) = watch::channel(false);
@@ -211,6 +233,7 @@ pub async fn start(config: Config) -> Result<AgentHandle, AgentError> {
         flush: flush_tx,
         batcher,
         uplink,
+        sampler,
         flush_timeout: Duration::from_millis(config.shutdown_flush_timeout_ms),
     })
 }
@@ -235,6 +258,10 @@ impl AgentHandle {
         let streams_ended = tokio::time::timeout_at(deadline, self.ingest.stop())
             .await
             .is_ok();
+        if let Some(sampler) = self.sampler {
+            // Joining blocks until the current NVML call returns.
+            let _ = tokio::task::spawn_blocking(move || sampler.stop()).await;
+        }
         let _ = self.flush.send(());
         let (mut batcher, mut uplink) = (self.batcher, self.uplink);
         let flushed = tokio::time::timeout_at(deadline, async {
@@ -273,6 +300,17 @@ impl AgentHandle {
         if undelivered_events > 0 {
             self.metrics
                 .dropped(DropReason::Shutdown, undelivered_events);
+        }
+        let taken = m.gpu_samples + m.host_samples;
+        let settled = m.delivered_samples
+            + m.dropped_samples.get("queue_full").copied().unwrap_or(0)
+            + m.dropped_samples
+                .get("rejected_by_collector")
+                .copied()
+                .unwrap_or(0);
+        if taken > settled {
+            self.metrics
+                .samples_dropped(DropReason::Shutdown, taken - settled);
         }
         let report = ShutdownReport {
             delivered_events: m.delivered_events,

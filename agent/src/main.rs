@@ -1,6 +1,7 @@
 //! `rankscope-agent` binary: parses the configuration (defaults < file <
 //! flags, flags also read `RANKSCOPE_AGENT_*` variables), starts the agent
-//! and shuts it down gracefully on SIGINT / SIGTERM.
+//! and shuts it down gracefully on SIGINT / SIGTERM. `--check` prints what
+//! this node can sample (NVML, GPUs, host metrics) and exits.
 
 use std::path::PathBuf;
 
@@ -26,6 +27,18 @@ struct Cli {
     /// Stable id of this agent (default: host name).
     #[arg(long, env = "RANKSCOPE_AGENT_ID")]
     agent_id: Option<String>,
+    /// NVML library to load (default: libnvidia-ml.so.1 from the loader's
+    /// search path).
+    #[arg(
+        long = "nvml-library",
+        value_name = "PATH",
+        env = "RANKSCOPE_NVML_LIBRARY"
+    )]
+    nvml_library: Option<String>,
+    /// Print what this node can sample (NVML and why not, GPUs, GPM, host
+    /// metrics) and exit.
+    #[arg(long)]
+    check: bool,
     #[command(subcommand)]
     command: Option<Command>,
 }
@@ -54,6 +67,9 @@ impl Cli {
         if let Some(v) = &self.agent_id {
             config.agent_id.clone_from(v);
         }
+        if let Some(v) = &self.nvml_library {
+            config.nvml_library_path.clone_from(v);
+        }
         config.validate()?;
         Ok(config)
     }
@@ -66,15 +82,21 @@ async fn main() -> anyhow::Result<()> {
         print!("{}", Config::default().to_toml()?);
         return Ok(());
     }
+    // `--check` prints a report: only problems go to the log.
+    let level = if cli.check { "warn" } else { "info" };
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(level)),
         )
         .init();
     let config = cli.config()?;
+    if cli.check {
+        print!("{}", rankscope_agent::sample::check::check(&config));
+        return Ok(());
+    }
     let agent = rankscope_agent::start(config)
         .await
         .context("starting the agent")?;

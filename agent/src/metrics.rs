@@ -12,7 +12,7 @@
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicU64, AtomicU8, Ordering::Relaxed};
 use std::sync::Mutex;
 
 /// Why events were dropped (`rankscope_agent_dropped_events_total{reason}`).
@@ -39,6 +39,37 @@ impl DropReason {
     }
 }
 
+/// Whether this agent samples GPUs (`rankscope_agent_nvml_state{state}`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum NvmlState {
+    /// GPU sampling is switched off (`gpu_sample_interval_ms = 0`) or has
+    /// not started yet.
+    #[default]
+    Disabled,
+    /// NVML is loaded and initialised; GPUs are sampled.
+    Ok,
+    /// NVML could not be loaded or initialised; the agent samples the host
+    /// only (the reason is logged once and shown by `--check`).
+    Unavailable,
+}
+
+impl NvmlState {
+    const ALL: [NvmlState; 3] = [Self::Disabled, Self::Ok, Self::Unavailable];
+
+    /// The `state` label.
+    pub fn label(self) -> &'static str {
+        match self {
+            Self::Disabled => "disabled",
+            Self::Ok => "ok",
+            Self::Unavailable => "unavailable",
+        }
+    }
+
+    fn from_u8(v: u8) -> Self {
+        Self::ALL.get(usize::from(v)).copied().unwrap_or_default()
+    }
+}
+
 /// Live counters, shared by all tasks of one agent.
 #[derive(Debug, Default)]
 pub struct Metrics {
@@ -57,6 +88,13 @@ pub struct Metrics {
     pub(crate) batches_duplicate: AtomicU64,
     pub(crate) batches_rejected: AtomicU64,
     pub(crate) delivered_events: AtomicU64,
+    pub(crate) gpu_samples: AtomicU64,
+    pub(crate) host_samples: AtomicU64,
+    pub(crate) gpu_read_errors: AtomicU64,
+    pub(crate) delivered_samples: AtomicU64,
+    samples_dropped: [AtomicU64; 3],
+    nvml_state: AtomicU8,
+    pub(crate) gpus: AtomicU64,
 }
 
 impl Metrics {
@@ -71,6 +109,16 @@ impl Metrics {
     /// Counts `n` dropped events.
     pub(crate) fn dropped(&self, reason: DropReason, n: u64) {
         self.dropped[reason as usize].fetch_add(n, Relaxed);
+    }
+
+    /// Counts `n` dropped telemetry samples.
+    pub(crate) fn samples_dropped(&self, reason: DropReason, n: u64) {
+        self.samples_dropped[reason as usize].fetch_add(n, Relaxed);
+    }
+
+    /// Sets the NVML state gauge.
+    pub(crate) fn set_nvml_state(&self, state: NvmlState) {
+        self.nvml_state.store(state as u8, Relaxed);
     }
 
     /// Counts one rejected rank message.
@@ -113,6 +161,21 @@ impl Metrics {
             batches_rejected,
             backlog_batches: batches_created.saturating_sub(batches_acked + batches_rejected),
             delivered_events: get(&self.delivered_events),
+            gpu_samples: get(&self.gpu_samples),
+            host_samples: get(&self.host_samples),
+            gpu_read_errors: get(&self.gpu_read_errors),
+            delivered_samples: get(&self.delivered_samples),
+            dropped_samples: DropReason::ALL
+                .iter()
+                .map(|r| {
+                    (
+                        r.label().to_owned(),
+                        get(&self.samples_dropped[*r as usize]),
+                    )
+                })
+                .collect(),
+            nvml_state: NvmlState::from_u8(self.nvml_state.load(Relaxed)),
+            gpus: get(&self.gpus),
         }
     }
 }
@@ -157,6 +220,22 @@ pub struct MetricsSnapshot {
     pub backlog_batches: u64,
     /// Events in acknowledged batches.
     pub delivered_events: u64,
+    /// GPU samples taken (one per GPU per tick, lost GPUs included).
+    pub gpu_samples: u64,
+    /// Host samples taken.
+    pub host_samples: u64,
+    /// NVML queries that failed with an unexpected error (the metric is
+    /// left empty; `NotSupported` is not counted).
+    pub gpu_read_errors: u64,
+    /// Telemetry samples in acknowledged batches.
+    pub delivered_samples: u64,
+    /// Telemetry samples dropped, by reason (`queue_full`: the batcher was
+    /// behind; `rejected_by_collector`; `shutdown`; every reason present).
+    pub dropped_samples: BTreeMap<String, u64>,
+    /// Whether GPUs are sampled (gauge, exported as one series per state).
+    pub nvml_state: NvmlState,
+    /// GPUs NVML reported at the last tick (gauge).
+    pub gpus: u64,
 }
 
 impl MetricsSnapshot {
@@ -187,6 +266,10 @@ impl MetricsSnapshot {
             ("batches_duplicate", self.batches_duplicate),
             ("batches_rejected", self.batches_rejected),
             ("delivered_events", self.delivered_events),
+            ("gpu_samples", self.gpu_samples),
+            ("host_samples", self.host_samples),
+            ("gpu_read_errors", self.gpu_read_errors),
+            ("delivered_samples", self.delivered_samples),
         ];
         for (name, v) in counters {
             let _ = writeln!(out, "# TYPE rankscope_agent_{name}_total counter");
@@ -196,14 +279,25 @@ impl MetricsSnapshot {
             ("streams_active", self.streams_active),
             ("queued_events", self.queued_events),
             ("backlog_batches", self.backlog_batches),
+            ("gpus", self.gpus),
         ];
         for (name, v) in gauges {
             let _ = writeln!(out, "# TYPE rankscope_agent_{name} gauge");
             let _ = writeln!(out, "rankscope_agent_{name} {v}");
         }
+        let _ = writeln!(out, "# TYPE rankscope_agent_nvml_state gauge");
+        for state in NvmlState::ALL {
+            let v = u8::from(state == self.nvml_state);
+            let _ = writeln!(
+                out,
+                "rankscope_agent_nvml_state{{state=\"{}\"}} {v}",
+                state.label()
+            );
+        }
         for (name, map) in [
             ("dropped_events", &self.dropped_events),
             ("rejected_messages", &self.rejected_messages),
+            ("dropped_samples", &self.dropped_samples),
         ] {
             let _ = writeln!(out, "# TYPE rankscope_agent_{name}_total counter");
             for (reason, v) in map {
@@ -243,5 +337,22 @@ mod tests {
         );
         assert!(text.contains("rankscope_agent_backlog_batches 1"));
         assert!(text.contains("rankscope_agent_batches_created_total 3"));
+        assert!(text.contains("rankscope_agent_nvml_state{state=\"disabled\"} 1"));
+    }
+
+    #[test]
+    fn nvml_state_gauge_and_sample_counters() {
+        let m = Metrics::default();
+        m.set_nvml_state(NvmlState::Unavailable);
+        m.samples_dropped(DropReason::QueueFull, 4);
+        Metrics::add(&m.gpu_samples, 16);
+        let s = m.snapshot(0);
+        assert_eq!(s.nvml_state, NvmlState::Unavailable);
+        assert_eq!(s.dropped_samples["queue_full"], 4);
+        let text = s.to_prometheus();
+        assert!(text.contains("rankscope_agent_nvml_state{state=\"unavailable\"} 1"));
+        assert!(text.contains("rankscope_agent_nvml_state{state=\"ok\"} 0"));
+        assert!(text.contains("rankscope_agent_gpu_samples_total 16"));
+        assert!(text.contains("rankscope_agent_dropped_samples_total{reason=\"queue_full\"} 4"));
     }
 }

@@ -218,21 +218,26 @@ impl Uplink {
         match (result, outcome) {
             (Ok(ack), _) => {
                 let slot = self.window.remove(&seq);
-                let events = slot.map_or(0, |s| s.pending.events);
+                let (events, samples) =
+                    slot.map_or((0, 0), |s| (s.pending.events, s.pending.samples));
                 Metrics::inc(&self.metrics.batches_acked);
                 if ack.duplicate {
                     Metrics::inc(&self.metrics.batches_duplicate);
                 }
                 Metrics::add(&self.metrics.delivered_events, events);
+                Metrics::add(&self.metrics.delivered_samples, samples);
                 tracing::trace!(seq, events, duplicate = ack.duplicate, "batch delivered");
                 self.recovered();
             }
             (Err(status), Some(Outcome::Drop)) => {
                 let slot = self.window.remove(&seq);
-                let events = slot.map_or(0, |s| s.pending.events);
+                let (events, samples) =
+                    slot.map_or((0, 0), |s| (s.pending.events, s.pending.samples));
                 Metrics::inc(&self.metrics.batches_rejected);
                 self.metrics
                     .dropped(DropReason::RejectedByCollector, events);
+                self.metrics
+                    .samples_dropped(DropReason::RejectedByCollector, samples);
                 tracing::warn!(seq, events, code = ?status.code(), message = status.message(), "collector rejected batch, dropped");
                 self.recovered();
             }

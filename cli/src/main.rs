@@ -64,6 +64,21 @@ enum Command {
     Import(ImportArgs),
     /// Alerts (straggler, hang, low GPU utilization, collective slowdown).
     Alerts(AlertsArgs),
+    /// Latest sample of every GPU (NVML telemetry from the agents).
+    Gpus(GpusArgs),
+}
+
+#[derive(Debug, Args)]
+struct GpusArgs {
+    /// Only the GPUs of this node.
+    #[arg(long)]
+    node: Option<String>,
+    /// Only the GPUs this job's ranks ran on (their last sample while it ran).
+    #[arg(long)]
+    job: Option<String>,
+    /// Output format.
+    #[arg(long, value_enum, default_value_t = OutputFormat::Table)]
+    format: OutputFormat,
 }
 
 #[derive(Debug, Args)]
@@ -146,6 +161,9 @@ struct SimulateArgs {
     /// Begin of step 0, ns since the Unix epoch [default: now].
     #[arg(long)]
     start_ns: Option<u64>,
+    /// Number of the first step (to continue an earlier run of the job).
+    #[arg(long, default_value_t = 0)]
+    first_step: u64,
     /// After sending, wait until the collector has analysed the last step
     /// of every rank (uses --collector), at most this many seconds.
     #[arg(long, value_name = "SECS", num_args = 0..=1, default_missing_value = "60")]
@@ -302,6 +320,13 @@ async fn run(cli: Cli) -> Result<()> {
             .await
         }
         Command::Import(a) => import_cmd(a).await,
+        Command::Gpus(a) => {
+            let (node, job) = (a.node.as_deref(), a.job.as_deref());
+            let rows =
+                rankscope_cli::query::gpus::fetch_gpus(&http(), &cli.collector, node, job).await?;
+            print!("{}", rankscope_cli::query::gpus::render(&rows, a.format));
+            Ok(())
+        }
         Command::Alerts(a) => {
             let rows = analytics::fetch_alerts(&http(), &cli.collector, a.job.as_deref(), a.active)
                 .await?;
@@ -423,6 +448,7 @@ async fn simulate_cmd(args: SimulateArgs) -> Result<(String, u32, u64)> {
         ranks: args.ranks,
         ranks_per_node: args.ranks_per_node,
         steps: args.steps,
+        first_step: args.first_step,
         seed: args.seed,
         stragglers: args.straggler,
         start_ns: args
@@ -443,7 +469,7 @@ async fn simulate_cmd(args: SimulateArgs) -> Result<(String, u32, u64)> {
             summary.first_rejection.as_deref().unwrap_or("-")
         );
     }
-    Ok((cfg.job, cfg.ranks, cfg.steps))
+    Ok((cfg.job, cfg.ranks, cfg.first_step + cfg.steps))
 }
 
 fn init_logging(verbose: bool) {

@@ -69,6 +69,9 @@ pub struct SimConfig {
     pub ranks_per_node: u32,
     /// Training steps per rank.
     pub steps: u64,
+    /// Number of the first step (continue an earlier run of the same job:
+    /// give the step after its last and a `start_ns` after its end).
+    pub first_step: u64,
     /// Seed of all timing jitter.
     pub seed: u64,
     /// Slow ranks (each rank at most once).
@@ -98,6 +101,7 @@ impl Default for SimConfig {
             ranks: 8,
             ranks_per_node: 8,
             steps: 50,
+            first_step: 0,
             seed: 1,
             stragglers: Vec::new(),
             start_ns: 1_700_000_000_000_000_000,

@@ -372,3 +372,35 @@ fn multi_node_jobs_place_ranks_on_nodes() {
     });
     assert_eq!(dev, Some(2));
 }
+
+/// A run continued with `first_step` goes on with the step numbers and the
+/// collective sequence numbers of the first run.
+#[test]
+fn continued_run_continues_steps_and_sequence_numbers() {
+    use rankscope_cli::simulate::{plan, SimConfig};
+    use rankscope_proto::v1::event::Kind;
+    let first = SimConfig {
+        ranks: 2,
+        steps: 3,
+        layers: 2,
+        ..SimConfig::default()
+    };
+    let second = SimConfig {
+        first_step: 3,
+        steps: 2,
+        ..first.clone()
+    };
+    let seqs = |cfg: &SimConfig| -> Vec<u64> {
+        plan(cfg)
+            .rank_events(0)
+            .filter_map(|e| match &e.kind {
+                Some(Kind::Collective(c)) => Some(c.seq),
+                _ => None,
+            })
+            .collect()
+    };
+    let (a, b) = (seqs(&first), seqs(&second));
+    assert_eq!(b.first().copied(), a.last().map(|s| s + 1));
+    let steps: Vec<u64> = plan(&second).steps.iter().map(|s| s.step).collect();
+    assert_eq!(steps, vec![3, 4]);
+}

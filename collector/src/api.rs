@@ -3,7 +3,8 @@
 //! Routes: `GET /healthz`, `GET /metrics` (Prometheus text),
 //! `GET /api/v1/jobs`, `GET /api/v1/jobs/{job}/steps?from_step=&to_step=&last=`,
 //! and the analytics routes of [`analytics`] (`breakdown`, `ranks`,
-//! `collectives`, `stragglers`, `hangs`).
+//! `collectives`, `stragglers`, `hangs`) and `GET /api/v1/gpus` of
+//! [`telemetry`].
 //! In: HTTP requests. Out: JSON documents (`{"error": "..."}` with a 4xx/5xx
 //! status on failure). Reads go to ClickHouse through [`Store`]; the API holds
 //! no state of its own.
@@ -20,6 +21,7 @@ use serde::{Deserialize, Serialize};
 
 mod alerts;
 mod analytics;
+mod telemetry;
 
 use crate::metrics::Metrics;
 use crate::store::{JobRow, StepTimeRow, Store, WriterHandle};
@@ -53,6 +55,7 @@ pub fn router(state: ApiState) -> Router {
         .route("/api/v1/jobs/{job}/stragglers", get(analytics::stragglers))
         .route("/api/v1/jobs/{job}/hangs", get(analytics::hangs))
         .route("/api/v1/alerts", get(alerts::alerts))
+        .route("/api/v1/gpus", get(telemetry::gpus))
         .with_state(state)
 }
 

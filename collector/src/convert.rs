@@ -1,8 +1,9 @@
 //! Conversion of one validated `AgentBatch` into ClickHouse rows.
 //!
 //! In: a `proto::AgentBatch` as received from an agent. Out: a
-//! [`RowSet`] (one row per event, plus one `ranks` row per rank group and one
-//! `ingest_batches` row), or a [`ConvertError`] naming the first invalid field.
+//! [`RowSet`] (one row per event, plus one `ranks` row per rank group, the
+//! telemetry rows of its samples (see `samples`) and one `ingest_batches`
+//! row), or a [`ConvertError`] naming the first invalid field.
 //!
 //! Invariants: the batch is validated as a whole before any row is produced
 //! (all or nothing); every row carries the batch's identity (agent id,
@@ -31,6 +32,9 @@ pub enum ConvertError {
         rank: u32,
         source: ValidationError,
     },
+    /// A telemetry sample failed validation.
+    #[error(transparent)]
+    Samples(#[from] validate::SampleError),
 }
 
 impl ConvertError {
@@ -39,6 +43,7 @@ impl ConvertError {
         match self {
             Self::Batch(_) => "bad_batch_header",
             Self::Rank { source, .. } => source.reason(),
+            Self::Samples(e) => e.reason(),
         }
     }
 }
@@ -58,6 +63,7 @@ pub fn convert(batch: &proto::AgentBatch, received_ns: u64) -> Result<RowSet, Co
             "seq is 0; batch sequence numbers start at 1".into(),
         ));
     }
+    validate::validate_samples(&batch.gpu_samples, &batch.host_samples)?;
     let mut rows = RowSet::default();
     for (index, group) in batch.ranks.iter().enumerate() {
         let (job, rank) = group
@@ -78,6 +84,7 @@ pub fn convert(batch: &proto::AgentBatch, received_ns: u64) -> Result<RowSet, Co
             .map_err(wrap)?;
         push_group(&mut rows, batch, identity, group, received_ns);
     }
+    rows.telemetry = sample_rows(batch);
     rows.batches.push(BatchRow {
         agent_id: batch.agent_id.clone(),
         agent_session: batch.agent_session,
@@ -319,7 +326,10 @@ pub fn stream_input(batch: &proto::AgentBatch) -> StreamInput {
             events,
         });
     }
-    StreamInput { groups }
+    StreamInput {
+        groups,
+        gpu: gpu_obs(batch),
+    }
 }
 
 /// The analysis op of a proto collective op.
@@ -359,3 +369,6 @@ pub fn dtype_name(dtype: i32) -> &'static str {
         D::Float8E5m2 => "float8_e5m2",
     }
 }
+
+mod samples;
+pub use samples::{gpu_obs, sample_rows};

@@ -22,6 +22,7 @@ fn batch(groups: Vec<proto::RankEvents>) -> proto::AgentBatch {
         node: "node-a".into(),
         sent_at_ns: 1,
         ranks: groups,
+        ..Default::default()
     }
 }
 

@@ -151,6 +151,11 @@ pub async fn start(cfg: Config) -> Result<Collector, StartError> {
     let (stream, stream_task) = stream::spawn_stream(
         cfg.stream.clone(),
         policy,
+        stream::Outputs {
+            alerts: Some(alerts.clone()),
+            gauges: gauges.clone(),
+            hang_after_secs: cfg.alerts.rules.hang.hang_after_secs,
+        },
         writer.clone(),
         wait_for(shutdown_rx.clone()),
     );

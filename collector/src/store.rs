@@ -21,6 +21,7 @@ mod migrate;
 mod read;
 mod retention;
 pub mod rows;
+pub mod telemetry;
 mod writer;
 
 use std::time::Duration;
@@ -161,11 +162,14 @@ pub enum Table {
     StragglerVerdicts,
     HangSuspects,
     Alerts,
+    RankGpuSamples,
+    RankProcessSamples,
+    StragglerEvidence,
 }
 
 impl Table {
     /// Every table (the writer stores `ingest_batches` after the event tables).
-    pub const ALL: [Table; 12] = [
+    pub const ALL: [Table; 15] = [
         Table::Steps,
         Table::Spans,
         Table::Collectives,
@@ -178,6 +182,9 @@ impl Table {
         Table::StragglerVerdicts,
         Table::HangSuspects,
         Table::Alerts,
+        Table::RankGpuSamples,
+        Table::RankProcessSamples,
+        Table::StragglerEvidence,
     ];
 
     /// The table's name in ClickHouse.
@@ -195,6 +202,9 @@ impl Table {
             Table::StragglerVerdicts => "straggler_verdicts",
             Table::HangSuspects => "hang_suspects",
             Table::Alerts => "alerts",
+            Table::RankGpuSamples => "rank_gpu_samples",
+            Table::RankProcessSamples => "rank_process_samples",
+            Table::StragglerEvidence => "straggler_evidence",
         }
     }
 
@@ -211,6 +221,9 @@ impl Table {
                 | Table::StragglerVerdicts
                 | Table::HangSuspects
                 | Table::Alerts
+                | Table::RankGpuSamples
+                | Table::RankProcessSamples
+                | Table::StragglerEvidence
         )
     }
 }

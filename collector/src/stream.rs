@@ -16,6 +16,7 @@
 //! Memory: per job only open rank-steps and unfinalized steps; reorder buffers
 //! are bounded; jobs idle for `job_idle_secs` are forgotten.
 
+pub mod evidence;
 pub mod job;
 pub mod reorder;
 
@@ -68,6 +69,8 @@ pub struct RankInput {
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct StreamInput {
     pub groups: Vec<RankInput>,
+    /// GPU samples mapped to ranks (straggler evidence).
+    pub gpu: Vec<evidence::GpuObs>,
 }
 
 /// Straggler thresholds (see `rankscope_analysis::StragglerPolicy`).
@@ -128,8 +131,6 @@ pub struct StreamConfig {
     pub max_pending_steps: usize,
     /// Most GPU events + collectives analysed per rank-step.
     pub max_events_per_rank_step: usize,
-    /// A rank silent this long while others end steps is a suspected hang.
-    pub hang_after_secs: u64,
     /// How long a batch waits for an earlier one of its agent session.
     pub reorder_timeout_ms: u64,
     /// Most batches waiting behind a gap per agent session.
@@ -142,6 +143,10 @@ pub struct StreamConfig {
     pub job_idle_secs: u64,
     /// Straggler thresholds.
     pub straggler: StragglerConfig,
+    /// GPU samples kept per GPU for straggler evidence.
+    pub gpu_history_samples: usize,
+    /// Most GPUs whose samples are kept (beyond: ignored, counted).
+    pub gpu_history_max_gpus: usize,
 }
 
 impl Default for StreamConfig {
@@ -150,13 +155,14 @@ impl Default for StreamConfig {
             step_timeout_ms: 30_000,
             max_pending_steps: 64,
             max_events_per_rank_step: 1_000_000,
-            hang_after_secs: 60,
             reorder_timeout_ms: 5_000,
             reorder_max_batches: 256,
             queue_capacity: 4096,
             tick_ms: 250,
             job_idle_secs: 3_600,
             straggler: StragglerConfig::default(),
+            gpu_history_samples: 128,
+            gpu_history_max_gpus: 4096,
         }
     }
 }
@@ -170,6 +176,8 @@ pub struct StreamMetrics {
     pub verdict_changes: AtomicU64,
     pub hang_suspects: AtomicU64,
     pub result_write_failures: AtomicU64,
+    /// Straggler verdict versions that carried GPU evidence.
+    pub verdict_evidence: AtomicU64,
 }
 
 struct Submission {
@@ -208,6 +216,7 @@ impl StreamHandle {
 pub fn spawn_stream(
     cfg: StreamConfig,
     policy: StragglerPolicy,
+    outputs: Outputs,
     writer: WriterHandle,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> (StreamHandle, tokio::task::JoinHandle<()>) {
@@ -222,8 +231,10 @@ pub fn spawn_stream(
             step_timeout_ns: cfg.step_timeout_ms.saturating_mul(1_000_000),
             max_pending_steps: cfg.max_pending_steps.max(1),
             max_events_per_rank_step: cfg.max_events_per_rank_step,
-            hang_after_ns: cfg.hang_after_secs.saturating_mul(1_000_000_000),
+            hang_after_ns: outputs.hang_after_secs.saturating_mul(1_000_000_000),
         },
+        outputs,
+        gpus: evidence::GpuHistory::new(cfg.gpu_history_samples, cfg.gpu_history_max_gpus),
         cfg,
         policy,
         jobs: HashMap::new(),
@@ -234,12 +245,36 @@ pub fn spawn_stream(
     (StreamHandle { tx, metrics }, handle)
 }
 
+/// Where live analytics results go besides the tables.
+pub struct Outputs {
+    /// Alert rules (straggler, hang, collective slowdown); `None`: no alerting.
+    pub alerts: Option<crate::alert::AlertHandle>,
+    /// Latest values for `/metrics` and OTLP.
+    pub gauges: Arc<crate::gauges::JobGauges>,
+    /// A rank silent this long while others end steps is a suspected hang
+    /// (`alerts.rules.hang.hang_after_secs`).
+    pub hang_after_secs: u64,
+}
+
+impl Outputs {
+    fn alert(&self, input: crate::alert::AlertInput) {
+        if let Some(a) = &self.alerts {
+            a.submit(input);
+        }
+    }
+}
+
 struct JobEntry {
     assembler: JobAssembler,
     last_input_ns: u64,
     /// Wall time each active verdict was first seen (its partition time).
     first_seen: HashMap<(u32, u64), u64>,
+    /// Time spans of recent steps (the windows of GPU evidence).
+    spans: evidence::StepSpans,
 }
+
+/// GPUs without samples for this long leave the evidence history.
+const GPU_HISTORY_HORIZON_NS: u64 = 600_000_000_000;
 
 struct Stream {
     cfg: StreamConfig,
@@ -247,6 +282,8 @@ struct Stream {
     limits: AssemblyLimits,
     reorder: Reorder<StreamInput>,
     jobs: HashMap<String, JobEntry>,
+    gpus: evidence::GpuHistory,
+    outputs: Outputs,
     writer: WriterHandle,
     metrics: Arc<StreamMetrics>,
 }
@@ -281,17 +318,30 @@ impl Stream {
     fn consume(&mut self, ready: &mut Vec<StreamInput>, now: u64) {
         let mut rows = RowSet::default();
         for input in ready.drain(..) {
+            for o in input.gpu {
+                self.gpus.push(o);
+            }
             for group in input.groups {
                 let job = group.job.clone();
                 let entry = self.jobs.entry(job.clone()).or_insert_with(|| JobEntry {
                     assembler: JobAssembler::new(group.world_size, self.policy, self.limits),
                     last_input_ns: now,
                     first_seen: HashMap::new(),
+                    spans: evidence::StepSpans::default(),
                 });
                 entry.last_input_ns = now;
                 let mut out = JobOutput::default();
                 entry.assembler.push(group, now, &mut out);
-                collect(&job, entry, out, now, &self.metrics, &mut rows);
+                collect(
+                    &job,
+                    entry,
+                    out,
+                    now,
+                    &self.metrics,
+                    &self.gpus,
+                    &self.outputs,
+                    &mut rows,
+                );
             }
         }
         self.write(rows);
@@ -302,11 +352,28 @@ impl Stream {
         for (job, entry) in &mut self.jobs {
             let mut out = JobOutput::default();
             entry.assembler.poll(now, &mut out);
-            collect(job, entry, out, now, &self.metrics, &mut rows);
+            collect(
+                job,
+                entry,
+                out,
+                now,
+                &self.metrics,
+                &self.gpus,
+                &self.outputs,
+                &mut rows,
+            );
         }
+        self.gpus.prune(now.saturating_sub(GPU_HISTORY_HORIZON_NS));
         let idle_ns = self.cfg.job_idle_secs.saturating_mul(1_000_000_000);
-        self.jobs.retain(|_, e| {
-            e.assembler.pending_steps() > 0 || now.saturating_sub(e.last_input_ns) < idle_ns
+        let outputs = &self.outputs;
+        self.jobs.retain(|job, e| {
+            let keep =
+                e.assembler.pending_steps() > 0 || now.saturating_sub(e.last_input_ns) < idle_ns;
+            if !keep {
+                outputs.gauges.forget(job);
+                outputs.alert(crate::alert::AlertInput::JobGone { job: job.clone() });
+            }
+            keep
         });
         self.write(rows);
     }
@@ -333,8 +400,11 @@ fn collect(
     out: JobOutput,
     now: u64,
     metrics: &StreamMetrics,
+    gpus: &evidence::GpuHistory,
+    outputs: &Outputs,
     rows: &mut RowSet,
 ) {
+    use crate::alert::AlertInput;
     let finalized: std::collections::BTreeSet<u64> = out.steps.iter().map(|s| s.step).collect();
     metrics
         .steps_finalized
@@ -343,7 +413,20 @@ fn collect(
         .partial_steps
         .store(entry.assembler.partial_steps, Relaxed);
     for s in out.steps {
+        let end = s.step_start_ns.saturating_add(s.step_time_ns);
+        entry.spans.record(s.step, s.step_start_ns, end);
         let b = &s.breakdown;
+        outputs.gauges.step(
+            job,
+            s.rank,
+            &s.node,
+            s.step,
+            s.step_time_ns,
+            b.compute_ns,
+            b.comm_ns,
+            b.overlap_ns,
+            s.comm_wait_ns,
+        );
         rows.breakdowns.push(BreakdownRow {
             job_id: job.to_owned(),
             run_id: s.run_id,
@@ -391,9 +474,58 @@ fn collect(
             first_seen_ns,
             updated_ns: now,
         });
+        let mut hardware = String::new();
+        if let Some(row) =
+            evidence::verdict_evidence(job, v, &entry.spans, gpus, first_seen_ns, now)
+        {
+            metrics.verdict_evidence.fetch_add(1, Relaxed);
+            hardware = row.evidence.clone();
+            rows.telemetry.evidence.push(row);
+        }
+        outputs
+            .gauges
+            .straggler(job, v.rank, &v.node, v.slowdown, v.active);
+        outputs.alert(AlertInput::Straggler {
+            job: job.to_owned(),
+            rank: v.rank,
+            node: v.node.clone(),
+            active: v.active,
+            first_step: v.first_step,
+            last_step: v.last_step,
+            steps_flagged: v.steps_flagged,
+            slowdown: v.slowdown,
+            score: v.score,
+            cause: v.cause.as_str().to_owned(),
+            evidence: hardware,
+        });
+    }
+    for c in out.collectives {
+        outputs
+            .gauges
+            .busbw(job, c.op, &c.process_group, &c.size_bucket, c.busbw_gbps);
+        outputs.alert(AlertInput::CollectiveStep {
+            job: job.to_owned(),
+            step: c.step,
+            key: format!("{} {} {}", c.op, c.process_group, c.size_bucket),
+            busbw_gbps: c.busbw_gbps,
+        });
+    }
+    for rank in out.resumed {
+        outputs.alert(AlertInput::RankProgress {
+            job: job.to_owned(),
+            rank,
+        });
     }
     for h in out.hangs {
         metrics.hang_suspects.fetch_add(1, Relaxed);
+        outputs.alert(AlertInput::RankHang {
+            job: job.to_owned(),
+            rank: h.rank,
+            node: h.node.clone(),
+            last_step: h.last_step,
+            job_step: h.job_step,
+            silent_ns: h.silent_ns,
+        });
         tracing::warn!(job, rank = h.rank, node = %h.node, last_step = ?h.last_step, job_step = h.job_step, "suspected hang: rank stopped ending steps");
         rows.hangs.push(HangRow {
             job_id: job.to_owned(),

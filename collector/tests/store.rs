@@ -5,6 +5,9 @@
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::time::{Duration, Instant};
 
+use rankscope_collector::store::rows::{
+    EvidenceRow, GpuSampleRow, HostSampleRow, RankGpuRow, RankProcessRow, TelemetryRows,
+};
 use rankscope_collector::store::{
     spawn_writer, BatchRow, BreakdownRow, CollectiveRow, HangRow, KernelRow, RankRow, RowSet,
     SpanRow, StepRow, StepTimeRow, Store, StoreConfig, StoreError, Table, VerdictRow, WriteError,
@@ -227,6 +230,129 @@ fn full_row_set(job: &str, seq: u64, ts_ns: u64) -> RowSet {
             silent_ns: 60_000_000_000,
             detected_ns: ts_ns,
         }],
+        telemetry: telemetry_rows(job, seq, ts_ns),
+        ..RowSet::default()
+    }
+}
+
+/// One row of every telemetry table: set metrics, NULL metrics, arrays.
+fn telemetry_rows(job: &str, seq: u64, ts_ns: u64) -> TelemetryRows {
+    let (node, agent) = ("node-0".to_string(), "agent-a".to_string());
+    TelemetryRows {
+        gpu_samples: vec![GpuSampleRow {
+            node: node.clone(),
+            agent_id: agent.clone(),
+            agent_session: 7,
+            batch_seq: seq,
+            ts_ns,
+            period_ns: 1_000_000_000,
+            gpu_index: 5,
+            uuid: "GPU-5".into(),
+            name: "NVIDIA H100 80GB HBM3".into(),
+            pci_bus_id: "00000000:15:00.0".into(),
+            state: 1,
+            error: String::new(),
+            gpu_util_pct: Some(87.5),
+            mem_util_pct: Some(0.0),
+            sm_active_pct: None,
+            sm_occupancy_pct: Some(33.25),
+            tensor_active_pct: None,
+            dram_active_pct: Some(12.0),
+            mem_used_bytes: Some(1 << 33),
+            mem_total_bytes: Some(80 << 30),
+            power_w: Some(312.5),
+            power_limit_w: None,
+            temp_c: Some(88.0),
+            sm_clock_mhz: Some(1200),
+            sm_clock_max_mhz: Some(1980),
+            mem_clock_mhz: None,
+            mem_clock_max_mhz: Some(2619),
+            throttle_mask: Some(0x60),
+            throttle_reasons: vec!["sw_thermal_slowdown".into(), "hw_thermal_slowdown".into()],
+            pcie_tx_bytes_per_s: Some(u64::MAX),
+            pcie_rx_bytes_per_s: None,
+            nvlink_tx_bytes_per_s: Some(0),
+            nvlink_rx_bytes_per_s: None,
+            ecc_corrected_total: Some(3),
+            ecc_uncorrected_total: None,
+            xid_errors: Some(1),
+            last_xid: Some(79),
+            process_pids: vec![10005, 10013],
+            process_mem_bytes: vec![Some(1 << 30), None],
+            rank_jobs: vec![job.into()],
+            rank_ids: vec![5],
+        }],
+        host_samples: vec![HostSampleRow {
+            node: node.clone(),
+            agent_id: agent.clone(),
+            agent_session: 7,
+            batch_seq: seq,
+            ts_ns,
+            period_ns: 1_000_000_000,
+            cpu_util_pct: Some(12.5),
+            cpu_core_util_pct: vec![10.0, 15.0],
+            load1: Some(0.5),
+            load5: None,
+            load15: Some(0.25),
+            mem_total_bytes: Some(24 << 30),
+            mem_used_bytes: Some(3 << 30),
+            mem_available_bytes: None,
+            net_interfaces: vec!["eth0".into(), "lo".into()],
+            net_rx_bytes: vec![1000, 5],
+            net_tx_bytes: vec![2000, 5],
+        }],
+        rank_gpu: vec![RankGpuRow {
+            job_id: job.into(),
+            rank: 5,
+            node: node.clone(),
+            gpu_index: 5,
+            uuid: "GPU-5".into(),
+            ts_ns,
+            period_ns: 1_000_000_000,
+            gpu_util_pct: Some(87.5),
+            sm_active_pct: None,
+            sm_clock_mhz: Some(1200),
+            power_w: Some(312.5),
+            temp_c: None,
+            throttle_mask: Some(0x60),
+            throttle_reasons: vec!["hw_thermal_slowdown".into()],
+            agent_id: agent.clone(),
+            agent_session: 7,
+            batch_seq: seq,
+        }],
+        rank_process: vec![RankProcessRow {
+            job_id: job.into(),
+            rank: 5,
+            node: node.clone(),
+            pid: 10005,
+            ts_ns,
+            period_ns: 1_000_000_000,
+            cpu_pct: Some(250.5),
+            rss_bytes: None,
+            agent_id: agent,
+            agent_session: 7,
+            batch_seq: seq,
+        }],
+        evidence: vec![EvidenceRow {
+            job_id: job.into(),
+            rank: 5,
+            first_step: 2,
+            node,
+            evidence: "GPU 5 (GPU-5) on node-0: SM clock 1200 MHz vs 1980 MHz".into(),
+            gpu_indexes: vec![5],
+            gpu_uuids: vec!["GPU-5".into()],
+            sm_clock_mhz: Some(1200.0),
+            peer_sm_clock_mhz: Some(1980.0),
+            throttle_reasons: vec!["hw_thermal_slowdown".into()],
+            temp_c: Some(88.0),
+            peer_temp_c: None,
+            power_w: None,
+            peer_power_w: Some(350.0),
+            samples: 12,
+            peer_gpus: 7,
+            first_seen_ns: ts_ns,
+            updated_ns: ts_ns + 2,
+        }],
     }
 }
 
@@ -358,6 +484,51 @@ async fn every_row_type_round_trips_through_its_table() {
         .await
         .unwrap();
     assert_eq!(h, rows.hangs);
+    let t = &rows.telemetry;
+    let all = |table: &str| format!("SELECT ?fields FROM {table}");
+    let got: Vec<GpuSampleRow> = store
+        .client()
+        .query(&all("gpu_samples"))
+        .fetch_all()
+        .await
+        .unwrap();
+    assert_eq!(got, t.gpu_samples);
+    let got: Vec<HostSampleRow> = store
+        .client()
+        .query(&all("host_samples"))
+        .fetch_all()
+        .await
+        .unwrap();
+    assert_eq!(got, t.host_samples);
+    let got: Vec<RankGpuRow> = store
+        .client()
+        .query(&all("rank_gpu_samples"))
+        .fetch_all()
+        .await
+        .unwrap();
+    assert_eq!(got, t.rank_gpu);
+    let got: Vec<RankProcessRow> = store
+        .client()
+        .query(&all("rank_process_samples"))
+        .fetch_all()
+        .await
+        .unwrap();
+    assert_eq!(got, t.rank_process);
+    let got: Vec<EvidenceRow> = store
+        .client()
+        .query(&q("straggler_evidence"))
+        .fetch_all()
+        .await
+        .unwrap();
+    assert_eq!(got, t.evidence);
+    // NULL metrics are NULL in ClickHouse, not 0; the GPU state is named.
+    let nulls = ch()
+        .query(&format!(
+            "SELECT isNull(sm_active_pct), isNull(mem_util_pct), toString(state) FROM {}.gpu_samples",
+            store.database()
+        ))
+        .unwrap();
+    assert_eq!(nulls.trim(), "1\t0\tok");
     // Enum8 columns hold the proto numbers under their names.
     let names = ch()
         .query(&format!(
@@ -411,10 +582,10 @@ async fn concurrent_writes_are_all_acknowledged_and_stored_exactly_once() {
         ))
         .unwrap();
     assert_eq!(ranks.trim(), "1");
-    assert_eq!(load(&m.rows_written), 10 * n);
+    assert_eq!(load(&m.rows_written), 15 * n);
     assert_eq!(load(&m.insert_failures), 0);
-    // Batched: 9 tables per flush, far fewer flushes than row sets.
-    assert_eq!(load(&m.inserts), 9 * load(&m.flushes));
+    // Batched: 14 tables per flush, far fewer flushes than row sets.
+    assert_eq!(load(&m.inserts), 14 * load(&m.flushes));
     assert!(
         load(&m.flushes) < n,
         "{} flushes for {n} row sets",
@@ -807,13 +978,18 @@ async fn retention_drops_old_day_partitions_and_keeps_recent_ones() {
     let dropped = store.drop_expired_partitions(7, later).await.unwrap();
     let tables = [
         "collectives",
+        "gpu_samples",
         "hang_suspects",
+        "host_samples",
         "ingest_batches",
         "kernels",
+        "rank_gpu_samples",
+        "rank_process_samples",
         "ranks",
         "spans",
         "step_breakdown",
         "steps",
+        "straggler_evidence",
         "straggler_verdicts",
     ];
     let mut expected: Vec<String> = tables

@@ -376,3 +376,6 @@ fn check_name(
 #[cfg(test)]
 #[path = "validate_tests.rs"]
 mod tests;
+
+mod samples;
+pub use samples::{validate_samples, SampleError};

@@ -1,8 +1,8 @@
 //! Accumulates queued events into the `RankEvents` groups of one batch.
 //!
 //! In: events of validated rank messages, each with its stream and the
-//! definitions of the name ids its events reference. Out: the
-//! `Vec<RankEvents>` of one `AgentBatch`.
+//! definitions of the name ids its events reference; telemetry sample sets.
+//! Out: the `Vec<RankEvents>` and the samples of one `AgentBatch`.
 //!
 //! Invariants: one `RankEvents` per rank stream per batch, in the order the
 //! streams first appeared in the batch; events keep the order they were
@@ -14,6 +14,8 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use rankscope_proto::v1 as proto;
+
+use crate::sample::SampleSet;
 
 /// A rank stream as the batcher sees it: a process-unique id and the identity
 /// the stream opened with (node filled in).
@@ -30,6 +32,8 @@ pub(crate) struct BatchBuilder {
     /// stream id -> (index into `ranks`, name ids already defined there).
     by_stream: HashMap<u64, (usize, HashSet<u32>)>,
     events: usize,
+    gpu_samples: Vec<proto::GpuSample>,
+    host_samples: Vec<proto::HostSample>,
 }
 
 impl BatchBuilder {
@@ -38,8 +42,34 @@ impl BatchBuilder {
         self.events
     }
 
+    /// Telemetry samples in the batch so far.
+    pub(crate) fn samples(&self) -> usize {
+        self.gpu_samples.len() + self.host_samples.len()
+    }
+
+    /// Events plus samples: what `batch_max_events` bounds.
+    pub(crate) fn units(&self) -> usize {
+        self.events + self.samples()
+    }
+
     pub(crate) fn is_empty(&self) -> bool {
-        self.events == 0
+        self.units() == 0
+    }
+
+    /// Appends the samples of one tick.
+    pub(crate) fn push_samples(&mut self, set: SampleSet) {
+        match set {
+            SampleSet::Gpu(v) => self.gpu_samples.extend(v),
+            SampleSet::Host(h) => self.host_samples.push(h),
+        }
+    }
+
+    /// Takes the samples out.
+    pub(crate) fn take_samples(&mut self) -> (Vec<proto::GpuSample>, Vec<proto::HostSample>) {
+        (
+            std::mem::take(&mut self.gpu_samples),
+            std::mem::take(&mut self.host_samples),
+        )
     }
 
     /// Appends `events` of `stream`; `names` must define (at least) every

@@ -199,6 +199,10 @@ pub fn config(collector_url: &str, dir: Option<&Path>) -> Config {
         retry_initial_ms: 5,
         retry_max_ms: 50,
         request_timeout_ms: 10_000,
+        // Telemetry has its own tests (tests/telemetry); here batches hold
+        // rank events only, so seqs and call counts are exact.
+        gpu_sample_interval_ms: 0,
+        host_sample_interval_ms: 0,
         ..Config::default()
     }
 }

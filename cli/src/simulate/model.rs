@@ -192,12 +192,15 @@ pub fn plan_iter(cfg: &SimConfig) -> PlanIter {
         next_begin_ns: cfg.start_ns,
         next_correlation: 1,
     };
+    // Every step runs 2 * layers + 1 collectives in the one process group:
+    // a continued run goes on with the sequence numbers where it left off.
+    let collectives_per_step = 2 * u64::from(cfg.layers) + 1;
     PlanIter {
         shape: JobShape::new(cfg),
-        steps: cfg.steps,
-        next_step: 0,
+        steps: cfg.first_step.saturating_add(cfg.steps),
+        next_step: cfg.first_step,
         carry: vec![carry; cfg.ranks as usize],
-        seq: FIRST_SEQ,
+        seq: FIRST_SEQ + cfg.first_step.saturating_mul(collectives_per_step),
     }
 }
 

@@ -13,6 +13,7 @@ use serde::{Deserialize, Serialize};
 
 use super::{ApiError, ApiState};
 use crate::store::analytics::StepBreakdownRow;
+use crate::store::telemetry::{EvidenceReadRow, StepGpu};
 
 /// 100 * part / whole, `None` when whole is 0.
 fn pct(part: u64, whole: u64) -> Option<f64> {
@@ -38,6 +39,11 @@ pub struct BreakdownOut {
     idle_pct: Option<f64>,
     compute_pct: Option<f64>,
     non_compute_pct: Option<f64>,
+    /// GPU telemetry of the rank's GPUs during the step (`gpu_util_pct`,
+    /// `sm_active_pct`, `sm_clock_mhz`, `power_w`, `temp_c`,
+    /// `throttle_reasons`, `gpu_samples`); null without samples.
+    #[serde(flatten)]
+    gpu: StepGpu,
 }
 
 pub(super) async fn breakdown(
@@ -62,9 +68,15 @@ pub(super) async fn breakdown(
         .step_breakdowns(&job, q.step, q.step, q.last)
         .await?;
     st.require_job(&job, rows.is_empty()).await?;
+    let steps = rows.iter().map(|r| r.step);
+    let gpu = match (steps.clone().min(), steps.max()) {
+        (Some(from), Some(to)) => st.store.step_gpu(&job, from, to).await?,
+        _ => Default::default(),
+    };
     let out: Vec<BreakdownOut> = rows
         .into_iter()
         .map(|row| BreakdownOut {
+            gpu: gpu.get(&(row.step, row.rank)).cloned().unwrap_or_default(),
             overlap_pct: pct(row.overlap_ns, row.comm_ns),
             idle_pct: pct(row.idle_ns, row.gpu_span_ns),
             compute_pct: pct(row.compute_ns, row.gpu_span_ns),
@@ -209,6 +221,41 @@ pub struct StragglerOut {
     cause: String,
     active: bool,
     updated_ns: u64,
+    /// Hardware evidence of a compute straggler; null fields without.
+    #[serde(flatten)]
+    evidence: EvidenceOut,
+}
+
+/// The GPU evidence of a verdict (see `stream::evidence`).
+#[derive(Debug, Default, Serialize)]
+pub struct EvidenceOut {
+    /// e.g. "GPU 5 (GPU-..) on node-a: SM clock 1200 MHz vs 1980 MHz median
+    /// of 7 peer GPUs (-39.4%); throttle reasons: hw_thermal_slowdown; ...".
+    evidence: Option<String>,
+    evidence_gpus: Option<Vec<u32>>,
+    sm_clock_mhz: Option<f64>,
+    peer_sm_clock_mhz: Option<f64>,
+    throttle_reasons: Option<Vec<String>>,
+    temp_c: Option<f64>,
+    peer_temp_c: Option<f64>,
+    power_w: Option<f64>,
+    peer_power_w: Option<f64>,
+}
+
+impl From<EvidenceReadRow> for EvidenceOut {
+    fn from(e: EvidenceReadRow) -> Self {
+        Self {
+            evidence: Some(e.evidence),
+            evidence_gpus: Some(e.gpu_indexes),
+            sm_clock_mhz: e.sm_clock_mhz,
+            peer_sm_clock_mhz: e.peer_sm_clock_mhz,
+            throttle_reasons: Some(e.throttle_reasons),
+            temp_c: e.temp_c,
+            peer_temp_c: e.peer_temp_c,
+            power_w: e.power_w,
+            peer_power_w: e.peer_power_w,
+        }
+    }
 }
 
 pub(super) async fn stragglers(
@@ -217,9 +264,20 @@ pub(super) async fn stragglers(
 ) -> Result<Json<serde_json::Value>, ApiError> {
     let rows = st.store.stragglers(&job).await?;
     st.require_job(&job, rows.is_empty()).await?;
+    let mut evidence: std::collections::HashMap<(u32, u64), EvidenceReadRow> = st
+        .store
+        .straggler_evidence(&job)
+        .await?
+        .into_iter()
+        .map(|e| ((e.rank, e.first_step), e))
+        .collect();
     let out: Vec<StragglerOut> = rows
         .into_iter()
         .map(|v| StragglerOut {
+            evidence: evidence
+                .remove(&(v.rank, v.first_step))
+                .map(EvidenceOut::from)
+                .unwrap_or_default(),
             rank: v.rank,
             node: v.node,
             first_step: v.first_step,

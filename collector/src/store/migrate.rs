@@ -46,6 +46,11 @@ pub const MIGRATIONS: &[Migration] = &[
         sql: include_str!("../../schema/0003_analytics.sql"),
     },
     Migration {
+        version: 4,
+        name: "0004_telemetry",
+        sql: include_str!("../../schema/0004_telemetry.sql"),
+    },
+    Migration {
         version: 5,
         name: "0005_alerts",
         sql: include_str!("../../schema/0005_alerts.sql"),
@@ -211,6 +216,7 @@ mod tests {
             (1, "0001_events", "fnv1a64:8459d31ae7e0cbc6"),
             (2, "0002_samples", "fnv1a64:8d880ae440d5d658"),
             (3, "0003_analytics", "fnv1a64:381b4c3360af5e09"),
+            (4, "0004_telemetry", "fnv1a64:dbefe69e1eaa8369"),
         ];
         let actual: Vec<(u32, &str, String)> = MIGRATIONS
             .iter()

@@ -205,6 +205,8 @@ pub struct RowSet {
     pub hangs: Vec<HangRow>,
     /// Alert transitions (written by the alert task).
     pub alerts: Vec<AlertRow>,
+    /// Agent telemetry (see [`TelemetryRows`]).
+    pub telemetry: TelemetryRows,
 }
 
 impl RowSet {
@@ -227,6 +229,7 @@ impl RowSet {
             + self.verdicts.len()
             + self.hangs.len()
             + self.alerts.len()
+            + self.telemetry.len()
     }
 
     /// Moves all rows of `other` into `self`.
@@ -241,5 +244,10 @@ impl RowSet {
         self.verdicts.append(&mut other.verdicts);
         self.hangs.append(&mut other.hangs);
         self.alerts.append(&mut other.alerts);
+        self.telemetry.append(&mut other.telemetry);
     }
 }
+
+pub use super::telemetry::rows::{
+    EvidenceRow, GpuSampleRow, HostSampleRow, RankGpuRow, RankProcessRow, TelemetryRows,
+};

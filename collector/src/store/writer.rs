@@ -302,6 +302,11 @@ impl Writer {
             self.write_table(Table::StragglerVerdicts, &rows.verdicts),
             self.write_table(Table::HangSuspects, &rows.hangs),
             self.write_table(Table::Alerts, &rows.alerts),
+            self.write_table(Table::GpuSamples, &rows.telemetry.gpu_samples),
+            self.write_table(Table::HostSamples, &rows.telemetry.host_samples),
+            self.write_table(Table::RankGpuSamples, &rows.telemetry.rank_gpu),
+            self.write_table(Table::RankProcessSamples, &rows.telemetry.rank_process),
+            self.write_table(Table::StragglerEvidence, &rows.telemetry.evidence),
         )?;
         self.write_table(Table::IngestBatches, &rows.batches).await
     }

@@ -119,6 +119,22 @@ pub struct JobOutput {
     pub steps: Vec<RankStepResult>,
     pub verdicts: Vec<VerdictChange>,
     pub hangs: Vec<HangSuspect>,
+    /// Ranks reported as hung that ended a step again.
+    pub resumed: Vec<u32>,
+    /// Per finalized step, the bus bandwidth of each collective key.
+    pub collectives: Vec<CollectiveStepBw>,
+}
+
+/// Bus bandwidth of one (process group, op, size bucket) in one step, from
+/// transfer times (nccl-tests busbw over the shortest duration of each
+/// matched collective, so waiting for a straggler does not count).
+#[derive(Debug, Clone, PartialEq)]
+pub struct CollectiveStepBw {
+    pub step: u64,
+    pub op: &'static str,
+    pub process_group: String,
+    pub size_bucket: String,
+    pub busbw_gbps: f64,
 }
 
 /// Step assembly state of one job.
@@ -168,6 +184,7 @@ impl JobAssembler {
         state.run_id = input.run_id;
         state.last_activity_wall_ns = now_ns;
         let mut finished = Vec::new();
+        let mut resumed = Vec::new();
         for ev in input.events {
             match ev {
                 StreamEvent::StepBegin { step, ts_ns } => {
@@ -195,7 +212,9 @@ impl JobAssembler {
                         }
                     };
                     state.last_step_end = Some(step);
-                    state.hang_reported_for = None;
+                    if state.hang_reported_for.take().is_some() {
+                        resumed.push(input.rank);
+                    }
                     finished.push((open, ts_ns));
                 }
                 StreamEvent::Gpu(g) => {
@@ -223,6 +242,7 @@ impl JobAssembler {
                 }
             }
         }
+        out.resumed.extend(resumed);
         let (node, run_id) = (state.node.clone(), state.run_id.clone());
         for (open, end_ns) in finished {
             self.finish_rank_step(input.rank, &node, &run_id, open, end_ns, now_ns);
@@ -297,10 +317,36 @@ impl JobAssembler {
             .collect();
         let mut wait: HashMap<u32, u64> = HashMap::new();
         let mut transfer: HashMap<u32, u64> = HashMap::new();
+        // (pg, op, bucket) -> (sum of bytes x busbw factor, sum of transfer ns)
+        let mut bw: BTreeMap<(String, &'static str, rankscope_analysis::SizeBucket), (f64, u64)> =
+            BTreeMap::new();
         for m in match_collectives(&all) {
             for part in &m.participants {
                 *wait.entry(part.rank).or_default() += part.wait_ns;
                 *transfer.entry(part.rank).or_default() += m.transfer_ns;
+            }
+            let factor = rankscope_analysis::busbw_factor(m.op, m.group_size);
+            if m.complete && factor > 0.0 {
+                let e = bw
+                    .entry((
+                        m.process_group.clone(),
+                        m.op.as_str(),
+                        rankscope_analysis::size_bucket(m.bytes),
+                    ))
+                    .or_default();
+                e.0 += m.bytes as f64 * factor;
+                e.1 += m.transfer_ns;
+            }
+        }
+        for ((process_group, op, bucket), (bytes, ns)) in bw {
+            if ns > 0 {
+                out.collectives.push(CollectiveStepBw {
+                    step,
+                    op,
+                    process_group,
+                    size_bucket: bucket.label(),
+                    busbw_gbps: bytes / ns as f64,
+                });
             }
         }
         let mut stats = Vec::with_capacity(p.ranks.len());

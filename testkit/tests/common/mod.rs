@@ -77,10 +77,24 @@ impl Stack {
         s
     }
 
+    /// A full stack whose collector config `tweak` adjusts.
+    pub async fn start_with(tweak: impl FnOnce(&mut rankscope_collector::Config)) -> Self {
+        let mut s = Self::start_without_agent_with(tweak).await;
+        s.start_agent(&format!("http://{}", s.grpc_addr())).await;
+        s
+    }
+
     pub async fn start_without_agent() -> Self {
+        Self::start_without_agent_with(|_| {}).await
+    }
+
+    pub async fn start_without_agent_with(
+        tweak: impl FnOnce(&mut rankscope_collector::Config),
+    ) -> Self {
         let clickhouse = ClickHouse::start().expect("ClickHouse");
         let database = clickhouse.fresh_database("e2e").expect("database");
-        let collector_cfg = collector_config(&clickhouse.http_url, &database);
+        let mut collector_cfg = collector_config(&clickhouse.http_url, &database);
+        tweak(&mut collector_cfg);
         let collector = rankscope_collector::start(collector_cfg.clone())
             .await
             .expect("collector starts");
@@ -241,6 +255,20 @@ impl Stack {
             })
             .collect()
     }
+}
+
+/// Every name of the simulator's catalog (ids are dense from 1).
+pub fn all_sim_names() -> Vec<rankscope_proto::v1::InternedName> {
+    (1..)
+        .map_while(|id| {
+            rankscope_cli::simulate::model::name_text(id).map(|n| {
+                rankscope_proto::v1::InternedName {
+                    id,
+                    name: n.to_string(),
+                }
+            })
+        })
+        .collect()
 }
 
 /// Polls `cond` until it holds or `secs` pass (then panics with `what`).

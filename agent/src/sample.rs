@@ -1,0 +1,278 @@
+//! Telemetry: NVML GPU samples and host samples, tagged with the ranks they
+//! serve, handed to the batcher to ride in the same `AgentBatch`es as the
+//! rank events.
+//!
+//! In: `gpu_sample_interval_ms`, `host_sample_interval_ms`,
+//! `nvml_library_path`; the [`ranks::RankRegistry`] filled by ingest. Out:
+//! [`SampleSet`]s over a bounded channel to the batcher; counters and the
+//! NVML state gauge in [`Metrics`].
+//!
+//! One OS thread ("rankscope-sampler") owns NVML and sysinfo and runs both
+//! schedules; NVML calls block (some for milliseconds) and never touch the
+//! async runtime. Backpressure: the thread never waits on the batcher — a
+//! tick whose samples find the channel full is dropped and counted
+//! (`dropped_samples{reason="queue_full"}`), exactly like rank events at the
+//! ingest queue. Missed ticks are skipped, never bunched up.
+//!
+//! No GPU: when NVML cannot be loaded or initialised the thread logs one
+//! warning with the reason, sets the gauge to `unavailable` and samples the
+//! host only.
+
+pub mod check;
+pub mod gpu;
+pub mod host;
+pub(crate) mod ranks;
+
+use std::collections::HashMap;
+use std::ffi::OsStr;
+use std::sync::mpsc::RecvTimeoutError;
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+
+use nvml_wrapper::error::NvmlError;
+use nvml_wrapper::Nvml;
+use rankscope_proto::v1 as proto;
+use tokio::sync::mpsc;
+
+use crate::metrics::{DropReason, Metrics, NvmlState};
+use gpu::GpuSampler;
+use host::HostSampler;
+use ranks::{map_ranks, visible_devices, RankRegistry};
+
+/// Capacity of the sampler -> batcher channel, in ticks (sample sets).
+pub(crate) const QUEUE_SETS: usize = 256;
+
+/// The samples of one tick.
+#[derive(Debug)]
+pub(crate) enum SampleSet {
+    /// One sample per GPU.
+    Gpu(Vec<proto::GpuSample>),
+    /// One host sample.
+    Host(proto::HostSample),
+}
+
+impl SampleSet {
+    /// Samples in the set.
+    pub(crate) fn len(&self) -> usize {
+        match self {
+            Self::Gpu(v) => v.len(),
+            Self::Host(_) => 1,
+        }
+    }
+}
+
+/// What the sampler thread needs from the configuration.
+#[derive(Debug, Clone)]
+pub(crate) struct SamplerConfig {
+    pub(crate) gpu_interval_ms: u64,
+    pub(crate) host_interval_ms: u64,
+    pub(crate) nvml_library: String,
+}
+
+/// Loads and initialises NVML from `library`.
+pub fn open_nvml(library: &str) -> Result<Nvml, NvmlError> {
+    Nvml::builder().lib_path(OsStr::new(library)).init()
+}
+
+/// Why NVML is unavailable, in words an operator can act on.
+pub fn describe_nvml_error(library: &str, e: &NvmlError) -> String {
+    match e {
+        NvmlError::LibloadingError(err) => format!(
+            "cannot load {library} (no NVIDIA driver on this node, or set nvml_library_path / \
+             --nvml-library / RANKSCOPE_NVML_LIBRARY): {err}"
+        ),
+        NvmlError::FailedToLoadSymbol(sym) => {
+            format!("{library} is not a usable NVML library: missing {sym}")
+        }
+        NvmlError::DriverNotLoaded => "the NVIDIA kernel driver is not loaded".to_owned(),
+        NvmlError::NoPermission => "no permission to talk to the NVIDIA driver".to_owned(),
+        other => format!("NVML initialisation failed: {other}"),
+    }
+}
+
+/// The running sampler thread.
+pub(crate) struct Sampler {
+    stop: std::sync::mpsc::Sender<()>,
+    thread: std::thread::JoinHandle<()>,
+}
+
+impl Sampler {
+    /// Starts the thread, unless both intervals are 0.
+    pub(crate) fn spawn(
+        cfg: SamplerConfig,
+        registry: Arc<RankRegistry>,
+        metrics: Arc<Metrics>,
+        out: mpsc::Sender<SampleSet>,
+    ) -> std::io::Result<Option<Sampler>> {
+        if cfg.gpu_interval_ms == 0 {
+            metrics.set_nvml_state(NvmlState::Disabled);
+        }
+        if cfg.gpu_interval_ms == 0 && cfg.host_interval_ms == 0 {
+            return Ok(None);
+        }
+        let (stop, stop_rx) = std::sync::mpsc::channel();
+        let thread = std::thread::Builder::new()
+            .name("rankscope-sampler".into())
+            .spawn(move || run(&cfg, &registry, &metrics, &out, &stop_rx))?;
+        Ok(Some(Sampler { stop, thread }))
+    }
+
+    /// Stops the thread and waits for it (blocking: call off the runtime).
+    pub(crate) fn stop(self) {
+        let _ = self.stop.send(());
+        if self.thread.join().is_err() {
+            tracing::error!("sampler thread panicked");
+        }
+    }
+}
+
+fn now_ns() -> u64 {
+    SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
+}
+
+fn open_gpu(cfg: &SamplerConfig, metrics: &Metrics) -> Option<Nvml> {
+    if cfg.gpu_interval_ms == 0 {
+        return None;
+    }
+    let library = cfg.nvml_library.as_str();
+    match open_nvml(library) {
+        Ok(nvml) => {
+            metrics.set_nvml_state(NvmlState::Ok);
+            tracing::info!(
+                library,
+                driver = nvml.sys_driver_version().ok(),
+                gpus = nvml.device_count().ok(),
+                interval_ms = cfg.gpu_interval_ms,
+                "NVML loaded, sampling GPUs"
+            );
+            Some(nvml)
+        }
+        Err(e) => {
+            metrics.set_nvml_state(NvmlState::Unavailable);
+            tracing::warn!(library, reason = %describe_nvml_error(library, &e), "NVML unavailable; sampling the host only");
+            None
+        }
+    }
+}
+
+/// The next tick after `due`, skipping ticks already missed at `now`.
+fn advance(due: Instant, every: Duration, now: Instant) -> Instant {
+    let next = due + every;
+    if next <= now {
+        now + every
+    } else {
+        next
+    }
+}
+
+fn send(out: &mpsc::Sender<SampleSet>, set: SampleSet, metrics: &Metrics) -> bool {
+    let n = set.len() as u64;
+    match out.try_send(set) {
+        Ok(()) => true,
+        Err(mpsc::error::TrySendError::Full(_)) => {
+            metrics.samples_dropped(DropReason::QueueFull, n);
+            true
+        }
+        Err(mpsc::error::TrySendError::Closed(_)) => false,
+    }
+}
+
+fn run(
+    cfg: &SamplerConfig,
+    registry: &RankRegistry,
+    metrics: &Metrics,
+    out: &mpsc::Sender<SampleSet>,
+    stop: &std::sync::mpsc::Receiver<()>,
+) {
+    let nvml = open_gpu(cfg, metrics);
+    let mut gpu = nvml
+        .as_ref()
+        .map(|n| GpuSampler::new(n, cfg.gpu_interval_ms));
+    let mut host = if cfg.host_interval_ms == 0 {
+        None
+    } else {
+        match HostSampler::new(now_ns()) {
+            Ok(h) => Some(h),
+            Err(e) => {
+                tracing::warn!(error = %e, "host metrics unavailable");
+                None
+            }
+        }
+    };
+    let gpu_every = Duration::from_millis(cfg.gpu_interval_ms);
+    let host_every = Duration::from_millis(cfg.host_interval_ms);
+    let start = Instant::now();
+    // The first GPU tick is immediate (static facts early); the host's
+    // first interval starts at `HostSampler::new`.
+    let mut next_gpu = gpu.is_some().then_some(start);
+    let mut next_host = host.is_some().then(|| start + host_every);
+    let mut cvd: HashMap<u32, Option<String>> = HashMap::new();
+    loop {
+        let Some(next) = [next_gpu, next_host].into_iter().flatten().min() else {
+            // Nothing can be sampled: wait for the stop.
+            let _ = stop.recv();
+            return;
+        };
+        match stop.recv_timeout(next.saturating_duration_since(Instant::now())) {
+            Err(RecvTimeoutError::Timeout) => {}
+            Ok(()) | Err(RecvTimeoutError::Disconnected) => return,
+        }
+        let now = Instant::now();
+        let ranks = registry.ranks();
+        if let (Some(g), Some(due)) = (gpu.as_mut(), next_gpu) {
+            if now >= due {
+                let mut samples = g.sample(now_ns(), &metrics.gpu_read_errors);
+                cvd.retain(|pid, _| ranks.iter().any(|r| r.pid == *pid));
+                map_ranks(&mut samples, &ranks, |pid| {
+                    cvd.entry(pid)
+                        .or_insert_with(|| visible_devices(pid))
+                        .clone()
+                });
+                metrics
+                    .gpus
+                    .store(samples.len() as u64, std::sync::atomic::Ordering::Relaxed);
+                Metrics::add(&metrics.gpu_samples, samples.len() as u64);
+                if !samples.is_empty() && !send(out, SampleSet::Gpu(samples), metrics) {
+                    return;
+                }
+                next_gpu = Some(advance(due, gpu_every, now));
+            }
+        }
+        if let (Some(h), Some(due)) = (host.as_mut(), next_host) {
+            if now >= due {
+                let sample = h.sample(now_ns(), &ranks);
+                Metrics::inc(&metrics.host_samples);
+                if !send(out, SampleSet::Host(sample), metrics) {
+                    return;
+                }
+                next_host = Some(advance(due, host_every, now));
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn missed_ticks_are_skipped() {
+        let t = Instant::now();
+        let every = Duration::from_millis(100);
+        assert_eq!(advance(t, every, t), t + every);
+        let late = t + Duration::from_millis(350);
+        assert_eq!(advance(t, every, late), late + every);
+    }
+
+    #[test]
+    fn missing_library_is_explained() {
+        let e = open_nvml("/nonexistent/libnvidia-ml.so.1").expect_err("no such library");
+        let text = describe_nvml_error("/nonexistent/libnvidia-ml.so.1", &e);
+        assert!(
+            text.starts_with("cannot load /nonexistent/libnvidia-ml.so.1"),
+            "{text}"
+        );
+    }
+}

@@ -1,0 +1,392 @@
+//! `rankscope-bench`: runs the benchmark suite of issue 6 and writes
+//! `bench/results.json` and `bench/RESULTS.md` (see the library docs).
+//!
+//! In: command-line sizes and repetitions (defaults are what `make bench`
+//! runs, about 10 minutes on 2 cores). Out: the human table on stdout,
+//! progress on stderr, the two files; exit code 1 when a section failed (the
+//! files are still written, with `null` for what could not be measured).
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context as _};
+use clap::Parser;
+use rankscope_bench::e2e::{self, Ctx, E2eParams};
+use rankscope_bench::http::HttpClient;
+use rankscope_bench::report::{self, Details, TUNED_FLUSH_MS};
+use rankscope_bench::stack::{Binaries, CollectorProc, Override};
+use rankscope_bench::sys::Machine;
+use rankscope_bench::{bulk, idle, import, profile, query, straggler, synth};
+use rankscope_testkit::ClickHouse;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "rankscope-bench",
+    about = "rankscope benchmark suite (issue 6)"
+)]
+struct Args {
+    /// Where results.json and RESULTS.md are written [default: <repo>/bench].
+    #[arg(long)]
+    out_dir: Option<PathBuf>,
+    /// Directory of the release binaries [default: this binary's directory].
+    #[arg(long)]
+    bin_dir: Option<PathBuf>,
+    /// Repository root (NVML stand-in source) [default: where this was built].
+    #[arg(long)]
+    repo: Option<PathBuf>,
+    /// Kineto trace sets [default: $RANKSCOPE_TRACES or <repo>/../shared/traces].
+    #[arg(long, env = "RANKSCOPE_TRACES")]
+    traces: Option<PathBuf>,
+    /// Small sizes and few repetitions (a smoke test, not for the record).
+    #[arg(long)]
+    quick: bool,
+    /// End-to-end runs.
+    #[arg(long, default_value_t = 3)]
+    e2e_runs: usize,
+    /// Simulated ranks of the end-to-end job (one agent, one node).
+    #[arg(long, default_value_t = 8)]
+    ranks: u32,
+    /// Steps of the end-to-end job.
+    #[arg(long, default_value_t = 1_000)]
+    steps: u64,
+    /// Layers of the end-to-end job (336 events per rank-step at 12).
+    #[arg(long, default_value_t = 12)]
+    layers: u32,
+    /// Straggler-latency trials per collector configuration.
+    #[arg(long, default_value_t = 20)]
+    straggler_trials: usize,
+    /// Requests per query route.
+    #[arg(long, default_value_t = 15)]
+    query_reps: usize,
+    /// Import runs (every trace set plus the synthetic trace each).
+    #[arg(long, default_value_t = 3)]
+    import_runs: usize,
+    /// Size of the synthetic trace, MB (>= 500 for the record).
+    #[arg(long, default_value_t = 500)]
+    synthetic_mb: u64,
+    /// Agent option for the end-to-end runs, KEY=TOML_VALUE (repeatable;
+    /// for experiments: the record uses the defaults).
+    #[arg(long, value_name = "KEY=VALUE")]
+    agent_set: Vec<String>,
+    /// Collector option for the end-to-end runs, KEY=TOML_VALUE
+    /// (repeatable; dotted keys such as writer.batch_max_rows).
+    #[arg(long, value_name = "KEY=VALUE")]
+    collector_set: Vec<String>,
+    /// Skip the perf profile of an extra end-to-end run.
+    #[arg(long)]
+    no_profile: bool,
+    /// Sections to run (comma-separated): e2e, straggler, query, import, idle.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "e2e,straggler,query,import,idle"
+    )]
+    sections: Vec<String>,
+}
+
+impl Args {
+    fn shrink(&mut self) {
+        if self.quick {
+            self.e2e_runs = 1;
+            self.steps = 60;
+            self.straggler_trials = 3;
+            self.query_reps = 3;
+            self.import_runs = 1;
+            self.synthetic_mb = 20;
+            self.no_profile = true;
+        }
+    }
+
+    fn wants(&self, section: &str) -> bool {
+        self.sections.iter().any(|s| s == section)
+    }
+}
+
+fn main() -> std::process::ExitCode {
+    let mut args = Args::parse();
+    args.shrink();
+    let result = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("starting the tokio runtime")
+        .and_then(|rt| rt.block_on(run(args)));
+    match result {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+fn note(msg: &str) {
+    eprintln!("[bench] {msg}");
+}
+
+async fn run(args: Args) -> anyhow::Result<()> {
+    let started = Instant::now();
+    let started_unix_s = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let repo = args
+        .repo
+        .clone()
+        .unwrap_or_else(|| PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/..")));
+    let repo = std::fs::canonicalize(&repo).with_context(|| format!("repo {}", repo.display()))?;
+    let bin_dir = match &args.bin_dir {
+        Some(d) => d.clone(),
+        None => std::env::current_exe()?
+            .parent()
+            .context("this binary has no directory")?
+            .to_path_buf(),
+    };
+    let out_dir = args.out_dir.clone().unwrap_or_else(|| repo.join("bench"));
+    let traces = args
+        .traces
+        .clone()
+        .unwrap_or_else(|| repo.join("../shared/traces"));
+    let bins = Binaries::in_dir(&bin_dir)?;
+    if !bulk::client_available() {
+        bail!("clickhouse-client is not installed: run `deploy/dev/clickhouse.sh apt clickhouse-client` (or `make bench`)");
+    }
+    let scratch = tempfile::Builder::new()
+        .prefix("rankscope-bench-")
+        .tempdir()
+        .context("creating a scratch directory")?;
+    note(&format!("scratch dir {}", scratch.path().display()));
+    let ch = ClickHouse::start().context("starting ClickHouse")?;
+    let mut machine = Machine::probe();
+    machine.clickhouse_version = ch.query("SELECT version()")?.trim().to_owned();
+    let ctx = Ctx {
+        bins,
+        ch,
+        dir: scratch.path().to_path_buf(),
+        repo,
+        http: HttpClient::new(Duration::from_secs(60)),
+    };
+    let params = E2eParams {
+        ranks: args.ranks,
+        steps: args.steps,
+        layers: args.layers,
+        agent: parse_overrides(&args.agent_set)?,
+        collector: parse_overrides(&args.collector_set)?,
+    };
+    let mut d = Details {
+        machine,
+        started_unix_s,
+        runtime_s: 0.0,
+        e2e_params: params.clone(),
+        e2e: Vec::new(),
+        profile: Vec::new(),
+        straggler_default: Vec::new(),
+        straggler_tuned: Vec::new(),
+        query: query::QueryRun::default(),
+        imports: Vec::new(),
+        synthetic_bytes: 0,
+        idle: idle::IdleRun::default(),
+        failures: Vec::new(),
+    };
+
+    if args.wants("e2e") {
+        if let Err(e) = run_e2e(&ctx, &args, params, &mut d).await {
+            fail(&mut d, "end-to-end", &e);
+        }
+    }
+    if args.wants("straggler") {
+        if let Err(e) = run_straggler(&ctx, &args, &mut d).await {
+            fail(&mut d, "straggler latency", &e);
+        }
+    }
+    if args.wants("query") {
+        note("query latency: loading 2 M analytics rows");
+        match query::run(&ctx, args.query_reps).await {
+            Ok(q) => d.query = q,
+            Err(e) => fail(&mut d, "query latency", &e),
+        }
+    }
+    if args.wants("import") || args.wants("idle") {
+        if let Err(e) = run_import_idle(&ctx, &args, &traces, &mut d).await {
+            fail(&mut d, "import / idle", &e);
+        }
+    }
+
+    d.runtime_s = started.elapsed().as_secs_f64();
+    let results = d.results();
+    std::fs::create_dir_all(&out_dir)?;
+    let json = serde_json::to_string_pretty(&results)? + "\n";
+    std::fs::write(out_dir.join("results.json"), json)?;
+    std::fs::write(
+        out_dir.join("RESULTS.md"),
+        report::markdown::render(&d, &results),
+    )?;
+    println!("{}", report::table(&results));
+    println!(
+        "wrote {} and {} ({:.0} s)",
+        out_dir.join("results.json").display(),
+        out_dir.join("RESULTS.md").display(),
+        d.runtime_s
+    );
+    if !d.failures.is_empty() {
+        bail!(
+            "{} section(s) failed: {}",
+            d.failures.len(),
+            d.failures.join("; ")
+        );
+    }
+    Ok(())
+}
+
+/// `KEY=VALUE` pairs; a value that is not TOML is taken as a string.
+fn parse_overrides(items: &[String]) -> anyhow::Result<Vec<Override>> {
+    items
+        .iter()
+        .map(|item| {
+            let (k, v) = item
+                .split_once('=')
+                .with_context(|| format!("{item:?} is not KEY=VALUE"))?;
+            let value = toml::from_str::<toml::Table>(&format!("v = {v}"))
+                .ok()
+                .and_then(|mut t| t.remove("v"))
+                .unwrap_or_else(|| toml::Value::String(v.to_owned()));
+            Ok(Override::new(k.trim(), value))
+        })
+        .collect()
+}
+
+fn fail(d: &mut Details, section: &str, e: &dyn std::fmt::Display) {
+    note(&format!("{section} FAILED: {e}"));
+    d.failures.push(format!("{section}: {e}"));
+}
+
+async fn run_e2e(ctx: &Ctx, args: &Args, params: E2eParams, d: &mut Details) -> anyhow::Result<()> {
+    let mut index = 0;
+    if !args.no_profile && profile::available() {
+        note("end-to-end: profiled warm-up run (not counted)");
+        let r = e2e::run_once(ctx, &params, index, true).await?;
+        d.profile = r.profile;
+        index += 1;
+    }
+    for i in 0..args.e2e_runs {
+        let r = e2e::run_once(ctx, &params, index, false).await?;
+        note(&format!(
+            "end-to-end run {}/{}: {} events in {:.2} s = {:.0} events/s; bulk {:.0} rows/s; \
+             {} retries, {} inserts, machine {:.0} % busy, {:.0} % iowait",
+            i + 1,
+            args.e2e_runs,
+            r.events,
+            r.elapsed_s,
+            r.events_per_s,
+            r.bulk.rows_per_s,
+            r.collector_retries,
+            r.inserts,
+            r.machine_busy_pct,
+            r.machine_iowait_pct
+        ));
+        d.e2e.push(r);
+        index += 1;
+    }
+    Ok(())
+}
+
+async fn run_straggler(ctx: &Ctx, args: &Args, d: &mut Details) -> anyhow::Result<()> {
+    for (tuned, name) in [(false, "default"), (true, "tuned")] {
+        let db = format!("bench_straggler_{name}");
+        ctx.ch.query(&format!("DROP DATABASE IF EXISTS {db}"))?;
+        let overrides = if tuned {
+            vec![Override::new(
+                "writer.flush_interval_ms",
+                TUNED_FLUSH_MS as i64,
+            )]
+        } else {
+            Vec::new()
+        };
+        let mut c =
+            CollectorProc::start(&ctx.bins, &ctx.ch.http_url, &db, &ctx.dir, &overrides).await?;
+        note(&format!(
+            "straggler latency ({name} collector): {} trials of 1,024 ranks",
+            args.straggler_trials
+        ));
+        let trials = straggler::run(
+            &c.grpc_url,
+            &c.http_url,
+            &ctx.http,
+            args.straggler_trials,
+            name,
+        )
+        .await?;
+        c.stop();
+        ctx.ch.query(&format!("DROP DATABASE IF EXISTS {db}"))?;
+        if tuned {
+            d.straggler_tuned = trials;
+        } else {
+            d.straggler_default = trials;
+        }
+    }
+    Ok(())
+}
+
+async fn run_import_idle(
+    ctx: &Ctx,
+    args: &Args,
+    traces: &std::path::Path,
+    d: &mut Details,
+) -> anyhow::Result<()> {
+    let db = "bench_import";
+    ctx.ch.query(&format!("DROP DATABASE IF EXISTS {db}"))?;
+    let mut c = CollectorProc::start(&ctx.bins, &ctx.ch.http_url, db, &ctx.dir, &[]).await?;
+    if args.wants("import") {
+        let sets = import::trace_sets(traces)
+            .with_context(|| format!("trace sets in {}", traces.display()))?;
+        let synth_path = ctx.dir.join("synthetic.json");
+        note(&format!(
+            "import: writing a {} MB synthetic trace",
+            args.synthetic_mb
+        ));
+        let synth = synth::write(&synth_path, args.synthetic_mb * 1_000_000)?;
+        d.synthetic_bytes = synth.bytes;
+        for run in 0..args.import_runs {
+            let mut runs = Vec::new();
+            for set in &sets {
+                let job = format!("bench-import-{run}-{}", set.name);
+                let log = ctx.dir.join(format!("import-{run}-{}.log", set.name));
+                runs.push(import::import(
+                    &ctx.bins,
+                    &c.grpc_url,
+                    &job,
+                    &set.name,
+                    &set.files,
+                    set.json_bytes,
+                    &log,
+                )?);
+            }
+            let log = ctx.dir.join(format!("import-{run}-synthetic.log"));
+            let r = import::import(
+                &ctx.bins,
+                &c.grpc_url,
+                &format!("bench-import-{run}-synthetic"),
+                "synthetic",
+                std::slice::from_ref(&synth_path),
+                synth.bytes,
+                &log,
+            )?;
+            note(&format!(
+                "import run {}/{}: synthetic {:.0} MB in {:.1} s ({:.1} MB per CPU s)",
+                run + 1,
+                args.import_runs,
+                synth.bytes as f64 / 1e6,
+                r.elapsed_s,
+                r.mb_per_cpu_s()
+            ));
+            runs.push(r);
+            d.imports.push(runs);
+        }
+        let _ = std::fs::remove_file(&synth_path);
+    }
+    if args.wants("idle") {
+        note("agent idle cost (8 stand-in GPUs at 10 Hz)");
+        d.idle = idle::run(&ctx.bins, &ctx.repo, &ctx.dir, &c.grpc_url).await?;
+    }
+    c.stop();
+    ctx.ch.query(&format!("DROP DATABASE IF EXISTS {db}"))?;
+    Ok(())
+}

@@ -1,0 +1,292 @@
+//! Query latency of the collector's HTTP API over stored analytics results.
+//!
+//! In: a ClickHouse server and a collector on a fresh database (its
+//! migrations create the schema). Out: a [`QueryRun`] with the round-trip
+//! times of `GET /api/v1/jobs/{job}/breakdown?step=N` for a 4,096-rank job
+//! and `GET /api/v1/jobs/{job}/stragglers` for a 16,384-rank job.
+//!
+//! Data, generated and written with the collector's own row types and store
+//! client (RowBinary, as its writer does), one INSERT per step and table as
+//! the live writer produces them when it stores a finalized step:
+//! * `step_breakdown`: 4,096 ranks x [`STEPS`] steps (job A) and 16,384
+//!   ranks x [`STEPS`] steps (job B), 2.05 M rows in all;
+//! * `straggler_verdicts`: every version the live analytics would write: 1%
+//!   of the ranks are stragglers from step 3 on (activated at step 5, then
+//!   updated at every step: 95 versions each) and another 6% have one short
+//!   episode (activated, then cleared 5 steps later: 2 versions each).
+//!
+//! The stragglers route reads only `straggler_verdicts FINAL` of the job, so
+//! its cost follows the number of verdict versions; the breakdown route reads
+//! one step's rows of `step_breakdown FINAL`. Two warm-up requests per route
+//! are not counted.
+
+use std::time::Duration;
+
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+use rankscope_collector::store::{BreakdownRow, Store, StoreConfig, VerdictRow};
+
+use crate::e2e::Ctx;
+use crate::stack::CollectorProc;
+use crate::BenchError;
+
+/// Steps per generated job.
+pub const STEPS: u64 = 100;
+/// Ranks of the breakdown job.
+pub const BREAKDOWN_RANKS: u32 = 4_096;
+/// Ranks of the stragglers job.
+pub const STRAGGLER_RANKS: u32 = 16_384;
+/// The step whose breakdown is queried.
+pub const QUERIED_STEP: u64 = 50;
+
+/// Timings of both routes.
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct QueryRun {
+    pub breakdown_ms: Vec<f64>,
+    pub stragglers_ms: Vec<f64>,
+    /// Rows the breakdown answer holds (= ranks).
+    pub breakdown_rows: usize,
+    /// Verdicts the stragglers answer holds.
+    pub verdicts: usize,
+    /// Verdict versions stored for the stragglers job.
+    pub verdict_versions: u64,
+    pub breakdown_response_bytes: usize,
+    /// The same SQL as the routes, sent straight to ClickHouse over HTTP.
+    pub sql_breakdown_ms: Vec<f64>,
+    pub sql_stragglers_ms: Vec<f64>,
+    pub loaded_rows: u64,
+    pub load_s: f64,
+}
+
+/// What one generated job wrote.
+struct Loaded {
+    rows: u64,
+    verdicts: usize,
+    versions: u64,
+}
+
+/// Loads the data, starts a collector and times `reps` requests per route.
+pub async fn run(ctx: &Ctx, reps: usize) -> Result<QueryRun, BenchError> {
+    let db = "bench_query";
+    ctx.ch.query(&format!("DROP DATABASE IF EXISTS {db}"))?;
+    let mut collector =
+        CollectorProc::start(&ctx.bins, &ctx.ch.http_url, db, &ctx.dir, &[]).await?;
+    let store = Store::connect(&StoreConfig {
+        url: ctx.ch.http_url.clone(),
+        database: db.to_owned(),
+        ..StoreConfig::default()
+    })
+    .map_err(|e| BenchError::ClickHouse(e.to_string()))?;
+    let started = std::time::Instant::now();
+    let job_a = "bench-query-4096";
+    let job_b = "bench-query-16384";
+    let a = load_job(&store, job_a, BREAKDOWN_RANKS, 1).await?;
+    let b = load_job(&store, job_b, STRAGGLER_RANKS, 2).await?;
+    let load_s = started.elapsed().as_secs_f64();
+
+    let breakdown_url = format!(
+        "{}/api/v1/jobs/{job_a}/breakdown?step={QUERIED_STEP}",
+        collector.http_url
+    );
+    let stragglers_url = format!("{}/api/v1/jobs/{job_b}/stragglers", collector.http_url);
+    let mut out = QueryRun {
+        loaded_rows: a.rows + b.rows,
+        load_s,
+        verdict_versions: b.versions,
+        ..QueryRun::default()
+    };
+    for i in 0..reps + 2 {
+        let r = ctx.http.get_ok(&breakdown_url).await?;
+        let s = ctx.http.get_ok(&stragglers_url).await?;
+        if i == 0 {
+            out.breakdown_rows = r.json()?["breakdown"].as_array().map_or(0, Vec::len);
+            out.breakdown_response_bytes = r.body.len();
+            out.verdicts = s.json()?["stragglers"].as_array().map_or(0, Vec::len);
+            if out.breakdown_rows != BREAKDOWN_RANKS as usize || out.verdicts != b.verdicts {
+                return Err(BenchError::Check(format!(
+                    "breakdown answered {} rows (want {BREAKDOWN_RANKS}), stragglers {} verdicts (want {})",
+                    out.breakdown_rows, out.verdicts, b.verdicts
+                )));
+            }
+        }
+        if i >= 2 {
+            out.breakdown_ms.push(r.elapsed.as_secs_f64() * 1e3);
+            out.stragglers_ms.push(s.elapsed.as_secs_f64() * 1e3);
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    collector.stop();
+    let breakdown_sql = bind(
+        BREAKDOWN_SQL,
+        &[
+            &quote(job_a),
+            &QUERIED_STEP.to_string(),
+            &QUERIED_STEP.to_string(),
+        ],
+    );
+    let stragglers_sql = bind(STRAGGLERS_SQL, &[&quote(job_b)]);
+    for i in 0..reps + 2 {
+        let t = std::time::Instant::now();
+        ctx.ch.query_in(db, &breakdown_sql)?;
+        let b = t.elapsed().as_secs_f64() * 1e3;
+        let t = std::time::Instant::now();
+        ctx.ch.query_in(db, &stragglers_sql)?;
+        let s = t.elapsed().as_secs_f64() * 1e3;
+        if i >= 2 {
+            out.sql_breakdown_ms.push(b);
+            out.sql_stragglers_ms.push(s);
+        }
+    }
+    ctx.ch.query(&format!("DROP DATABASE IF EXISTS {db}"))?;
+    Ok(out)
+}
+
+/// The collector's own query files.
+const BREAKDOWN_SQL: &str = include_str!("../../collector/queries/breakdown.sql");
+const STRAGGLERS_SQL: &str = include_str!("../../collector/queries/stragglers.sql");
+
+fn quote(s: &str) -> String {
+    format!("'{}'", s.replace('\\', "\\\\").replace('\'', "\\'"))
+}
+
+/// Drops `--` comment lines and replaces each `?` with the next value.
+fn bind(sql: &str, values: &[&str]) -> String {
+    let body: Vec<&str> = sql
+        .lines()
+        .filter(|l| !l.trim_start().starts_with("--"))
+        .collect();
+    let mut out = String::new();
+    let mut next = values.iter();
+    for c in body.join("\n").chars() {
+        match (c, c == '?') {
+            (_, true) => out.push_str(next.next().copied().unwrap_or("?")),
+            (c, false) => out.push(c),
+        }
+    }
+    out
+}
+
+/// Generates and inserts one job; returns rows written and the number of
+/// distinct verdicts.
+async fn load_job(store: &Store, job: &str, ranks: u32, seed: u64) -> Result<Loaded, BenchError> {
+    let mut rng = SmallRng::seed_from_u64(seed);
+    let t0 = now_ns().saturating_sub(STEPS * 2_000_000_000);
+    // Stragglers: (rank, first_step, last_flagged_step, cleared).
+    let mut episodes: Vec<(u32, u64, u64, bool)> = Vec::new();
+    let persistent = (ranks / 100).max(1);
+    for i in 0..persistent {
+        episodes.push((i * 97 % ranks, 3, STEPS - 1, false));
+    }
+    let short = ranks * 6 / 100;
+    for i in 0..short {
+        let rank = (persistent + i) * 89 % ranks;
+        // From step 4: (rank, first_step) never equals a persistent one.
+        let s = rng.random_range(4..STEPS - 10);
+        episodes.push((rank, s, s + 2, true));
+    }
+    let mut rows = 0;
+    let mut versions = 0;
+    for step in 0..STEPS {
+        let step_start_ns = t0 + step * 2_000_000_000;
+        let mut ins = store
+            .client()
+            .insert::<BreakdownRow>("step_breakdown")
+            .await?;
+        for rank in 0..ranks {
+            let j = rng.random_range(0..50_000_000u64);
+            let compute = 900_000_000 + j;
+            ins.write(&BreakdownRow {
+                job_id: job.to_owned(),
+                run_id: String::new(),
+                step,
+                rank,
+                node: format!("node-{}", rank / 8),
+                step_start_ns,
+                step_time_ns: 1_500_000_000 + j,
+                gpu_span_ns: 1_450_000_000 + j,
+                gpu_busy_ns: 1_300_000_000 + j,
+                idle_ns: 150_000_000,
+                compute_ns: compute,
+                comm_ns: 400_000_000,
+                memory_ns: 10_000_000,
+                overlap_ns: 250_000_000,
+                exposed_comm_ns: 150_000_000,
+                non_compute_ns: 400_000_000,
+                dataloader_ns: 5_000_000,
+                comm_wait_ns: 100_000_000 + j / 2,
+                comm_transfer_ns: 300_000_000,
+                gpu_events: 3_400,
+                computed_ns: step_start_ns + 1_600_000_000,
+            })
+            .await?;
+        }
+        ins.end().await?;
+        rows += u64::from(ranks);
+
+        // Versions the tracker writes when this step is finalized.
+        let computed_ns = step_start_ns + 1_600_000_000;
+        let mut ins = store
+            .client()
+            .insert::<VerdictRow>("straggler_verdicts")
+            .await?;
+        let mut n = 0;
+        for &(rank, first, last, cleared) in &episodes {
+            let activated = first + 2;
+            let write = if cleared {
+                step == activated || step == last + 5
+            } else {
+                step >= activated && step <= last
+            };
+            if !write {
+                continue;
+            }
+            let active = !(cleared && step == last + 5);
+            ins.write(&VerdictRow {
+                job_id: job.to_owned(),
+                rank,
+                node: format!("node-{}", rank / 8),
+                first_step: first,
+                last_step: step.min(last),
+                steps_flagged: step.min(last) - first + 1,
+                slowdown: 1.3,
+                score: 12.5,
+                cause: "compute".into(),
+                active: u8::from(active),
+                first_seen_ns: t0 + activated * 2_000_000_000 + 1_600_000_000,
+                updated_ns: computed_ns,
+            })
+            .await?;
+            n += 1;
+        }
+        ins.end().await?;
+        rows += n;
+        versions += n;
+    }
+    Ok(Loaded {
+        rows,
+        verdicts: episodes.len(),
+        versions,
+    })
+}
+
+fn now_ns() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn binding_fills_placeholders_in_order_and_drops_comments() {
+        let sql = "-- a comment with ? in it\nSELECT x FROM t WHERE a = ? AND b >= ?";
+        assert_eq!(
+            bind(sql, &[&quote("j'1"), "5"]),
+            "SELECT x FROM t WHERE a = 'j\\'1' AND b >= 5"
+        );
+        assert!(BREAKDOWN_SQL.contains("step_breakdown"));
+        assert!(STRAGGLERS_SQL.contains("straggler_verdicts"));
+    }
+}

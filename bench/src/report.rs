@@ -1,0 +1,308 @@
+//! What a benchmark run produced and how it is reported.
+//!
+//! In: a [`Details`] filled by the sections. Out: [`Results`] (the 13 keys
+//! of `bench/results.json`, issue 6; `null` for a figure that was not
+//! measured), the human table printed at the end, and RESULTS.md
+//! ([`markdown`], with the scale model of [`scale`]).
+//!
+//! Every figure is the median over the runs of its section; derived ratios
+//! are taken per run, then the median.
+
+pub mod markdown;
+mod misses;
+pub mod scale;
+
+use serde::Serialize;
+
+use crate::e2e::{E2eParams, E2eRun};
+use crate::idle::IdleRun;
+use crate::import::ImportRun;
+use crate::query::QueryRun;
+use crate::stats::{median, percentile};
+use crate::straggler::StragglerTrial;
+use crate::sys::Machine;
+
+/// Everything measured, for RESULTS.md.
+#[derive(Debug, Clone, Serialize)]
+pub struct Details {
+    pub machine: Machine,
+    /// Unix seconds when the run started.
+    pub started_unix_s: u64,
+    pub runtime_s: f64,
+    pub e2e_params: E2eParams,
+    pub e2e: Vec<E2eRun>,
+    /// `perf` profiles of an extra, unmeasured e2e run.
+    pub profile: Vec<crate::profile::ProcessProfile>,
+    pub straggler_default: Vec<StragglerTrial>,
+    /// With `writer.flush_interval_ms` = [`TUNED_FLUSH_MS`].
+    pub straggler_tuned: Vec<StragglerTrial>,
+    pub query: QueryRun,
+    /// Per run, every import invocation.
+    pub imports: Vec<Vec<ImportRun>>,
+    pub synthetic_bytes: u64,
+    pub idle: IdleRun,
+    /// Sections that failed, with the error.
+    pub failures: Vec<String>,
+}
+
+/// The collector flush interval of the tuned straggler-latency run, ms.
+pub const TUNED_FLUSH_MS: u64 = 100;
+
+/// The figures of `bench/results.json`; names and units are issue 6's.
+#[derive(Debug, Clone, Serialize)]
+pub struct Results {
+    pub e2e_events_per_s: Option<f64>,
+    pub clickhouse_bulk_rows_per_s: Option<f64>,
+    pub e2e_ratio_vs_clickhouse: Option<f64>,
+    pub collector_cpu_s_per_million_events: Option<f64>,
+    pub collector_peak_rss_mib: Option<f64>,
+    pub agent_cpu_s_per_million_events: Option<f64>,
+    pub agent_idle_cpu_pct: Option<f64>,
+    pub agent_rss_mib: Option<f64>,
+    pub straggler_latency_p50_ms: Option<f64>,
+    pub straggler_latency_p99_ms: Option<f64>,
+    pub query_breakdown_4096_ranks_ms: Option<f64>,
+    pub query_stragglers_16384x100_ms: Option<f64>,
+    pub import_mb_per_s: Option<f64>,
+}
+
+/// `Some(x)` rounded to 4 significant digits, `None` for NaN / infinite.
+pub fn fig(x: f64) -> Option<f64> {
+    if !x.is_finite() {
+        return None;
+    }
+    if x == 0.0 {
+        return Some(0.0);
+    }
+    let digits = 4 - 1 - x.abs().log10().floor() as i32;
+    let scale = 10f64.powi(digits);
+    // Dividing by 10^k keeps the result exact in decimal for both signs of k.
+    Some(if digits >= 0 {
+        (x * scale).round() / scale
+    } else {
+        (x * scale).round() * 10f64.powi(-digits)
+    })
+}
+
+fn per_run(runs: &[E2eRun], f: impl Fn(&E2eRun) -> f64) -> f64 {
+    median(&runs.iter().map(f).collect::<Vec<_>>())
+}
+
+impl Details {
+    /// Import per run: all JSON MB / CPU seconds of the import processes.
+    pub fn import_mb_per_cpu_s(&self) -> Vec<f64> {
+        self.imports
+            .iter()
+            .map(|run| {
+                let mb: f64 = run.iter().map(|r| r.json_bytes as f64 / 1e6).sum();
+                let cpu: f64 = run.iter().map(|r| r.cpu_s).sum();
+                mb / cpu
+            })
+            .collect()
+    }
+
+    /// The 13 figures.
+    pub fn results(&self) -> Results {
+        let e = &self.e2e;
+        let per_m = |cpu: fn(&E2eRun) -> f64| per_run(e, |r| cpu(r) / r.events as f64 * 1e6);
+        let lat: Vec<f64> = self
+            .straggler_default
+            .iter()
+            .map(|t| t.latency_ms)
+            .collect();
+        Results {
+            e2e_events_per_s: fig(per_run(e, |r| r.events_per_s)),
+            clickhouse_bulk_rows_per_s: fig(per_run(e, |r| r.bulk.rows_per_s)),
+            e2e_ratio_vs_clickhouse: fig(per_run(e, |r| r.events_per_s / r.bulk.rows_per_s)),
+            collector_cpu_s_per_million_events: fig(per_m(|r| r.collector_cpu_s)),
+            collector_peak_rss_mib: fig(per_run(e, |r| r.collector_peak_rss_mib)),
+            agent_cpu_s_per_million_events: fig(per_m(|r| r.agent_cpu_s)),
+            agent_idle_cpu_pct: fig(crate::idle::median_pct(&self.idle)),
+            agent_rss_mib: fig(per_run(e, |r| r.agent_peak_rss_mib)),
+            straggler_latency_p50_ms: fig(percentile(&lat, 50.0)),
+            straggler_latency_p99_ms: fig(percentile(&lat, 99.0)),
+            query_breakdown_4096_ranks_ms: fig(median(&self.query.breakdown_ms)),
+            query_stragglers_16384x100_ms: fig(median(&self.query.stragglers_ms)),
+            import_mb_per_s: fig(median(&self.import_mb_per_cpu_s())),
+        }
+    }
+}
+
+/// A goal of issue 6 and whether a figure meets it.
+#[derive(Debug, Clone, Copy)]
+pub struct Goal {
+    pub limit: f64,
+    /// True when the figure must be at least `limit`.
+    pub at_least: bool,
+}
+
+impl Goal {
+    pub fn met(&self, v: f64) -> bool {
+        if self.at_least {
+            v >= self.limit
+        } else {
+            v <= self.limit
+        }
+    }
+
+    pub fn text(&self) -> String {
+        format!("{} {}", if self.at_least { ">=" } else { "<=" }, self.limit)
+    }
+}
+
+/// Label, value, unit and goal of every figure, in table order.
+pub fn rows(r: &Results) -> Vec<(&'static str, Option<f64>, &'static str, Option<Goal>)> {
+    let at_most = |limit| {
+        Some(Goal {
+            limit,
+            at_least: false,
+        })
+    };
+    vec![
+        ("e2e_events_per_s", r.e2e_events_per_s, "events/s", None),
+        (
+            "clickhouse_bulk_rows_per_s",
+            r.clickhouse_bulk_rows_per_s,
+            "rows/s",
+            None,
+        ),
+        (
+            "e2e_ratio_vs_clickhouse",
+            r.e2e_ratio_vs_clickhouse,
+            "",
+            Some(Goal {
+                limit: 0.7,
+                at_least: true,
+            }),
+        ),
+        (
+            "collector_cpu_s_per_million_events",
+            r.collector_cpu_s_per_million_events,
+            "CPU s",
+            at_most(0.5),
+        ),
+        (
+            "collector_peak_rss_mib",
+            r.collector_peak_rss_mib,
+            "MiB",
+            None,
+        ),
+        (
+            "agent_cpu_s_per_million_events",
+            r.agent_cpu_s_per_million_events,
+            "CPU s",
+            None,
+        ),
+        (
+            "agent_idle_cpu_pct",
+            r.agent_idle_cpu_pct,
+            "% of a core",
+            None,
+        ),
+        ("agent_rss_mib", r.agent_rss_mib, "MiB", None),
+        (
+            "straggler_latency_p50_ms",
+            r.straggler_latency_p50_ms,
+            "ms",
+            at_most(1000.0),
+        ),
+        (
+            "straggler_latency_p99_ms",
+            r.straggler_latency_p99_ms,
+            "ms",
+            at_most(1000.0),
+        ),
+        (
+            "query_breakdown_4096_ranks_ms",
+            r.query_breakdown_4096_ranks_ms,
+            "ms",
+            at_most(200.0),
+        ),
+        (
+            "query_stragglers_16384x100_ms",
+            r.query_stragglers_16384x100_ms,
+            "ms",
+            at_most(200.0),
+        ),
+        ("import_mb_per_s", r.import_mb_per_s, "MB/s per core", None),
+    ]
+}
+
+/// A number for people: thousands separated, sensible decimals.
+pub fn human(v: Option<f64>) -> String {
+    let Some(v) = v else {
+        return "not measured".into();
+    };
+    if v.abs() >= 1000.0 {
+        let s = format!("{:.0}", v);
+        let (sign, digits) = s.strip_prefix('-').map_or(("", s.as_str()), |d| ("-", d));
+        let mut out = String::new();
+        for (i, c) in digits.chars().enumerate() {
+            if i > 0 && (digits.len() - i) % 3 == 0 {
+                out.push(',');
+            }
+            out.push(c);
+        }
+        format!("{sign}{out}")
+    } else if v.abs() >= 10.0 {
+        format!("{v:.1}")
+    } else {
+        format!("{v:.3}")
+    }
+}
+
+/// The table printed at the end of `make bench`.
+pub fn table(r: &Results) -> String {
+    let mut out = String::new();
+    out.push_str(&format!(
+        "{:<36} {:>16} {:<14} {:<10} {}\n",
+        "figure", "value", "unit", "goal", "status"
+    ));
+    for (name, v, unit, goal) in rows(r) {
+        let (goal_text, status) = match (goal, v) {
+            (Some(g), Some(v)) => (g.text(), if g.met(v) { "met" } else { "MISSED" }),
+            (Some(g), None) => (g.text(), "-"),
+            (None, _) => (String::new(), ""),
+        };
+        out.push_str(&format!(
+            "{name:<36} {:>16} {unit:<14} {goal_text:<10} {status}\n",
+            human(v)
+        ));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn figures_round_to_four_digits_and_drop_nan() {
+        assert_eq!(fig(123_456.7), Some(123_500.0));
+        assert_eq!(fig(0.012_345_6), Some(0.012_35));
+        assert_eq!(fig(f64::NAN), None);
+        assert_eq!(fig(0.0), Some(0.0));
+    }
+
+    #[test]
+    fn human_numbers() {
+        assert_eq!(human(Some(1_234_567.0)), "1,234,567");
+        assert_eq!(human(Some(12.34)), "12.3");
+        assert_eq!(human(Some(0.1234)), "0.123");
+        assert_eq!(human(None), "not measured");
+    }
+
+    #[test]
+    fn goals() {
+        let g = Goal {
+            limit: 0.7,
+            at_least: true,
+        };
+        assert!(g.met(0.7) && !g.met(0.69));
+        let g = Goal {
+            limit: 200.0,
+            at_least: false,
+        };
+        assert!(g.met(150.0) && !g.met(201.0));
+    }
+}

@@ -1,0 +1,410 @@
+//! RESULTS.md: the figures, how each was measured, the machine, the misses
+//! and the scale model.
+//!
+//! In: [`Details`] and its [`Results`]. Out: one markdown document. Pure
+//! formatting; every number comes from the run being reported.
+
+use std::fmt::Write as _;
+
+use super::{fig, human, rows, scale, Details, Results, TUNED_FLUSH_MS};
+use crate::stats::{median, min_max, percentile};
+use crate::straggler::StragglerTrial;
+
+fn h(v: f64) -> String {
+    human(fig(v))
+}
+
+/// The whole document.
+pub fn render(d: &Details, r: &Results) -> String {
+    let mut s = String::new();
+    header(&mut s, d, r);
+    e2e(&mut s, d);
+    costs(&mut s, d, r);
+    straggler(&mut s, d);
+    query(&mut s, d);
+    import(&mut s, d);
+    s.push_str(&scale::section(d));
+    super::misses::misses(&mut s, d, r);
+    s.push_str(REPRODUCE);
+    s
+}
+
+fn header(s: &mut String, d: &Details, r: &Results) {
+    let m = &d.machine;
+    let _ = writeln!(
+        s,
+        "# rankscope benchmark results\n\n\
+         Written by `make bench` (`bench/`, binary `rankscope-bench`) at Unix time {} \
+         in {:.0} s. Every process is the release build with its default configuration \
+         unless a section says otherwise, started fresh on loopback ports next to a private \
+         ClickHouse server, and measured from outside: wall time on the monotonic clock, CPU \
+         seconds from `/proc/<pid>/stat` (or `wait4` for short-lived commands), RSS from \
+         `/proc/<pid>/status`. Figures are medians of several runs; ratios are taken per run \
+         and then the median. The raw figures are in `bench/results.json`.\n",
+        d.started_unix_s, d.runtime_s
+    );
+    let _ = writeln!(
+        s,
+        "## Machine\n\n| cores | memory | CPU | kernel | ClickHouse |\n|---|---|---|---|---|\n\
+         | {} | {:.1} GiB | {} | {} | {} |\n\n\
+         A shared 2-core VM: the simulator, the agent, the collector and ClickHouse all \
+         compete for the same two cores, so absolute rates are low; the ratios and per-event \
+         costs are what carry over.\n",
+        m.cores, m.memory_gib, m.cpu_model, m.kernel, m.clickhouse_version
+    );
+    let _ = writeln!(
+        s,
+        "## Summary\n\n| figure | value | goal | status |\n|---|---|---|---|"
+    );
+    for (name, v, unit, goal) in rows(r) {
+        let (g, st) = match (goal, v) {
+            (Some(g), Some(v)) => (g.text(), if g.met(v) { "met" } else { "**missed**" }),
+            (Some(g), None) => (g.text(), "not measured"),
+            (None, _) => ("-".to_owned(), ""),
+        };
+        let _ = writeln!(s, "| `{name}` | {} {unit} | {g} | {st} |", human(v));
+    }
+    if !d.failures.is_empty() {
+        let _ = writeln!(s, "\nSections that failed this run:\n");
+        for f in &d.failures {
+            let _ = writeln!(s, "- {f}");
+        }
+    }
+    s.push('\n');
+}
+
+fn e2e(s: &mut String, d: &Details) {
+    let p = &d.e2e_params;
+    let _ = writeln!(
+        s,
+        "## 1. End-to-end ingest against raw ClickHouse\n\n\
+         `rankscope simulate --ranks {} --layers {} --steps {}` (no `--rate`: as fast as the \
+         agent acknowledges) -> one `rankscope-agent` -> `rankscope-collector` -> ClickHouse. \
+         The clock runs from spawning the simulator until the collector's \
+         `rankscope_collector_events_stored_total` equals the events the agent accepted; the \
+         collector acknowledges a batch only after ClickHouse stored it, and the run checks \
+         that the four event tables then hold exactly that many rows. In the same run, on the \
+         same server, those rows are exported (`SELECT * ... FORMAT Native`) and loaded into \
+         fresh tables of the same schema by four concurrent `clickhouse-client ... INSERT \
+         ... FORMAT Native` (one per event table, as the collector's writer inserts them); the \
+         bulk rate is rows / wall time of that load. `e2e_ratio_vs_clickhouse` = e2e events/s / \
+         bulk rows/s (one event = one row).\n",
+        p.ranks, p.layers, p.steps
+    );
+    let overrides: Vec<String> = p
+        .agent
+        .iter()
+        .map(|o| format!("agent `{} = {}`", o.path, o.value))
+        .chain(
+            p.collector
+                .iter()
+                .map(|o| format!("collector `{} = {}`", o.path, o.value)),
+        )
+        .collect();
+    if !overrides.is_empty() {
+        let _ = writeln!(
+            s,
+            "**Not the default configuration:** {}.\n",
+            overrides.join(", ")
+        );
+    }
+    if d.e2e.is_empty() {
+        let _ = writeln!(s, "No run completed.\n");
+        return;
+    }
+    let _ = writeln!(
+        s,
+        "| run | events | e2e s | events/s | bulk rows/s | ratio | collector CPU s | agent CPU s | simulate CPU s | ClickHouse CPU s | bulk ClickHouse CPU s | INSERTs | machine busy |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+    );
+    for (i, r) in d.e2e.iter().enumerate() {
+        let _ = writeln!(
+            s,
+            "| {} | {} | {:.2} | {} | {} | {:.3} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {} | {:.0} % |",
+            i + 1,
+            h(r.events as f64),
+            r.elapsed_s,
+            h(r.events_per_s),
+            h(r.bulk.rows_per_s),
+            r.events_per_s / r.bulk.rows_per_s,
+            r.collector_cpu_s,
+            r.agent_cpu_s,
+            r.simulate_cpu_s,
+            r.clickhouse_cpu_s,
+            r.bulk.clickhouse_cpu_s,
+            r.inserts,
+            r.machine_busy_pct
+        );
+    }
+    let med =
+        |f: &dyn Fn(&crate::e2e::E2eRun) -> f64| median(&d.e2e.iter().map(f).collect::<Vec<_>>());
+    let wall = med(&|r| r.elapsed_s);
+    let parts = [
+        ("ClickHouse", med(&|r| r.clickhouse_cpu_s)),
+        ("collector", med(&|r| r.collector_cpu_s)),
+        ("agent", med(&|r| r.agent_cpu_s)),
+        ("simulator", med(&|r| r.simulate_cpu_s)),
+    ];
+    let total: f64 = parts.iter().map(|p| p.1).sum();
+    let split: Vec<String> = parts
+        .iter()
+        .map(|(n, c)| format!("{n} {:.0} %", 100.0 * c / total))
+        .collect();
+    let _ = writeln!(
+        s,
+        "\nMedian run: the four processes used {total:.1} CPU s in {wall:.1} s ({:.1} of the {} \
+         cores): {}. *Machine busy* is the share of all CPU time of the machine that was not \
+         idle during the run (other users' processes included: the machine is shared). \
+         *bulk ClickHouse CPU s* covers only the load itself; the merges it triggers run \
+         afterwards, while the end-to-end window includes the merges of its earlier inserts.\n",
+        total / wall,
+        d.machine.cores,
+        split.join(", ")
+    );
+    if !d.profile.is_empty() {
+        let _ = writeln!(
+            s,
+            "CPU profile of one extra run (not counted above; `perf record -F 499 -p <pid>`, \
+             flat, share of each process's own samples):\n\n```text"
+        );
+        for p in &d.profile {
+            let _ = writeln!(s, "{} (pid {}):", p.name, p.pid);
+            for l in p.top(12) {
+                let _ = writeln!(s, "  {l}");
+            }
+        }
+        let _ = writeln!(s, "```\n");
+        let _ = writeln!(s, "{}\n", super::misses::profile_summary(d));
+    }
+}
+
+fn costs(s: &mut String, d: &Details, r: &Results) {
+    let _ = writeln!(
+        s,
+        "## 2. Collector cost\n\n\
+         CPU seconds of the collector process over the end-to-end window divided by the events \
+         stored: **{} CPU s per million events** (goal <= 0.5), peak RSS (`VmHWM`) **{} MiB** \
+         while ingesting at full speed (writer queue, batches being converted, live step \
+         assembly).\n",
+        human(r.collector_cpu_s_per_million_events),
+        human(r.collector_peak_rss_mib)
+    );
+    let _ = writeln!(
+        s,
+        "## 3. Agent cost\n\n\
+         Relayed: CPU seconds of the agent over the end-to-end window per million events \
+         relayed: **{} CPU s per million**; its peak RSS there, `agent_rss_mib` = **{} MiB** \
+         (it buffers what the collector has not yet acknowledged).\n",
+        human(r.agent_cpu_s_per_million_events),
+        human(r.agent_rss_mib)
+    );
+    match &d.idle.not_measured {
+        Some(why) => {
+            let _ = writeln!(
+                s,
+                "Idle with 8 GPUs at 10 Hz: **not measured**: {why}. With sampling disabled \
+                 the idle agent used {:.3} % of a core.\n",
+                d.idle.baseline_cpu_pct
+            );
+        }
+        None => {
+            let _ = writeln!(
+                s,
+                "Idle with 8 GPUs at 10 Hz: no rank connected, the agent samples 8 GPUs of the \
+                 NVML stand-in (`agent/tests/nvml_stub`, built with `cc -shared`, H100-like with \
+                 GPM metrics) and the host every 100 ms and forwards the samples to a collector. \
+                 CPU % of one core over {} windows of {} s: {} (median **{}**); RSS {:.1} MiB. \
+                 The same agent with sampling disabled: {:.3} %. The stand-in answers from \
+                 memory, so a real driver's NVML call cost comes on top.\n",
+                d.idle.cpu_pct.len(),
+                crate::idle::WINDOW.as_secs(),
+                d.idle
+                    .cpu_pct
+                    .iter()
+                    .map(|v| format!("{v:.2} %"))
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                human(r.agent_idle_cpu_pct),
+                d.idle.rss_mib,
+                d.idle.baseline_cpu_pct
+            );
+        }
+    }
+}
+
+fn lat_row(s: &mut String, name: &str, t: &[StragglerTrial]) {
+    let lat: Vec<f64> = t.iter().map(|x| x.latency_ms).collect();
+    let stored: Vec<f64> = t.iter().map(|x| x.stored_ms).collect();
+    let det: Vec<f64> = t.iter().map(|x| x.detected_ms).collect();
+    let (lo, hi) = min_max(&lat);
+    let _ = writeln!(
+        s,
+        "| {name} | {} | {:.0} | {:.0} | {:.0} - {:.0} | {:.0} | {:.0} | {:.0} | {} |",
+        t.len(),
+        percentile(&lat, 50.0),
+        percentile(&lat, 99.0),
+        lo,
+        hi,
+        median(&stored),
+        median(&det),
+        median(&lat) - median(&det),
+        t.iter().map(|x| x.retries).sum::<u64>()
+    );
+}
+
+fn straggler(s: &mut String, d: &Details) {
+    let n = d.straggler_default.len();
+    let events = d.straggler_default.first().map_or(0, |t| t.step_events);
+    let _ = writeln!(
+        s,
+        "## 4. Straggler latency\n\n\
+         Each trial is a fresh job of 1,024 ranks on 128 simulated nodes with rank {} 1.5x \
+         slower from step 0 (steps generated by the simulator's model with `--layers 1`, \
+         {} events per step). The benchmark plays the 128 node agents and sends one \
+         `AgentBatch` per node and step straight to the collector's gRPC ingest. Steps 0 and 1 \
+         are sent and acknowledged and the driver waits until their breakdown is queryable \
+         (the writer is idle). Step 2 is the first step in which the straggler crosses the \
+         default threshold (flagged in 3 of the last 5 steps); its 128 batches are sent \
+         concurrently (an UNAVAILABLE answer, the collector's writer queue being full, is \
+         retried with the agent's default backoff, as an agent would, and counted) and `t0` is when the last of them, holding the last rank's StepEnd, was \
+         handed to the client. Latency = t0 -> the first `GET /api/v1/jobs/{{job}}/stragglers` \
+         answer (polled every {} ms) that names the rank as an active straggler. The split: \
+         *stored* = t0 -> the last batch's ack (rows in ClickHouse, the stream gets the batch \
+         right after), *computed* = t0 -> the verdict's `updated_ns` (set by the collector \
+         when it raised the verdict, same clock), and the rest is writing the result rows and \
+         the poll.\n",
+        crate::straggler::SLOW_RANK,
+        h(events as f64),
+        crate::straggler::POLL.as_millis()
+    );
+    let _ = writeln!(
+        s,
+        "| collector config | trials | p50 ms | p99 ms | range ms | stored ms | computed ms | result write + poll ms | retried batches |\n|---|---|---|---|---|---|---|---|---|"
+    );
+    lat_row(
+        s,
+        "default (`writer.flush_interval_ms` = 1000)",
+        &d.straggler_default,
+    );
+    lat_row(
+        s,
+        &format!("`writer.flush_interval_ms` = {TUNED_FLUSH_MS}"),
+        &d.straggler_tuned,
+    );
+    let _ = writeln!(
+        s,
+        "\nThe JSON figures are the default-configuration row. Percentiles are nearest-rank: \
+         with {n} trials p99 is the {}-th smallest value{}.\n",
+        ((0.99 * n as f64).ceil() as usize).max(1),
+        if n < 100 {
+            ", i.e. the slowest trial"
+        } else {
+            ""
+        }
+    );
+}
+
+fn query(s: &mut String, d: &Details) {
+    let q = &d.query;
+    let _ = writeln!(
+        s,
+        "## 5. Query latency\n\n\
+         Generated analytics rows written with the collector's own row types and ClickHouse \
+         client, one INSERT per step and table as the live writer stores a finalized step: \
+         `step_breakdown` for 4,096 ranks x 100 steps and 16,384 ranks x 100 steps, and every \
+         `straggler_verdicts` version the live tracker would write for the 16,384-rank job (1 % \
+         of the ranks stragglers from step 3 on, updated at every step; 6 % with one short \
+         episode): {} rows in {:.1} s, {} verdict versions for {} verdicts. Round trip of the \
+         HTTP API on a kept-alive connection, {} requests per route after two warm-ups; the \
+         same SQL sent straight to ClickHouse's HTTP interface is shown for comparison (the \
+         rest is the collector: ClickHouse client, JSON).\n",
+        h(q.loaded_rows as f64),
+        q.load_s,
+        h(q.verdict_versions as f64),
+        h(q.verdicts as f64),
+        q.breakdown_ms.len()
+    );
+    let _ = writeln!(
+        s,
+        "| route | answer | API median ms | API p90 ms | API max ms | SQL alone median ms |\n|---|---|---|---|---|---|"
+    );
+    let row = |s: &mut String, name: &str, answer: String, v: &[f64], sql: &[f64]| {
+        let _ = writeln!(
+            s,
+            "| {name} | {answer} | {:.1} | {:.1} | {:.1} | {:.1} |",
+            median(v),
+            percentile(v, 90.0),
+            min_max(v).1,
+            median(sql)
+        );
+    };
+    row(
+        s,
+        "`breakdown?step=50`, 4,096 ranks",
+        format!(
+            "{} rows, {} kB",
+            q.breakdown_rows,
+            q.breakdown_response_bytes / 1000
+        ),
+        &q.breakdown_ms,
+        &q.sql_breakdown_ms,
+    );
+    row(
+        s,
+        "`stragglers`, 16,384 ranks x 100 steps",
+        format!("{} verdicts", q.verdicts),
+        &q.stragglers_ms,
+        &q.sql_stragglers_ms,
+    );
+    s.push('\n');
+}
+
+fn import(s: &mut String, d: &Details) {
+    let _ = writeln!(
+        s,
+        "## 6. Trace import\n\n\
+         `rankscope import --job <set> --ingest <collector>` once per trace set of \
+         `shared/traces` (each set one job, its files imported in parallel) and once on a \
+         synthetic single-rank trace of {} MB uncompressed (`bench/src/synth.rs`: Kineto's \
+         layout and event mix: CPU ops, launches, `ac2g` flows, kernels with full args, \
+         memcpys, NCCL kernels with collective metadata). The command parses, orders, converts \
+         and sends every event and exits once the collector acknowledged it (stored). MB = \
+         10^6 bytes of uncompressed JSON; *per core* = MB / CPU seconds of the import process; \
+         `import_mb_per_s` is all sets plus the synthetic trace, per core, median of {} runs.\n",
+        h(d.synthetic_bytes as f64 / 1e6),
+        d.imports.len()
+    );
+    let Some(first) = d.imports.first() else {
+        return;
+    };
+    let _ = writeln!(
+        s,
+        "| trace | files | JSON MB | wall s | MB/s | CPU s | MB/s per core |\n|---|---|---|---|---|---|---|"
+    );
+    for (i, r) in first.iter().enumerate() {
+        let runs: Vec<_> = d.imports.iter().filter_map(|run| run.get(i)).collect();
+        let wall = median(&runs.iter().map(|x| x.elapsed_s).collect::<Vec<_>>());
+        let cpu = median(&runs.iter().map(|x| x.cpu_s).collect::<Vec<_>>());
+        let mb = r.json_bytes as f64 / 1e6;
+        let _ = writeln!(
+            s,
+            "| {} | {} | {:.1} | {:.2} | {:.1} | {:.2} | {:.1} |",
+            r.name,
+            r.files,
+            mb,
+            wall,
+            mb / wall,
+            cpu,
+            mb / cpu
+        );
+    }
+    s.push('\n');
+}
+
+const REPRODUCE: &str = "\
+## Reproduce\n\n\
+```sh\n\
+make bench                      # release build, every section, writes bench/results.json and bench/RESULTS.md\n\
+target/release/rankscope-bench --help   # sizes, repetitions, --quick, --no-profile\n\
+```\n\n\
+Needs `clickhouse-server` and `clickhouse-client` (`make bench` installs missing ones with \
+apt), a C compiler for the NVML stand-in, and optionally `perf` for the profile.\n";

@@ -1,0 +1,294 @@
+//! Straggler latency: how long after the decisive step-end arrives the
+//! collector's API names the straggler.
+//!
+//! In: a running collector (gRPC ingest and HTTP API). Out: one
+//! [`StragglerTrial`] per simulated job.
+//!
+//! Method (one trial = one fresh job of 1,024 ranks on 128 nodes, rank
+//! [`SLOW_RANK`] 1.5x slower from step 0, `--layers 1`-sized steps generated
+//! by the simulator's own model): this driver plays the 128 node agents and
+//! sends `AgentBatch`es straight to the collector's `CollectorIngest.Ingest`
+//! with the generated client. Steps 0 and 1 go first (one batch per node)
+//! and are acknowledged; the driver then waits until their breakdown is
+//! queryable, so the collector's writer is idle. Under the default policy
+//! (flagged in 3 of the last 5 steps) step 2 is the first step in which the
+//! straggler crosses the threshold. Its 128 batches are built in advance and
+//! sent concurrently (an UNAVAILABLE answer, the collector's writer queue
+//! being full, is retried with the agent's default backoff and counted); `t0` is when the last of them (holding the last rank's
+//! StepEnd) was handed to the client. The driver then polls
+//! `GET /api/v1/jobs/{job}/stragglers` every [`POLL`] until an active verdict
+//! names the slow rank; latency = receipt of that answer - `t0`. Also
+//! recorded: when the last batch was acknowledged (rows stored) and the
+//! verdict's `updated_ns` (when the collector computed it), which split the
+//! latency into ingest storage, analysis and result storage.
+
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+use rankscope_cli::simulate::model::{event_name_id, identity, name_text, plan_iter};
+use rankscope_cli::simulate::{SimConfig, Straggler};
+use rankscope_proto::v1 as proto;
+use tonic::transport::Channel;
+
+use crate::http::HttpClient;
+use crate::BenchError;
+
+/// The slow rank.
+pub const SLOW_RANK: u32 = 777;
+/// World size.
+pub const RANKS: u32 = 1_024;
+/// Ranks per node (one simulated agent per node).
+pub const RANKS_PER_NODE: u32 = 8;
+/// Poll interval of the stragglers route.
+pub const POLL: Duration = Duration::from_millis(5);
+/// The step whose finalization raises the verdict (K = 3 flagged steps).
+const DECISIVE_STEP: u64 = 2;
+
+/// One measured trial.
+#[derive(Debug, Clone, Copy, serde::Serialize)]
+pub struct StragglerTrial {
+    /// t0 -> the verdict was in an API answer.
+    pub latency_ms: f64,
+    /// t0 -> the last batch of the decisive step was acknowledged (stored).
+    pub stored_ms: f64,
+    /// t0 -> the collector computed the verdict (its `updated_ns`).
+    pub detected_ms: f64,
+    /// Events in the decisive step.
+    pub step_events: u64,
+    /// Decisive-step batches the collector answered UNAVAILABLE (writer
+    /// queue full) that the driver retried, as an agent does.
+    pub retries: u64,
+}
+
+fn now_ns() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
+}
+
+/// Sends `trials` jobs one after the other to the collector.
+pub async fn run(
+    grpc_url: &str,
+    http_url: &str,
+    http: &HttpClient,
+    trials: usize,
+    tag: &str,
+) -> Result<Vec<StragglerTrial>, BenchError> {
+    let grpc = |detail: String| BenchError::Grpc {
+        what: format!("connect {grpc_url}"),
+        detail,
+    };
+    // A few HTTP/2 connections, as 128 agents would not share one.
+    let mut clients = Vec::new();
+    for _ in 0..8 {
+        let ch = Channel::from_shared(grpc_url.to_owned())
+            .map_err(|e| grpc(e.to_string()))?
+            .tcp_nodelay(true)
+            .connect()
+            .await
+            .map_err(|e| grpc(e.to_string()))?;
+        clients.push(
+            proto::collector_ingest_client::CollectorIngestClient::new(ch)
+                .max_encoding_message_size(64 << 20),
+        );
+    }
+    let mut out = Vec::new();
+    for t in 0..trials {
+        let job = format!("bench-straggler-{tag}-{t}-{}", now_ns() % 1_000_000_007);
+        out.push(trial(&clients, http_url, http, &job).await?);
+    }
+    Ok(out)
+}
+
+type Client = proto::collector_ingest_client::CollectorIngestClient<Channel>;
+
+async fn trial(
+    clients: &[Client],
+    http_url: &str,
+    http: &HttpClient,
+    job: &str,
+) -> Result<StragglerTrial, BenchError> {
+    let cfg = SimConfig {
+        job: job.to_owned(),
+        ranks: RANKS,
+        ranks_per_node: RANKS_PER_NODE,
+        steps: DECISIVE_STEP + 1,
+        layers: 1,
+        seed: now_ns(),
+        stragglers: vec![Straggler {
+            rank: SLOW_RANK,
+            factor: 1.5,
+        }],
+        start_ns: now_ns().saturating_sub(10_000_000_000),
+        ..SimConfig::default()
+    };
+    let steps: Vec<_> = plan_iter(&cfg).collect();
+    let nodes = cfg.nodes();
+    let session = (now_ns() | 1) ^ 0x5bd1_e995;
+    let batch = |node: u32, seq: u64, from: usize, to: usize| {
+        let mut ranks = Vec::new();
+        for r in node * RANKS_PER_NODE..((node + 1) * RANKS_PER_NODE).min(RANKS) {
+            let events: Vec<proto::Event> = steps[from..to]
+                .iter()
+                .flat_map(|s| s.ranks[r as usize].events.iter().cloned())
+                .collect();
+            let mut ids: Vec<u32> = events
+                .iter()
+                .map(event_name_id)
+                .filter(|&i| i != 0)
+                .collect();
+            ids.sort_unstable();
+            ids.dedup();
+            let names = ids
+                .into_iter()
+                .filter_map(|id| {
+                    name_text(id).map(|n| proto::InternedName {
+                        id,
+                        name: n.to_owned(),
+                    })
+                })
+                .collect();
+            ranks.push(proto::RankEvents {
+                identity: Some(identity(&cfg, r)),
+                names,
+                events,
+            });
+        }
+        proto::AgentBatch {
+            agent_id: format!("bench-straggler-node-{node}"),
+            agent_session: session,
+            seq,
+            node: format!("sim-node-{node}"),
+            sent_at_ns: now_ns(),
+            ranks,
+            ..Default::default()
+        }
+    };
+    let d = DECISIVE_STEP as usize;
+    let warm: Vec<_> = (0..nodes).map(|n| batch(n, 1, 0, d)).collect();
+    send_all(clients, warm).await?;
+    wait_breakdown(http, http_url, job, DECISIVE_STEP - 1).await?;
+
+    let decisive: Vec<_> = (0..nodes).map(|n| batch(n, 2, d, d + 1)).collect();
+    let step_events = decisive
+        .iter()
+        .flat_map(|b| b.ranks.iter())
+        .map(|r| r.events.len() as u64)
+        .sum();
+    let (t0, t0_wall_ns, acked, retries) = send_all(clients, decisive).await?;
+    let url = format!("{http_url}/api/v1/jobs/{job}/stragglers");
+    let deadline = t0 + Duration::from_secs(60);
+    loop {
+        let r = http.get(&url).await?;
+        if r.status == 200 {
+            let v = r.json()?;
+            let found = v["stragglers"].as_array().and_then(|a| {
+                a.iter().find(|s| {
+                    s["rank"].as_u64() == Some(u64::from(SLOW_RANK)) && s["active"] == true
+                })
+            });
+            if let Some(s) = found {
+                let latency = t0.elapsed();
+                let updated_ns = s["updated_ns"].as_u64().unwrap_or(0);
+                return Ok(StragglerTrial {
+                    latency_ms: latency.as_secs_f64() * 1e3,
+                    stored_ms: (acked - t0).as_secs_f64() * 1e3,
+                    detected_ms: (updated_ns as f64 - t0_wall_ns as f64) / 1e6,
+                    step_events,
+                    retries,
+                });
+            }
+        }
+        if Instant::now() >= deadline {
+            return Err(BenchError::Timeout {
+                what: format!("a straggler verdict for rank {SLOW_RANK} of {job}"),
+                secs: 60,
+            });
+        }
+        tokio::time::sleep(POLL).await;
+    }
+}
+
+/// Sends every batch concurrently, retrying UNAVAILABLE answers with the
+/// agent's default backoff (100 ms doubling, equal jitter); returns when the
+/// last batch was first handed to the client (monotonic and wall clock), when
+/// the last ack came back, and how many retries there were.
+async fn send_all(
+    clients: &[Client],
+    batches: Vec<proto::AgentBatch>,
+) -> Result<(Instant, u64, Instant, u64), BenchError> {
+    let mut set = tokio::task::JoinSet::new();
+    for (i, b) in batches.into_iter().enumerate() {
+        let mut c = clients[i % clients.len()].clone();
+        set.spawn(async move {
+            let sent = (Instant::now(), now_ns());
+            let mut rng = SmallRng::seed_from_u64(sent.1 ^ i as u64);
+            let mut retries = 0u32;
+            loop {
+                match c.ingest(b.clone()).await {
+                    Ok(_) => return (sent, Ok((Instant::now(), retries))),
+                    Err(s) if s.code() == tonic::Code::Unavailable && retries < 20 => {
+                        let base = 100.0 * 2f64.powi(retries.min(7) as i32);
+                        let jitter: f64 = rng.random();
+                        let delay_ms = base * (1.0 - 0.5 * jitter);
+                        tokio::time::sleep(Duration::from_secs_f64(delay_ms / 1e3)).await;
+                        retries += 1;
+                    }
+                    Err(s) => return (sent, Err(s)),
+                }
+            }
+        });
+    }
+    let mut last_sent: Option<(Instant, u64)> = None;
+    let mut last_ack: Option<Instant> = None;
+    let mut retries = 0;
+    while let Some(res) = set.join_next().await {
+        let (sent, r) = res.map_err(|e| BenchError::Grpc {
+            what: "send task".into(),
+            detail: e.to_string(),
+        })?;
+        let (acked, n) = r.map_err(|s| BenchError::Grpc {
+            what: "Ingest".into(),
+            detail: format!("{:?}: {}", s.code(), s.message()),
+        })?;
+        retries += u64::from(n);
+        if last_sent.is_none_or(|(t, _)| sent.0 > t) {
+            last_sent = Some(sent);
+        }
+        if last_ack.is_none_or(|t| acked > t) {
+            last_ack = Some(acked);
+        }
+    }
+    match (last_sent, last_ack) {
+        (Some((t0, wall)), Some(ack)) => Ok((t0, wall, ack, retries)),
+        _ => Err(BenchError::Check("no batch sent".into())),
+    }
+}
+
+/// Waits until the breakdown of `step` covers every rank.
+async fn wait_breakdown(
+    http: &HttpClient,
+    http_url: &str,
+    job: &str,
+    step: u64,
+) -> Result<(), BenchError> {
+    let url = format!("{http_url}/api/v1/jobs/{job}/breakdown?step={step}");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let r = http.get(&url).await?;
+        if r.status == 200 {
+            let n = r.json()?["breakdown"].as_array().map_or(0, Vec::len);
+            if n >= RANKS as usize {
+                return Ok(());
+            }
+        }
+        if Instant::now() >= deadline {
+            return Err(BenchError::Timeout {
+                what: format!("breakdown of step {step} of {job}"),
+                secs: 60,
+            });
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
