@@ -46,6 +46,9 @@ pub struct Config {
     /// TCP address (`ip:port`) of the rank-facing gRPC service (port 0:
     /// pick a free one).
     pub listen_addr: String,
+    /// TCP address of the HTTP `/metrics` (Prometheus) and `/healthz`
+    /// endpoint; empty disables it.
+    pub metrics_listen_addr: String,
     /// Unix socket of the rank-facing gRPC service; empty disables it.
     /// Default: `$XDG_RUNTIME_DIR/rankscope/agent.sock`, else
     /// `/tmp/rankscope-<uid>/agent.sock`.
@@ -94,6 +97,7 @@ impl Default for Config {
         let host = host_name();
         Self {
             listen_addr: "127.0.0.1:7710".to_owned(),
+            metrics_listen_addr: "127.0.0.1:7711".to_owned(),
             unix_socket_path: default_unix_socket_path().to_string_lossy().into_owned(),
             collector_url: "http://127.0.0.1:7700".to_owned(),
             agent_id: host.clone(),

@@ -29,12 +29,7 @@ pub async fn spawn(
             "/metrics",
             get(move || {
                 let render = render.clone();
-                async move {
-                    (
-                        [("content-type", "text/plain; version=0.0.4")],
-                        render(),
-                    )
-                }
+                async move { ([("content-type", "text/plain; version=0.0.4")], render()) }
             }),
         )
         .route("/healthz", get(|| async { "ok\n" }));

@@ -41,6 +41,7 @@ use tonic::transport::Endpoint;
 pub mod backoff;
 mod batch;
 pub mod config;
+pub mod http;
 mod ingest;
 pub mod metrics;
 pub mod sample;
@@ -71,6 +72,8 @@ pub enum AgentError {
     Listen(#[from] ServeError),
     #[error("cannot start the sampler thread: {0}")]
     Sampler(std::io::Error),
+    #[error("invalid metrics_listen_addr {addr:?}: {error}")]
+    MetricsAddr { addr: String, error: String },
 }
 
 /// What happened to the data at shutdown.
@@ -96,6 +99,8 @@ pub struct ShutdownReport {
 pub struct AgentHandle {
     /// The bound TCP address of the rank-facing service.
     pub tcp_addr: SocketAddr,
+    /// The bound address of `/metrics`, when enabled.
+    pub metrics_addr: Option<SocketAddr>,
     /// The Unix socket of the rank-facing service, when enabled.
     pub unix_path: Option<PathBuf>,
     /// This run's `agent_session` (random, non-zero).
@@ -212,8 +217,38 @@ pub async fn start(config: Config) -> Result<AgentHandle, AgentError> {
         ));
         path
     });
+    let metrics_addr = if config.metrics_listen_addr.is_empty() {
+        None
+    } else {
+        let addr: SocketAddr =
+            config
+                .metrics_listen_addr
+                .parse()
+                .map_err(|e: std::net::AddrParseError| AgentError::MetricsAddr {
+                    addr: config.metrics_listen_addr.clone(),
+                    error: e.to_string(),
+                })?;
+        let (m, q, max) = (
+            Arc::clone(&metrics),
+            Arc::clone(&queue),
+            config.queue_max_events,
+        );
+        let render: http::Render = Arc::new(move || {
+            let queued = max.saturating_sub(q.available_permits());
+            m.snapshot(queued as u64).to_prometheus()
+        });
+        let (bound, task) = http::spawn(addr, render, server_stop.subscribe())
+            .await
+            .map_err(|e| AgentError::MetricsAddr {
+                addr: config.metrics_listen_addr.clone(),
+                error: e.to_string(),
+            })?;
+        servers.push(task);
+        Some(bound)
+    };
     tracing::info!(
         %tcp_addr,
+        metrics = ?metrics_addr,
         unix = ?unix_path,
         collector = %config.collector_url,
         agent_id = %config.agent_id,
@@ -222,6 +257,7 @@ pub async fn start(config: Config) -> Result<AgentHandle, AgentError> {
     );
     Ok(AgentHandle {
         tcp_addr,
+        metrics_addr,
         unix_path,
         agent_session,
         metrics,

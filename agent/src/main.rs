@@ -18,6 +18,9 @@ struct Cli {
     /// TCP address of the rank-facing gRPC service.
     #[arg(long, env = "RANKSCOPE_AGENT_LISTEN_ADDR")]
     listen_addr: Option<String>,
+    /// TCP address of the /metrics endpoint ("" disables it).
+    #[arg(long, env = "RANKSCOPE_AGENT_METRICS_LISTEN_ADDR")]
+    metrics_listen_addr: Option<String>,
     /// Unix socket of the rank-facing gRPC service ("" disables it).
     #[arg(long, env = "RANKSCOPE_AGENT_UNIX_SOCKET")]
     unix_socket: Option<String>,
@@ -55,6 +58,9 @@ impl Cli {
             Some(path) => Config::from_file(path)?,
             None => Config::default(),
         };
+        if let Some(v) = &self.metrics_listen_addr {
+            config.metrics_listen_addr.clone_from(v);
+        }
         if let Some(v) = &self.listen_addr {
             config.listen_addr.clone_from(v);
         }

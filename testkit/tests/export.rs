@@ -206,3 +206,37 @@ async fn collector_metrics_parse_as_prometheus_text() {
     assert_eq!(step_times.len(), 8, "one series per rank");
     stack.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn agent_metrics_parse_as_prometheus_text() {
+    let mut stack = Stack::start().await;
+    let mut sim = sim_config("agent-prom", 2, 3);
+    sim.layers = 1;
+    let plan = simulate::plan(&sim);
+    simulate::run(&sim, &stack.agent_url())
+        .await
+        .expect("simulate");
+    let addr = stack
+        .agent
+        .as_ref()
+        .unwrap()
+        .metrics_addr
+        .expect("metrics endpoint");
+    let (status, body) =
+        rankscope_cli::query::http::HttpClient::new(std::time::Duration::from_secs(10))
+            .get(&format!("http://{addr}/metrics"))
+            .await
+            .expect("GET /metrics");
+    assert!(status.is_success());
+    let text = String::from_utf8(body.to_vec()).expect("UTF-8");
+    let samples = parse_prometheus(&text).expect("valid exposition");
+    let received: f64 = samples
+        .iter()
+        .filter(|s| s.0 == "rankscope_agent_received_events_total")
+        .map(|s| s.2)
+        .sum();
+    assert_eq!(received as u64, plan.event_counts().total());
+    assert!(samples.iter().any(|s| s.0.starts_with("rankscope_agent_")));
+    stack.stop_agent().await;
+    stack.stop().await;
+}

@@ -189,6 +189,7 @@ pub async fn closed_port() -> SocketAddr {
 pub fn config(collector_url: &str, dir: Option<&Path>) -> Config {
     Config {
         listen_addr: "127.0.0.1:0".into(),
+        metrics_listen_addr: "127.0.0.1:0".into(),
         unix_socket_path: dir
             .map(|d| d.join("agent.sock").to_string_lossy().into_owned())
             .unwrap_or_default(),

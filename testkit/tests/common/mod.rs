@@ -49,6 +49,7 @@ pub fn collector_config(clickhouse_url: &str, database: &str) -> rankscope_colle
 pub fn agent_config(collector_url: &str, dir: &std::path::Path) -> rankscope_agent::Config {
     rankscope_agent::Config {
         listen_addr: "127.0.0.1:0".into(),
+        metrics_listen_addr: "127.0.0.1:0".into(),
         unix_socket_path: dir.join("agent.sock").to_string_lossy().into_owned(),
         collector_url: collector_url.to_owned(),
         agent_id: "e2e-agent".into(),
