@@ -124,6 +124,7 @@ pub async fn run_once(
         .args(["--ranks", &p.ranks.to_string()])
         .args(["--steps", &p.steps.to_string()])
         .args(["--layers", &p.layers.to_string()])
+        .env("RUST_BACKTRACE", "0")
         .stdin(Stdio::null())
         .stdout(out);
     let sim = sys::spawn(&mut cmd)?;

@@ -128,6 +128,7 @@ pub fn import(
     let mut cmd = Command::new(bins.rankscope());
     cmd.args(["import", "--job", job, "--ingest", ingest_url])
         .args(paths)
+        .env("RUST_BACKTRACE", "0")
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(log_file);

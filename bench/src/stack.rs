@@ -70,7 +70,9 @@ impl Override {
     }
 }
 
-/// Runs `<binary> gen-config` and applies `overrides`.
+/// Runs `<binary> gen-config`, moves every other top-level `*listen_addr`
+/// (e.g. a metrics endpoint) to a free loopback port so several instances
+/// can run at once, and applies `overrides`.
 pub fn generated_config(binary: &Path, overrides: &[Override]) -> Result<String, BenchError> {
     let out = Command::new(binary)
         .arg("gen-config")
@@ -89,6 +91,15 @@ pub fn generated_config(binary: &Path, overrides: &[Override]) -> Result<String,
     let text = String::from_utf8_lossy(&out.stdout);
     let mut table: toml::Table =
         toml::from_str(&text).map_err(|e| BenchError::parse("gen-config output", e))?;
+    let listeners: Vec<String> = table
+        .iter()
+        .filter(|(k, v)| k.ends_with("listen_addr") && v.as_str().is_some_and(|a| !a.is_empty()))
+        .map(|(k, _)| k.clone())
+        .collect();
+    for key in listeners {
+        let addr = format!("127.0.0.1:{}", sys::free_port()?);
+        table.insert(key, toml::Value::String(addr));
+    }
     for o in overrides {
         set_path(&mut table, &o.path, o.value.clone());
     }
@@ -126,6 +137,7 @@ fn spawn_logged(
     cmd.arg("--config")
         .arg(config)
         .env("RUST_LOG", "warn")
+        .env("RUST_BACKTRACE", "0")
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(log_file);
@@ -135,10 +147,15 @@ fn spawn_logged(
     sys::spawn(&mut cmd)
 }
 
+/// The end of a log, from its `Error:` line when there is one.
 fn log_tail(log: &Path) -> String {
     let text = std::fs::read_to_string(log).unwrap_or_default();
     let lines: Vec<&str> = text.lines().collect();
-    lines[lines.len().saturating_sub(15)..].join("\n")
+    let from = lines
+        .iter()
+        .rposition(|l| l.starts_with("Error:"))
+        .unwrap_or(lines.len().saturating_sub(15));
+    lines[from..(from + 15).min(lines.len())].join("\n")
 }
 
 /// A running collector.

@@ -337,9 +337,11 @@ impl Stream {
                     entry,
                     out,
                     now,
-                    &self.metrics,
-                    &self.gpus,
-                    &self.outputs,
+                    Shared {
+                        metrics: &self.metrics,
+                        gpus: &self.gpus,
+                        outputs: &self.outputs,
+                    },
                     &mut rows,
                 );
             }
@@ -357,9 +359,11 @@ impl Stream {
                 entry,
                 out,
                 now,
-                &self.metrics,
-                &self.gpus,
-                &self.outputs,
+                Shared {
+                    metrics: &self.metrics,
+                    gpus: &self.gpus,
+                    outputs: &self.outputs,
+                },
                 &mut rows,
             );
         }
@@ -393,17 +397,28 @@ impl Stream {
     }
 }
 
+/// What [`collect`] reads besides the job: counters, GPU history, outputs.
+#[derive(Clone, Copy)]
+struct Shared<'a> {
+    metrics: &'a StreamMetrics,
+    gpus: &'a evidence::GpuHistory,
+    outputs: &'a Outputs,
+}
+
 /// Turns one job's output into rows.
 fn collect(
     job: &str,
     entry: &mut JobEntry,
     out: JobOutput,
     now: u64,
-    metrics: &StreamMetrics,
-    gpus: &evidence::GpuHistory,
-    outputs: &Outputs,
+    shared: Shared<'_>,
     rows: &mut RowSet,
 ) {
+    let Shared {
+        metrics,
+        gpus,
+        outputs,
+    } = shared;
     use crate::alert::AlertInput;
     let finalized: std::collections::BTreeSet<u64> = out.steps.iter().map(|s| s.step).collect();
     metrics
@@ -415,6 +430,15 @@ fn collect(
     for s in out.steps {
         let end = s.step_start_ns.saturating_add(s.step_time_ns);
         entry.spans.record(s.step, s.step_start_ns, end);
+        if let Some(util) = gpus.mean_util(job, s.rank, s.step_start_ns, end) {
+            outputs.alert(AlertInput::RankStepGpu {
+                job: job.to_owned(),
+                rank: s.rank,
+                node: s.node.clone(),
+                step: s.step,
+                gpu_util_pct: util,
+            });
+        }
         let b = &s.breakdown;
         outputs.gauges.step(
             job,

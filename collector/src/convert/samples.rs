@@ -141,6 +141,7 @@ pub fn gpu_obs(batch: &proto::AgentBatch) -> Vec<GpuObs> {
             throttle_reasons: s.throttle_reasons.clone(),
             temp_c: s.temp_c,
             power_w: s.power_w,
+            gpu_util_pct: s.gpu_util_pct,
         })
         .collect()
 }

@@ -217,6 +217,7 @@ mod tests {
             (2, "0002_samples", "fnv1a64:8d880ae440d5d658"),
             (3, "0003_analytics", "fnv1a64:381b4c3360af5e09"),
             (4, "0004_telemetry", "fnv1a64:dbefe69e1eaa8369"),
+            (5, "0005_alerts", "fnv1a64:827c4ed844c70367"),
         ];
         let actual: Vec<(u32, &str, String)> = MIGRATIONS
             .iter()

@@ -47,6 +47,8 @@ pub struct GpuObs {
     pub throttle_reasons: Vec<String>,
     pub temp_c: Option<f32>,
     pub power_w: Option<f32>,
+    /// NVML GPU utilization over the sample period.
+    pub gpu_util_pct: Option<f32>,
 }
 
 /// What the straggler's GPUs showed, compared with its peers'.
@@ -122,6 +124,20 @@ impl GpuHistory {
     /// No samples held.
     pub fn is_empty(&self) -> bool {
         self.gpus.is_empty()
+    }
+
+    /// Mean GPU utilization of the GPUs mapped to (job, rank) over
+    /// `[start_ns, end_ns)`, from the samples whose period overlaps it
+    /// (`low_gpu_utilization` alert input); `None` without such samples.
+    pub fn mean_util(&self, job: &str, rank: u32, start_ns: u64, end_ns: u64) -> Option<f64> {
+        mean(
+            self.gpus
+                .values()
+                .flat_map(|q| q.iter())
+                .filter(|o| overlaps(o, start_ns, end_ns))
+                .filter(|o| o.ranks.iter().any(|(j, r)| j == job && *r == rank))
+                .filter_map(|o| o.gpu_util_pct.map(f64::from)),
+        )
     }
 
     /// Evidence for (job, rank) over `[start_ns, end_ns)`, if any.

@@ -12,6 +12,7 @@ fn obs(gpu: u32, ts_ns: u64, clock: u32, reasons: &[&str]) -> GpuObs {
         throttle_reasons: reasons.iter().map(|r| r.to_string()).collect(),
         temp_c: Some(if clock < 1500 { 88.0 } else { 62.0 }),
         power_w: Some(300.0),
+        gpu_util_pct: None,
     }
 }
 
@@ -166,5 +167,28 @@ fn only_active_compute_verdicts_get_evidence_rows() {
     assert_eq!(
         verdict_evidence("j", &unknown_steps, &spans, &h, 11, 22),
         None
+    );
+}
+
+#[test]
+fn mean_util_averages_the_ranks_gpu_samples_in_the_window() {
+    let mut h = GpuHistory::new(64, 64);
+    for (t, util) in [
+        (1100, Some(20.0)),
+        (1200, Some(40.0)),
+        (1300, None),
+        (5000, Some(99.0)),
+    ] {
+        let mut o = obs(3, t, 1980, &[]);
+        o.gpu_util_pct = util;
+        h.push(o);
+    }
+    assert_eq!(h.mean_util("j", 3, 1000, 1400), Some(30.0));
+    assert_eq!(h.mean_util("j", 4, 1000, 1400), None, "other rank");
+    assert_eq!(h.mean_util("k", 3, 1000, 1400), None, "other job");
+    assert_eq!(
+        h.mean_util("j", 3, 2000, 3000),
+        None,
+        "no sample in the window"
     );
 }
