@@ -48,6 +48,8 @@ pub(crate) struct Chunk {
     pub(crate) events: Vec<proto::Event>,
     /// One permit per event of the queue's semaphore.
     pub(crate) permit: OwnedSemaphorePermit,
+    /// The stream ended after these events.
+    pub(crate) closed: bool,
 }
 
 /// A cut batch on its way to the collector.
@@ -140,7 +142,16 @@ impl Batcher {
             names,
             mut events,
             mut permit,
+            closed,
         } = chunk;
+        if closed {
+            // A marker without events: one unit, so the batch carrying it is cut.
+            if self.builder.is_empty() {
+                let due = Instant::now() + self.max_delay;
+                self.deadline = Some(self.deadline.map_or(due, |d| d.min(due)));
+            }
+            self.builder.close(&stream);
+        }
         while !events.is_empty() {
             let room = self.max_events.saturating_sub(self.builder.units()).max(1);
             let rest = if events.len() > room {

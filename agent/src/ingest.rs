@@ -128,6 +128,7 @@ impl Ingest {
             names: accepted.names,
             events: accepted.events,
             permit,
+            closed: false,
         };
         if self.chunks.send(chunk).is_err() {
             self.metrics.dropped(DropReason::Shutdown, n as u64);
@@ -249,6 +250,18 @@ async fn run_stream(
         }
     }
     ingest.ranks.remove(id);
+    if let Some(stream) = session.stream() {
+        // Tell the collector this rank is gone (no queue permit: no events).
+        if let Ok(permit) = Arc::clone(&ingest.queue).try_acquire_many_owned(0) {
+            let _ = ingest.chunks.send(Chunk {
+                stream: Arc::clone(stream),
+                names: Vec::new(),
+                events: Vec::new(),
+                permit,
+                closed: true,
+            });
+        }
+    }
     let rank = session.identity().map(|i| (i.job_id.clone(), i.rank));
     tracing::debug!(stream = id, ?rank, "rank stream closed");
 }

@@ -153,6 +153,7 @@ async fn trial(
                 identity: Some(identity(&cfg, r)),
                 names,
                 events,
+                ..Default::default()
             });
         }
         proto::AgentBatch {

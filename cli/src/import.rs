@@ -140,6 +140,7 @@ impl Chunk {
             identity: Some(self.identity),
             names: self.names,
             events: self.events,
+            ..Default::default()
         }
     }
 }

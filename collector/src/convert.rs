@@ -324,6 +324,7 @@ pub fn stream_input(batch: &proto::AgentBatch) -> StreamInput {
                 id.node.clone()
             },
             events,
+            closed: group.stream_closed,
         });
     }
     StreamInput {

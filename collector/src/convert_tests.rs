@@ -86,6 +86,7 @@ fn group(rank: u32) -> proto::RankEvents {
                 ts_ns: 2_000,
             })),
         ],
+        ..Default::default()
     }
 }
 

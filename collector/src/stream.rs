@@ -63,6 +63,8 @@ pub struct RankInput {
     pub world_size: u32,
     pub node: String,
     pub events: Vec<StreamEvent>,
+    /// The rank's stream ended after these events.
+    pub closed: bool,
 }
 
 /// The analytics input of one agent batch.
@@ -532,6 +534,24 @@ fn collect(
             step: c.step,
             key: format!("{} {} {}", c.op, c.process_group, c.size_bucket),
             busbw_gbps: c.busbw_gbps,
+        });
+    }
+    if let Some((last_step, silent_ns)) = out.stalled {
+        tracing::warn!(
+            job,
+            last_step,
+            silent_ns,
+            "suspected hang: no rank of the job ended a step"
+        );
+        outputs.alert(AlertInput::JobStalled {
+            job: job.to_owned(),
+            last_step,
+            silent_ns,
+        });
+    }
+    if out.progressed {
+        outputs.alert(AlertInput::JobProgress {
+            job: job.to_owned(),
         });
     }
     for rank in out.resumed {

@@ -185,6 +185,7 @@ async fn hung_rank_is_named_within_hang_after() {
                     identity: Some(simulate::model::identity(&sim, r.rank)),
                     names: names.clone(),
                     events: r.events,
+                    ..Default::default()
                 }],
                 ..Default::default()
             };
@@ -195,7 +196,9 @@ async fn hung_rank_is_named_within_hang_after() {
         }
     }
     let fired = hook
-        .wait_for("hang firing", |v| is(v, "hang", "firing"))
+        .wait_for("hang firing", |v| {
+            is(v, "hang", "firing") && v["alert"]["rank"] == 6
+        })
         .await;
     let waited = last_rank6.elapsed();
     assert_eq!(fired["alert"]["rank"], 6);

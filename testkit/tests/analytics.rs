@@ -49,6 +49,7 @@ fn assemble(cfg: &SimConfig) -> (JobOutput, u64) {
                     identity: Some(simulate::model::identity(cfg, r.rank)),
                     names: names.clone(),
                     events: r.events,
+                    ..Default::default()
                 }],
                 ..Default::default()
             };

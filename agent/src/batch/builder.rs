@@ -32,6 +32,8 @@ pub(crate) struct BatchBuilder {
     /// stream id -> (index into `ranks`, name ids already defined there).
     by_stream: HashMap<u64, (usize, HashSet<u32>)>,
     events: usize,
+    /// Stream-closed markers in the batch.
+    closed: usize,
     gpu_samples: Vec<proto::GpuSample>,
     host_samples: Vec<proto::HostSample>,
 }
@@ -47,9 +49,31 @@ impl BatchBuilder {
         self.gpu_samples.len() + self.host_samples.len()
     }
 
-    /// Events plus samples: what `batch_max_events` bounds.
+    /// Events plus samples plus stream-closed markers: what
+    /// `batch_max_events` bounds.
     pub(crate) fn units(&self) -> usize {
-        self.events + self.samples()
+        self.events + self.samples() + self.closed
+    }
+
+    /// Marks `stream` as ended in this batch (after its events, if any).
+    pub(crate) fn close(&mut self, stream: &RankStream) {
+        let index = self.group(stream);
+        self.ranks[index].stream_closed = true;
+        self.closed += 1;
+    }
+
+    /// Index of the group of `stream`, created when missing.
+    fn group(&mut self, stream: &RankStream) -> usize {
+        self.by_stream
+            .entry(stream.id)
+            .or_insert_with(|| {
+                self.ranks.push(proto::RankEvents {
+                    identity: Some(stream.identity.clone()),
+                    ..Default::default()
+                });
+                (self.ranks.len() - 1, HashSet::new())
+            })
+            .0
     }
 
     pub(crate) fn is_empty(&self) -> bool {
@@ -87,8 +111,7 @@ impl BatchBuilder {
         let (index, defined) = self.by_stream.entry(stream.id).or_insert_with(|| {
             self.ranks.push(proto::RankEvents {
                 identity: Some(stream.identity.clone()),
-                names: Vec::new(),
-                events: Vec::new(),
+                ..Default::default()
             });
             (self.ranks.len() - 1, HashSet::new())
         });
@@ -112,6 +135,7 @@ impl BatchBuilder {
     pub(crate) fn take(&mut self) -> Vec<proto::RankEvents> {
         self.by_stream.clear();
         self.events = 0;
+        self.closed = 0;
         std::mem::take(&mut self.ranks)
     }
 }

@@ -65,6 +65,11 @@ impl Session {
     }
 
     /// The stream's identity, once established.
+    /// The stream as the batcher knows it, once an identity was accepted.
+    pub(crate) fn stream(&self) -> Option<&Arc<RankStream>> {
+        self.stream.as_ref()
+    }
+
     pub(crate) fn identity(&self) -> Option<&proto::RankIdentity> {
         self.stream.as_ref().map(|s| &s.identity)
     }

@@ -4,6 +4,7 @@
 
 mod backpressure;
 mod bad_input;
+mod closed;
 mod delivery;
 mod listen;
 mod retry;

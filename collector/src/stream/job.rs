@@ -82,6 +82,8 @@ struct RankState {
     last_step_end: Option<u64>,
     last_activity_wall_ns: u64,
     hang_reported_for: Option<Option<u64>>,
+    /// The rank's stream ended (the process is gone).
+    closed: bool,
 }
 
 /// One row of per-rank step analytics.
@@ -121,6 +123,11 @@ pub struct JobOutput {
     pub hangs: Vec<HangSuspect>,
     /// Ranks reported as hung that ended a step again.
     pub resumed: Vec<u32>,
+    /// No rank ended a step for `hang_after` while some are still connected:
+    /// (last step of the job, silence in ns).
+    pub stalled: Option<(u64, u64)>,
+    /// A stalled job ended a step again.
+    pub progressed: bool,
     /// Per finalized step, the bus bandwidth of each collective key.
     pub collectives: Vec<CollectiveStepBw>,
 }
@@ -152,6 +159,10 @@ pub struct JobAssembler {
     pub late_rank_steps: u64,
     /// Steps finalized before every rank reported them.
     pub partial_steps: u64,
+    /// When any rank last ended a step.
+    last_step_end_wall_ns: u64,
+    /// The current stall was reported.
+    stall_reported: bool,
 }
 
 impl JobAssembler {
@@ -167,6 +178,8 @@ impl JobAssembler {
             dropped_events: 0,
             late_rank_steps: 0,
             partial_steps: 0,
+            last_step_end_wall_ns: 0,
+            stall_reported: false,
         }
     }
 
@@ -183,6 +196,7 @@ impl JobAssembler {
         state.node = input.node;
         state.run_id = input.run_id;
         state.last_activity_wall_ns = now_ns;
+        state.closed = input.closed;
         let mut finished = Vec::new();
         let mut resumed = Vec::new();
         for ev in input.events {
@@ -243,6 +257,13 @@ impl JobAssembler {
             }
         }
         out.resumed.extend(resumed);
+        if !finished.is_empty() {
+            self.last_step_end_wall_ns = now_ns;
+            if self.stall_reported {
+                self.stall_reported = false;
+                out.progressed = true;
+            }
+        }
         let (node, run_id) = (state.node.clone(), state.run_id.clone());
         for (open, end_ns) in finished {
             self.finish_rank_step(input.rank, &node, &run_id, open, end_ns, now_ns);
@@ -383,6 +404,14 @@ impl JobAssembler {
         let Some(job_step) = self.ranks.values().filter_map(|r| r.last_step_end).max() else {
             return;
         };
+        // The whole job: no step ended for hang_after while ranks are still
+        // connected (a job whose streams all ended has finished or died).
+        let silent = now_ns.saturating_sub(self.last_step_end_wall_ns);
+        let connected = self.ranks.values().any(|r| !r.closed);
+        if connected && silent >= self.limits.hang_after_ns && !self.stall_reported {
+            self.stall_reported = true;
+            out.stalled = Some((job_step, silent));
+        }
         for (&rank, r) in &mut self.ranks {
             let behind = r.last_step_end.is_none_or(|s| s < job_step);
             let silent_ns = now_ns.saturating_sub(r.last_activity_wall_ns);

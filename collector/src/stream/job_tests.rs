@@ -25,6 +25,7 @@ fn rank_step(rank: u32, step: u64, compute_ms: u64, sync_end_ms: u64) -> RankInp
         rank,
         world_size: 4,
         node: format!("n{}", rank / 2),
+        closed: false,
         events: vec![
             StreamEvent::StepBegin { step, ts_ns: t0 },
             StreamEvent::Gpu(GpuEvent {
@@ -166,4 +167,34 @@ fn events_per_rank_step_are_bounded() {
     job.push(input, 0, &mut out);
     assert_eq!(job.dropped_events, 1, "the collective beyond the limit");
     assert_eq!(out.steps[0].gpu_events, 1);
+}
+
+#[test]
+fn whole_job_stall_is_reported_once_unless_all_streams_ended() {
+    let mut job = JobAssembler::new(4, StragglerPolicy::default(), limits());
+    let mut out = JobOutput::default();
+    for rank in 0..4 {
+        job.push(rank_step(rank, 0, 100, 130), 0, &mut out);
+    }
+    job.poll(4_000 * MS, &mut out);
+    assert_eq!(out.stalled, None, "not silent long enough");
+    job.poll(5_000 * MS, &mut out);
+    assert_eq!(out.stalled, Some((0, 5_000 * MS)));
+    let mut again = JobOutput::default();
+    job.poll(6_000 * MS, &mut again);
+    assert_eq!(again.stalled, None, "reported once");
+    job.push(rank_step(0, 1, 100, 130), 7_000 * MS, &mut again);
+    assert!(again.progressed);
+
+    // A job whose ranks all closed their streams has ended, not hung.
+    let mut done = JobAssembler::new(2, StragglerPolicy::default(), limits());
+    let mut out = JobOutput::default();
+    for rank in 0..2 {
+        let mut input = rank_step(rank, 0, 100, 130);
+        input.world_size = 2;
+        input.closed = true;
+        done.push(input, 0, &mut out);
+    }
+    done.poll(60_000 * MS, &mut out);
+    assert_eq!(out.stalled, None);
 }

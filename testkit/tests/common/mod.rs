@@ -348,6 +348,7 @@ pub fn small_batch(job: &str, seq: u64) -> proto::AgentBatch {
                     ts_ns: t + 1000,
                 })),
             ],
+            ..Default::default()
         }],
         ..Default::default()
     }
