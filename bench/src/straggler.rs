@@ -14,8 +14,9 @@
 //! (flagged in 3 of the last 5 steps) step 2 is the first step in which the
 //! straggler crosses the threshold. Its 128 batches are built in advance and
 //! sent concurrently (an UNAVAILABLE answer, the collector's writer queue
-//! being full, is retried with the agent's default backoff and counted); `t0` is when the last of them (holding the last rank's
-//! StepEnd) was handed to the client. The driver then polls
+//! being full, is retried with the agent's default backoff and counted);
+//! `t0` is when the last of them (holding the last rank's StepEnd) was
+//! handed to the client. The driver then polls
 //! `GET /api/v1/jobs/{job}/stragglers` every [`POLL`] until an active verdict
 //! names the slow rank; latency = receipt of that answer - `t0`. Also
 //! recorded: when the last batch was acknowledged (rows stored) and the

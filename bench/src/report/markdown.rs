@@ -265,7 +265,8 @@ fn straggler(s: &mut String, d: &Details) {
          (the writer is idle). Step 2 is the first step in which the straggler crosses the \
          default threshold (flagged in 3 of the last 5 steps); its 128 batches are sent \
          concurrently (an UNAVAILABLE answer, the collector's writer queue being full, is \
-         retried with the agent's default backoff, as an agent would, and counted) and `t0` is when the last of them, holding the last rank's StepEnd, was \
+         retried with the agent's default backoff, as an agent would, and counted) and `t0` \
+         is when the last of them, holding the last rank's StepEnd, was \
          handed to the client. Latency = t0 -> the first `GET /api/v1/jobs/{{job}}/stragglers` \
          answer (polled every {} ms) that names the rank as an active straggler. The split: \
          *stored* = t0 -> the last batch's ack (rows in ClickHouse, the stream gets the batch \
@@ -290,6 +291,21 @@ fn straggler(s: &mut String, d: &Details) {
         &format!("`writer.flush_interval_ms` = {TUNED_FLUSH_MS}"),
         &d.straggler_tuned,
     );
+    let retried: u64 = d
+        .straggler_default
+        .iter()
+        .chain(&d.straggler_tuned)
+        .map(|t| t.retries)
+        .sum();
+    if retried > 0 {
+        let _ = writeln!(
+            s,
+            "\nRetried batches: 128 batches arriving at once can find the collector's writer \
+             queue (`writer.queue_capacity` = 64 batches, not drained while an INSERT runs) \
+             full; the collector answers UNAVAILABLE and the sender retries after 50-100 ms, \
+             which shows in the latency of those trials."
+        );
+    }
     let _ = writeln!(
         s,
         "\nThe JSON figures are the default-configuration row. Percentiles are nearest-rank: \
@@ -376,6 +392,18 @@ fn import(s: &mut String, d: &Details) {
     let Some(first) = d.imports.first() else {
         return;
     };
+    if let Some(syn) = first.iter().find(|r| r.name == "synthetic") {
+        let _ = writeln!(
+            s,
+            "Wall time is {:.1}x CPU time on the synthetic trace: `rankscope import` sends one \
+             chunk (10,000 events) per file at a time and waits for its acknowledgement, which \
+             the collector gives after the writer's next flush (up to `flush_interval_ms` = \
+             1 s), so one file imports at about one chunk per flush however fast the parser \
+             is. The per-core figure is the import process's own work (read, parse, order, \
+             convert, send).\n",
+            syn.elapsed_s / syn.cpu_s
+        );
+    }
     let _ = writeln!(
         s,
         "| trace | files | JSON MB | wall s | MB/s | CPU s | MB/s per core |\n|---|---|---|---|---|---|---|"
@@ -403,8 +431,8 @@ fn import(s: &mut String, d: &Details) {
 const REPRODUCE: &str = "\
 ## Reproduce\n\n\
 ```sh\n\
-make bench                      # release build, every section, writes bench/results.json and bench/RESULTS.md\n\
-target/release/rankscope-bench --help   # sizes, repetitions, --quick, --no-profile\n\
+make bench   # release build, every section; writes bench/results.json and bench/RESULTS.md\n\
+target/release/rankscope-bench --help   # sizes, repetitions, --quick, --sections\n\
 ```\n\n\
 Needs `clickhouse-server` and `clickhouse-client` (`make bench` installs missing ones with \
 apt), a C compiler for the NVML stand-in, and optionally `perf` for the profile.\n";

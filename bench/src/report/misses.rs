@@ -64,9 +64,7 @@ fn why(name: &str, d: &Details) -> String {
                  rate: the goal cannot be met on this machine by tuning alone. ClickHouse \
                  itself works harder per row than in bulk ({:.1}x): RowBinary rows are parsed \
                  instead of Native columns, and {} INSERTs per run make small parts to create \
-                 and merge{}. The rest of the gap is latency: the agent keeps at most `max_in_flight_batches` \
-                 (4) x `batch_max_events` (50,000) events unacknowledged and the collector \
-                 acknowledges only after its INSERT, so the machine was only {:.0} % busy.",
+                 and merge{}. {}",
                 med(&|r| r.clickhouse_cpu_s / r.events as f64 * 1e6),
                 med(&|r| r.collector_cpu_s / r.events as f64 * 1e6),
                 med(&|r| r.agent_cpu_s / r.events as f64 * 1e6),
@@ -74,10 +72,11 @@ fn why(name: &str, d: &Details) -> String {
                 d.machine.cores,
                 h(bound),
                 bound / bulk_rate,
-                med(&|r| r.clickhouse_cpu_s / r.events as f64) / med(&|r| r.bulk.clickhouse_cpu_s / r.bulk.rows as f64),
+                med(&|r| r.clickhouse_cpu_s / r.events as f64)
+                    / med(&|r| r.bulk.clickhouse_cpu_s / r.bulk.rows as f64),
                 med(&|r| r.inserts as f64),
                 ch_kernel_note(d),
-                med(&|r| r.machine_busy_pct)
+                busy_note(d)
             )
         }
         "collector_cpu_s_per_million_events" => format!(
@@ -91,6 +90,7 @@ fn why(name: &str, d: &Details) -> String {
                 .find(|p| p.name.starts_with("rankscope-col"))
                 .map_or_else(|| "not profiled in this run".to_owned(), categories)
         ),
+        "straggler_latency_p99_ms" => "Same cause as the p50 above.".to_owned(),
         n if n.starts_with("straggler") => {
             let t = &d.straggler_default;
             let stored = median(&t.iter().map(|x| x.stored_ms).collect::<Vec<_>>());
@@ -123,6 +123,36 @@ fn why(name: &str, d: &Details) -> String {
         ),
         _ => String::new(),
     }
+}
+
+/// How busy the machine was and how much of it was the pipeline.
+fn busy_note(d: &Details) -> String {
+    let med =
+        |f: &dyn Fn(&crate::e2e::E2eRun) -> f64| median(&d.e2e.iter().map(f).collect::<Vec<_>>());
+    let ours = med(&|r| {
+        100.0 * (r.collector_cpu_s + r.agent_cpu_s + r.simulate_cpu_s + r.clickhouse_cpu_s)
+            / (r.elapsed_s * d.machine.cores as f64)
+    });
+    let busy = med(&|r| r.machine_busy_pct);
+    let mut s = format!(
+        "During the runs the pipeline used {ours:.0} % of the machine's CPU time and the \
+         machine was {busy:.0} % busy"
+    );
+    if busy - ours > 10.0 {
+        s.push_str(
+            " (the difference is other users' processes on this shared machine, which slowed \
+             the pipeline down)",
+        );
+    }
+    if busy < 85.0 {
+        s.push_str(
+            "; the idle rest is latency: the agent keeps at most `max_in_flight_batches` (4) x \
+             `batch_max_events` (50,000) events unacknowledged and the collector acknowledges \
+             only after its INSERT, so the pipeline stalls while ClickHouse inserts",
+        );
+    }
+    s.push('.');
+    s
 }
 
 /// What the kernel share of ClickHouse's profile says, if profiled.

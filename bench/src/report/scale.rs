@@ -126,10 +126,10 @@ pub fn section(d: &Details) -> String {
     }
     let _ = writeln!(
         s,
-        "\nThe INSERT rate stays low: each collector's writer flushes at most once per \
-         `flush_interval_ms` (1 s) or per `batch_max_rows` (100,000 rows), so {} collectors \
-         make about {:.0} INSERTs per second per event table at 2.7 M rows/s, well inside \
-         ClickHouse's guidance of large, infrequent inserts.\n",
+        "\nThe INSERT rate stays low: each collector's writer flushes once per \
+         `flush_interval_ms` (1 s) or per `batch_max_rows` (100,000 rows), so the {} \
+         collectors together make about {:.0} INSERTs per second per event table at 2.7 M \
+         rows/s, in line with ClickHouse's guidance of large, infrequent inserts.\n",
         coll_hosts + 1.0,
         (r / 100_000.0).max(coll_hosts + 1.0)
     );
@@ -159,4 +159,4 @@ the straggler statistics.\n\n\
 all shards while per-rank timelines stay on one shard; `ReplicatedMergeTree` with two \
 replicas per shard gives failover, and retention keeps dropping whole day partitions. \
 The collectors insert into the local shard tables (or through the `Distributed` table \
-with `insert_distributed_sync`), keeping the acknowledge-after-store guarantee.\n";
+with `insert_distributed_sync`), keeping the acknowledge-after-store guarantee.\n\n";
