@@ -7,8 +7,9 @@
 //!
 //! Each file is parsed on a blocking thread; its chunks cross a bounded
 //! channel (parsing waits while the collector is slow, memory stays bounded)
-//! to an async sender that sends them one at a time, in order, as
-//! `AgentBatch`es. Files are imported concurrently so every rank's steps
+//! to an async sender that sends them as `AgentBatch`es, up to four at a
+//! time (each waits for the collector's ClickHouse flush), in chunk order;
+//! the collector puts a session's batches back in order for analytics. Files are imported concurrently so every rank's steps
 //! reach the collector together (a job's steps finalize when all ranks
 //! ended them).
 //!
@@ -23,12 +24,16 @@ use std::io::{IsTerminal, Read};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use futures_util::stream::{FuturesOrdered, StreamExt};
 use rankscope_proto::v1 as proto;
 use tokio::sync::mpsc;
 
 use super::{
     import_file_with_progress, Chunk, ImportError, ImportOptions, ImportSummary, Progress,
 };
+
+/// Chunks of one file sent at the same time.
+const IN_FLIGHT: usize = 4;
 
 /// `agent_id` of imported batches.
 pub const IMPORT_AGENT_ID: &str = "rankscope-import";
@@ -126,7 +131,7 @@ async fn import_one(
     path: PathBuf,
     opts: ImportOptions,
     send: SendOptions,
-    mut client: Client,
+    client: Client,
 ) -> Result<FileReport, SendError> {
     let session = session_id(&path, &opts)?;
     let (tx, mut rx) = mpsc::channel::<Chunk>(4);
@@ -160,7 +165,24 @@ async fn import_one(
     };
     let mut report = (0u64, 0u64, 0u64);
     let mut send_result = Ok(());
-    while let Some(chunk) = rx.recv().await {
+    // Up to IN_FLIGHT chunks of this file are sent at once (each waits for
+    // the collector's ClickHouse flush); acks are taken in chunk order.
+    let mut inflight = FuturesOrdered::new();
+    let mut record = |(index, result): (u64, Result<proto::IngestAck, String>)| match result {
+        Ok(ack) => {
+            report.0 += 1;
+            report.1 += u64::from(ack.duplicate);
+            report.2 += ack.rows;
+            Ok(())
+        }
+        Err(status) => Err(SendError::Refused {
+            path: path.clone(),
+            chunk: index,
+            url: send.ingest_url.clone(),
+            status,
+        }),
+    };
+    'chunks: while let Some(chunk) = rx.recv().await {
         let index = chunk.index;
         let batch = proto::AgentBatch {
             agent_id: IMPORT_AGENT_ID.to_owned(),
@@ -171,23 +193,27 @@ async fn import_one(
             ranks: vec![chunk.into_rank_events()],
             ..Default::default()
         };
-        match send_batch(&mut client, batch, &send).await {
-            Ok(ack) => {
-                report.0 += 1;
-                report.1 += u64::from(ack.duplicate);
-                report.2 += ack.rows;
+        let (mut c, opts) = (client.clone(), send.clone());
+        inflight.push_back(async move { (index, send_batch(&mut c, batch, &opts).await) });
+        while inflight.len() >= IN_FLIGHT {
+            let Some(done) = inflight.next().await else {
+                break;
+            };
+            if let Err(e) = record(done) {
+                send_result = Err(e);
+                break 'chunks;
             }
-            Err(status) => {
-                send_result = Err(SendError::Refused {
-                    path: path.clone(),
-                    chunk: index,
-                    url: send.ingest_url.clone(),
-                    status,
-                });
+        }
+    }
+    if send_result.is_ok() {
+        while let Some(done) = inflight.next().await {
+            if let Err(e) = record(done) {
+                send_result = Err(e);
                 break;
             }
         }
     }
+    drop(inflight);
     drop(rx); // a parser still running sees the closed channel and stops
     let parsed = parse.await.map_err(|e| SendError::Task {
         path: path.clone(),
