@@ -131,7 +131,8 @@ struct SimulateArgs {
     /// Agent's rank ingest endpoint: http://HOST:PORT or unix:/PATH.
     #[arg(long, env = "RANKSCOPE_AGENT", default_value = "http://127.0.0.1:7710")]
     agent: String,
-    /// Job id [default: sim-<unix seconds>].
+    /// Job id [default: the scheduler's job id (SLURM_JOB_ID, TORCHELASTIC_RUN_ID,
+    /// POD_NAME), else sim-<unix seconds>].
     #[arg(long)]
     job: Option<String>,
     /// Run id the ranks report (empty = unknown).
@@ -443,7 +444,12 @@ async fn simulate_cmd(args: SimulateArgs) -> Result<(String, u32, u64)> {
         .duration_since(UNIX_EPOCH)
         .context("the system clock is before 1970")?;
     let cfg = SimConfig {
-        job: args.job.unwrap_or_else(|| format!("sim-{}", now.as_secs())),
+        // --job, else the scheduler's job (Slurm, torchrun, Kubernetes), else sim-<secs>.
+        job: args.job.unwrap_or_else(|| {
+            rankscope_proto::attribution::from_env(|k| std::env::var(k).ok(), None)
+                .job_id
+                .unwrap_or_else(|| format!("sim-{}", now.as_secs()))
+        }),
         run_id: args.run_id,
         ranks: args.ranks,
         ranks_per_node: args.ranks_per_node,

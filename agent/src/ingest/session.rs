@@ -9,10 +9,16 @@
 //! one and never changes afterwards; names and step state are committed only
 //! when the whole message validated (all or nothing), so a rejected message
 //! leaves the stream usable exactly as before it.
+//!
+//! Job attribution: before validation, an identity is completed from the
+//! rank process's scheduler environment (`/proc/<pid>/environ`, and the pod
+//! labels at `/proc/<pid>/root/etc/podinfo/labels`) where the rank left a
+//! field unset (see `rankscope_proto::attribution`); what the rank set wins.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use rankscope_proto::attribution::{self, Attribution};
 use rankscope_proto::v1::{self as proto, event::Kind};
 use rankscope_proto::validate::{
     check_same_identity, validate_events, validate_identity, validate_names, Names, StepState,
@@ -50,6 +56,22 @@ pub(crate) struct Session {
     stream: Option<Arc<RankStream>>,
     names: NameTable,
     steps: StepState,
+    /// The rank process's scheduler environment, read once per stream.
+    attribution: Option<Option<Attribution>>,
+}
+
+/// Reads the scheduler environment of process `pid` (None: unknown or unreadable).
+fn process_attribution(pid: u32) -> Option<Attribution> {
+    if pid == 0 {
+        return None;
+    }
+    let environ = std::fs::read(format!("/proc/{pid}/environ")).ok()?;
+    let env = attribution::parse_environ(&environ);
+    let labels = std::fs::read_to_string(format!("/proc/{pid}/root/etc/podinfo/labels")).ok();
+    Some(attribution::from_env(
+        |k| env.get(k).cloned(),
+        labels.as_deref(),
+    ))
 }
 
 impl Session {
@@ -61,7 +83,20 @@ impl Session {
             stream: None,
             names: NameTable::default(),
             steps: StepState::default(),
+            attribution: None,
         }
+    }
+
+    /// Completes `identity` from the rank process's environment.
+    fn attribute(&mut self, identity: Option<proto::RankIdentity>) -> Option<proto::RankIdentity> {
+        let mut identity = identity?;
+        let a = self
+            .attribution
+            .get_or_insert_with(|| process_attribution(identity.pid));
+        if let Some(a) = a {
+            attribution::fill_identity(&mut identity, a);
+        }
+        Some(identity)
     }
 
     /// The stream's identity, once established.
@@ -76,7 +111,8 @@ impl Session {
 
     /// Validates `msg` against the stream state and commits it on success.
     pub(crate) fn accept(&mut self, msg: proto::RankMessage) -> Result<Accepted, ValidationError> {
-        let new_identity = match (&self.stream, msg.identity) {
+        let incoming = self.attribute(msg.identity);
+        let new_identity = match (&self.stream, incoming) {
             (None, identity) => {
                 let mut identity = validate_identity(identity.as_ref())?.clone();
                 if identity.node.is_empty() {

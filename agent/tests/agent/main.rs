@@ -2,6 +2,7 @@
 //! collector implemented with tonic, no sleeps as synchronisation (only
 //! polling of conditions with a deadline).
 
+mod attribution;
 mod backpressure;
 mod bad_input;
 mod closed;
