@@ -55,6 +55,8 @@ pub struct Config {
     pub unix_socket_path: String,
     /// gRPC URL of the collector.
     pub collector_url: String,
+    /// Bearer token the collector requires (empty: none).
+    pub collector_token: String,
     /// Stable id of this agent in every batch (default: host name).
     pub agent_id: String,
     /// Node name filled into rank identities that leave it empty (default:
@@ -100,6 +102,7 @@ impl Default for Config {
             metrics_listen_addr: "127.0.0.1:7711".to_owned(),
             unix_socket_path: default_unix_socket_path().to_string_lossy().into_owned(),
             collector_url: "http://127.0.0.1:7700".to_owned(),
+            collector_token: String::new(),
             agent_id: host.clone(),
             node: host,
             queue_max_events: 1_000_000,

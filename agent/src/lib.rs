@@ -166,7 +166,13 @@ pub async fn start(config: Config) -> Result<AgentHandle, AgentError> {
         backoff,
         SmallRng::seed_from_u64(rng.random()),
         config.max_in_flight_batches,
-    );
+    )
+    .with_token(&config.collector_token)
+    .map_err(|_| config::ConfigError::Invalid {
+        field: "collector_token",
+        value: "(hidden)".to_owned(),
+        problem: "is not a valid HTTP header value",
+    })?;
     let uplink = tokio::spawn(uplink.run(backlog_rx));
     let batcher = Batcher::new(
         config.agent_id.clone(),

@@ -27,6 +27,9 @@ struct Cli {
     /// gRPC URL of the collector.
     #[arg(long, env = "RANKSCOPE_AGENT_COLLECTOR_URL")]
     collector_url: Option<String>,
+    /// Bearer token the collector requires.
+    #[arg(long, env = "RANKSCOPE_TOKEN", hide_env_values = true)]
+    collector_token: Option<String>,
     /// Stable id of this agent (default: host name).
     #[arg(long, env = "RANKSCOPE_AGENT_ID")]
     agent_id: Option<String>,
@@ -69,6 +72,9 @@ impl Cli {
         }
         if let Some(v) = &self.collector_url {
             config.collector_url.clone_from(v);
+        }
+        if let Some(v) = &self.collector_token {
+            config.collector_token.clone_from(v);
         }
         if let Some(v) = &self.agent_id {
             config.agent_id.clone_from(v);

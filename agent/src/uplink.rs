@@ -87,6 +87,8 @@ pub(crate) struct Uplink {
     /// Failed probes since the collector last answered (0 = healthy).
     failures: u32,
     retry_at: Option<Instant>,
+    /// `authorization` metadata sent with every call, when configured.
+    auth: Option<tonic::metadata::MetadataValue<tonic::metadata::Ascii>>,
 }
 
 impl Uplink {
@@ -108,7 +110,19 @@ impl Uplink {
             call_seq: HashMap::new(),
             failures: 0,
             retry_at: None,
+            auth: None,
         }
+    }
+
+    /// Sends `authorization: Bearer <token>` with every call (empty: none).
+    pub(crate) fn with_token(mut self, token: &str) -> Result<Self, ()> {
+        if !token.is_empty() {
+            let v = rankscope_proto::auth::bearer(token)
+                .parse()
+                .map_err(|_| ())?;
+            self.auth = Some(v);
+        }
+        Ok(self)
     }
 
     /// Delivers batches until `input` is closed and the window is empty.
@@ -199,8 +213,12 @@ impl Uplink {
         slot.probe = probe;
         let batch = slot.pending.batch.clone();
         let mut client = self.client.clone();
+        let mut request = tonic::Request::new(batch);
+        if let Some(auth) = &self.auth {
+            request.metadata_mut().insert("authorization", auth.clone());
+        }
         let handle = self.calls.spawn(async move {
-            let result = client.ingest(batch).await.map(|r| r.into_inner());
+            let result = client.ingest(request).await.map(|r| r.into_inner());
             (seq, result)
         });
         self.call_seq.insert(handle.id(), seq);

@@ -37,6 +37,15 @@ struct Cli {
         default_value = "http://127.0.0.1:7701"
     )]
     collector: String,
+    /// Bearer token the collector requires (API and `import`).
+    #[arg(
+        long,
+        global = true,
+        env = "RANKSCOPE_TOKEN",
+        hide_env_values = true,
+        default_value = ""
+    )]
+    token: String,
     /// Timeout of one HTTP request to the collector, ms.
     #[arg(long, global = true, default_value_t = query::DEFAULT_TIMEOUT_MS)]
     timeout_ms: u64,
@@ -266,7 +275,7 @@ fn main() -> ExitCode {
 }
 
 async fn run(cli: Cli) -> Result<()> {
-    let http = || HttpClient::new(Duration::from_millis(cli.timeout_ms));
+    let http = || HttpClient::new(Duration::from_millis(cli.timeout_ms)).with_token(&cli.token);
     match cli.command {
         Command::Simulate(args) => {
             let wait = args.wait;
@@ -320,7 +329,7 @@ async fn run(cli: Cli) -> Result<()> {
             )
             .await
         }
-        Command::Import(a) => import_cmd(a).await,
+        Command::Import(a) => import_cmd(a, &cli.token).await,
         Command::Gpus(a) => {
             let (node, job) = (a.node.as_deref(), a.job.as_deref());
             let rows =
@@ -348,7 +357,7 @@ async fn run(cli: Cli) -> Result<()> {
     }
 }
 
-async fn import_cmd(a: ImportArgs) -> Result<()> {
+async fn import_cmd(a: ImportArgs, token: &str) -> Result<()> {
     use rankscope_cli::import::{self, send};
     let files = import::discover(&a.paths)?;
     let mut opts = import::ImportOptions::new(a.job.clone());
@@ -361,6 +370,7 @@ async fn import_cmd(a: ImportArgs) -> Result<()> {
         max_attempts: 20,
         parallel_files: a.parallel,
         progress: true,
+        token: token.to_owned(),
     };
     let started = std::time::Instant::now();
     let reports = send::import_and_send(files, &opts, &send_opts).await?;

@@ -29,6 +29,8 @@ use crate::store::{JobRow, StepTimeRow, Store, WriterHandle};
 /// Shared state of the handlers.
 #[derive(Clone)]
 pub struct ApiState {
+    /// Bearer token required on `/api/*` (empty: none).
+    pub auth_token: String,
     /// Read access to ClickHouse.
     pub store: Store,
     /// Pipeline counters.
@@ -55,6 +57,10 @@ pub fn router(state: ApiState) -> Router {
         .route("/api/v1/jobs/{job}/stragglers", get(analytics::stragglers))
         .route("/api/v1/jobs/{job}/hangs", get(analytics::hangs))
         .route("/api/v1/alerts", get(alerts::alerts))
+        .route_layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            require_token,
+        ))
         .route("/api/v1/gpus", get(telemetry::gpus))
         .with_state(state)
 }
@@ -69,6 +75,29 @@ impl ApiState {
             ));
         }
         Ok(())
+    }
+}
+
+/// Rejects `/api/*` requests without the configured bearer token (401).
+async fn require_token(
+    State(st): State<ApiState>,
+    req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let open = !req.uri().path().starts_with("/api/");
+    let header = req
+        .headers()
+        .get("authorization")
+        .and_then(|v| v.to_str().ok());
+    if open || rankscope_proto::auth::authorized(header, &st.auth_token) {
+        next.run(req).await
+    } else {
+        tracing::debug!(path = %req.uri().path(), "API request without a valid token");
+        ApiError(
+            StatusCode::UNAUTHORIZED,
+            "missing or wrong bearer token (RANKSCOPE_TOKEN)".into(),
+        )
+        .into_response()
     }
 }
 

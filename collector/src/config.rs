@@ -33,6 +33,9 @@ pub struct Config {
     pub writer: WriterConfig,
     /// Live analytics: step assembly, stragglers, hangs.
     pub stream: StreamConfig,
+    /// Bearer token required on gRPC ingest and on `/api/*` (empty: no
+    /// authentication; `/healthz` and `/metrics` stay open for probes).
+    pub auth_token: String,
     /// OTLP/gRPC endpoint metrics are exported to (empty: no export).
     pub otlp_endpoint: String,
     /// How often metrics are exported over OTLP.
@@ -53,6 +56,7 @@ impl Default for Config {
             clickhouse: StoreConfig::default(),
             writer: WriterConfig::default(),
             stream: StreamConfig::default(),
+            auth_token: String::new(),
             otlp_endpoint: String::new(),
             otlp_export_interval_ms: 10_000,
             alerts: AlertsConfig::default(),

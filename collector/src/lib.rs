@@ -180,6 +180,26 @@ pub async fn start(cfg: Config) -> Result<Collector, StartError> {
     );
     let server = proto::collector_ingest_server::CollectorIngestServer::new(svc)
         .max_decoding_message_size(cfg.max_message_bytes);
+    let server = {
+        let (token, metrics) = (cfg.auth_token.clone(), metrics.clone());
+        tonic::service::interceptor::InterceptedService::new(
+            server,
+            move |req: tonic::Request<()>| {
+                let header = req
+                    .metadata()
+                    .get("authorization")
+                    .and_then(|v| v.to_str().ok());
+                if rankscope_proto::auth::authorized(header, &token) {
+                    Ok(req)
+                } else {
+                    metrics.reject("unauthenticated");
+                    Err(tonic::Status::unauthenticated(
+                        "missing or wrong bearer token (agent collector_token / RANKSCOPE_TOKEN)",
+                    ))
+                }
+            },
+        )
+    };
     let grpc_task = {
         let stop = wait_for(shutdown_rx.clone());
         tokio::spawn(async move {
@@ -198,6 +218,7 @@ pub async fn start(cfg: Config) -> Result<Collector, StartError> {
     };
     let api_task = {
         let state = api::ApiState {
+            auth_token: cfg.auth_token.clone(),
             store: store.clone(),
             metrics: metrics.clone(),
             writer: writer.clone(),

@@ -30,6 +30,9 @@ struct Args {
     /// Default alert webhook (JSON POST of every alert transition).
     #[arg(long, env = "RANKSCOPE_ALERT_WEBHOOK_URL")]
     alert_webhook_url: Option<String>,
+    /// Bearer token agents and API clients must present.
+    #[arg(long, env = "RANKSCOPE_TOKEN", hide_env_values = true)]
+    auth_token: Option<String>,
     /// OTLP/gRPC endpoint to export metrics to, e.g. http://otel-collector:4317.
     #[arg(long, env = "RANKSCOPE_OTLP_ENDPOINT")]
     otlp_endpoint: Option<String>,
@@ -65,6 +68,9 @@ fn config(args: &Args) -> anyhow::Result<Config> {
     }
     if let Some(v) = &args.alert_webhook_url {
         cfg.alerts.webhook_url = v.clone();
+    }
+    if let Some(v) = &args.auth_token {
+        cfg.auth_token = v.clone();
     }
     if let Some(v) = &args.otlp_endpoint {
         cfg.otlp_endpoint = v.clone();

@@ -8,6 +8,7 @@
 //! Use it qualified: `use rankscope_proto::v1 as proto;`.
 
 pub mod attribution;
+pub mod auth;
 pub mod validate;
 
 /// Generated `rankscope.v1` messages, clients and servers.

@@ -20,6 +20,7 @@ fn send_opts(stack: &Stack) -> send::SendOptions {
         max_attempts: 5,
         parallel_files: 8,
         progress: false,
+        token: String::new(),
     }
 }
 

@@ -49,6 +49,8 @@ pub struct SendOptions {
     pub parallel_files: usize,
     /// Print progress to stderr when it is a terminal.
     pub progress: bool,
+    /// Bearer token the collector requires (empty: none).
+    pub token: String,
 }
 
 /// What happened to one file.
@@ -238,7 +240,14 @@ async fn send_batch(
     let mut delay = Duration::from_millis(100);
     let mut attempt = 1;
     loop {
-        match client.ingest(batch.clone()).await {
+        let mut request = tonic::Request::new(batch.clone());
+        if !send.token.is_empty() {
+            let v = rankscope_proto::auth::bearer(&send.token)
+                .parse()
+                .map_err(|_| "the token is not a valid header value".to_string())?;
+            request.metadata_mut().insert("authorization", v);
+        }
+        match client.ingest(request).await {
             Ok(ack) => return Ok(ack.into_inner()),
             Err(s) => {
                 let transient = matches!(

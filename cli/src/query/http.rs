@@ -43,6 +43,8 @@ pub enum HttpError {
 pub struct HttpClient {
     client: Client<HttpConnector, Empty<Bytes>>,
     timeout: Duration,
+    /// `authorization` header value, when a token is configured.
+    auth: Option<String>,
 }
 
 impl HttpClient {
@@ -53,7 +55,17 @@ impl HttpClient {
         connector.set_nodelay(true);
         connector.set_connect_timeout(Some(timeout));
         let client = Client::builder(TokioExecutor::new()).build(connector);
-        Self { client, timeout }
+        Self {
+            client,
+            timeout,
+            auth: None,
+        }
+    }
+
+    /// Sends `authorization: Bearer <token>` with every request (empty: none).
+    pub fn with_token(mut self, token: &str) -> Self {
+        self.auth = (!token.is_empty()).then(|| rankscope_proto::auth::bearer(token));
+        self
     }
 
     /// GETs `url` and decodes a 2xx JSON body as `T`.
@@ -80,8 +92,11 @@ impl HttpClient {
                     url: url.to_string(),
                     reason: e.to_string(),
                 })?;
-        let request = Request::get(uri)
-            .header(hyper::header::ACCEPT, "application/json")
+        let mut request = Request::get(uri).header(hyper::header::ACCEPT, "application/json");
+        if let Some(auth) = &self.auth {
+            request = request.header(hyper::header::AUTHORIZATION, auth.as_str());
+        }
+        let request = request
             .body(Empty::<Bytes>::new())
             .map_err(|e| HttpError::InvalidUrl {
                 url: url.to_string(),
