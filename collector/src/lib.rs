@@ -12,6 +12,7 @@
 
 pub mod alert;
 pub mod api;
+mod civil;
 pub mod config;
 pub mod convert;
 pub mod dedupe;
@@ -106,7 +107,7 @@ impl Collector {
     }
 }
 
-/// Starts the collector: migrates the schema, seeds duplicate detection,
+/// Starts the collector: migrates the schema, starts the writer, analytics,
 /// binds both listeners and spawns the tasks.
 pub async fn start(cfg: Config) -> Result<Collector, StartError> {
     cfg.validate()?;

@@ -88,18 +88,9 @@ fn parse_day(id: &str) -> Option<u32> {
     }
 }
 
-/// `YYYYMMDD` of the UTC day `days` days after 1970-01-01 (Howard Hinnant's
-/// civil-from-days algorithm).
+/// `YYYYMMDD` of the UTC day `days` days after 1970-01-01.
 fn yyyymmdd(days: u64) -> u32 {
-    let z = days as i64 + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
+    let (year, month, day) = crate::civil::civil_from_days(days as i64);
     u32::try_from(year * 10_000 + month * 100 + day).unwrap_or(u32::MAX)
 }
 
