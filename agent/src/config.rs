@@ -57,6 +57,19 @@ pub struct Config {
     pub collector_url: String,
     /// Bearer token the collector requires (empty: none).
     pub collector_token: String,
+    /// PEM CA that signed the collector's certificate; required for an
+    /// `https://` collector_url.
+    pub tls_ca_path: String,
+    /// PEM client certificate presented to the collector (mutual TLS).
+    pub tls_cert_path: String,
+    /// PEM private key of `tls_cert_path`.
+    pub tls_key_path: String,
+    /// Name checked against the collector's certificate (empty: the host of
+    /// `collector_url`).
+    pub tls_server_name: String,
+    /// How often the TLS files are checked for changes, in seconds (SIGHUP
+    /// reloads at once).
+    pub tls_reload_interval_secs: u64,
     /// Stable id of this agent in every batch (default: host name).
     pub agent_id: String,
     /// Node name filled into rank identities that leave it empty (default:
@@ -103,6 +116,11 @@ impl Default for Config {
             unix_socket_path: default_unix_socket_path().to_string_lossy().into_owned(),
             collector_url: "http://127.0.0.1:7700".to_owned(),
             collector_token: String::new(),
+            tls_ca_path: String::new(),
+            tls_cert_path: String::new(),
+            tls_key_path: String::new(),
+            tls_server_name: String::new(),
+            tls_reload_interval_secs: 10,
             agent_id: host.clone(),
             node: host,
             queue_max_events: 1_000_000,
@@ -213,6 +231,7 @@ impl Config {
                 problem: "must start with http:// or https://",
             });
         }
+        self.validate_tls()?;
         for (field, value) in [
             ("gpu_sample_interval_ms", self.gpu_sample_interval_ms),
             ("host_sample_interval_ms", self.host_sample_interval_ms),
@@ -227,6 +246,53 @@ impl Config {
         }
         self.listen_socket_addr()?;
         self.backoff()?;
+        Ok(())
+    }
+}
+
+impl Config {
+    /// TLS options that fit `collector_url` and each other.
+    fn validate_tls(&self) -> Result<(), ConfigError> {
+        let https = self.collector_url.starts_with("https://");
+        let invalid = |field, value: &str, problem| {
+            Err(ConfigError::Invalid {
+                field,
+                value: value.to_owned(),
+                problem,
+            })
+        };
+        if https && self.tls_ca_path.is_empty() {
+            return invalid(
+                "tls_ca_path",
+                "\"\"",
+                "is required for an https:// collector_url (the CA that signed the collector's certificate)",
+            );
+        }
+        if !https {
+            for (field, value) in [
+                ("tls_ca_path", &self.tls_ca_path),
+                ("tls_cert_path", &self.tls_cert_path),
+                ("tls_key_path", &self.tls_key_path),
+            ] {
+                if !value.is_empty() {
+                    return invalid(
+                        field,
+                        value,
+                        "is set but collector_url is not https:// (TLS would not be used)",
+                    );
+                }
+            }
+        }
+        if self.tls_cert_path.is_empty() != self.tls_key_path.is_empty() {
+            return invalid(
+                "tls_cert_path",
+                &self.tls_cert_path,
+                "must be set together with tls_key_path",
+            );
+        }
+        if self.tls_reload_interval_secs == 0 {
+            return invalid("tls_reload_interval_secs", "0", "must be >= 1");
+        }
         Ok(())
     }
 }

@@ -32,14 +32,13 @@ use std::time::{Duration, SystemTime};
 
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
-use rankscope_proto::v1 as proto;
 use tokio::sync::{mpsc, oneshot, watch, Semaphore};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
-use tonic::transport::Endpoint;
 
 pub mod backoff;
 mod batch;
+mod channel;
 pub mod config;
 pub mod http;
 mod ingest;
@@ -54,6 +53,7 @@ pub use metrics::{DropReason, MetricsSnapshot, NvmlState};
 pub use serve::ServeError;
 
 use batch::Batcher;
+pub use channel::{probe_tls, ProbeError};
 use ingest::{Ingest, IngestService};
 use metrics::Metrics;
 use uplink::Uplink;
@@ -68,6 +68,8 @@ pub enum AgentError {
         url: String,
         error: tonic::transport::Error,
     },
+    #[error("TLS to the collector: {0}")]
+    Tls(#[from] rankscope_proto::tls::TlsError),
     #[error(transparent)]
     Listen(#[from] ServeError),
     #[error("cannot start the sampler thread: {0}")]
@@ -124,15 +126,8 @@ pub struct AgentHandle {
 pub async fn start(config: Config) -> Result<AgentHandle, AgentError> {
     config.validate()?;
     let backoff = config.backoff().map_err(config::ConfigError::from)?;
-    let request_timeout = Duration::from_millis(config.request_timeout_ms);
-    let endpoint = Endpoint::from_shared(config.collector_url.clone())
-        .map_err(|error| AgentError::CollectorUrl {
-            url: config.collector_url.clone(),
-            error,
-        })?
-        .connect_timeout(request_timeout)
-        .timeout(request_timeout)
-        .tcp_nodelay(true);
+    let client = channel::client(&config)?;
+    let (client_tx, client_rx) = watch::channel(client);
 
     let listen_addr = config.listen_socket_addr()?;
     let tcp = serve::bind_tcp(listen_addr).await?;
@@ -158,15 +153,25 @@ pub async fn start(config: Config) -> Result<AgentHandle, AgentError> {
     let (backlog_tx, backlog_rx) = mpsc::channel(config.backlog_max_batches);
     let (flush_tx, flush_rx) = oneshot::channel();
 
-    let client =
-        proto::collector_ingest_client::CollectorIngestClient::new(endpoint.connect_lazy());
+    if let Some(paths) = channel::tls_paths(&config) {
+        // Ends by itself once the uplink (the only receiver) is gone.
+        tokio::spawn(channel::run_reloader(
+            config.clone(),
+            paths,
+            Duration::from_secs(config.tls_reload_interval_secs),
+            client_tx,
+            Arc::clone(&metrics),
+            channel::sighup(),
+        ));
+    }
     let uplink = Uplink::new(
-        client,
+        client_rx,
         Arc::clone(&metrics),
         backoff,
         SmallRng::seed_from_u64(rng.random()),
         config.max_in_flight_batches,
     )
+    .with_tls_probe(channel::tls_paths(&config).map(|_| config.clone()))
     .with_token(&config.collector_token)
     .map_err(|_| config::ConfigError::Invalid {
         field: "collector_token",

@@ -30,6 +30,15 @@ struct Cli {
     /// Bearer token the collector requires.
     #[arg(long, env = "RANKSCOPE_TOKEN", hide_env_values = true)]
     collector_token: Option<String>,
+    /// PEM CA that signed the collector's certificate (https:// collector).
+    #[arg(long, env = "RANKSCOPE_TLS_CA_PATH")]
+    tls_ca_path: Option<String>,
+    /// PEM client certificate for mutual TLS.
+    #[arg(long, env = "RANKSCOPE_TLS_CERT_PATH")]
+    tls_cert_path: Option<String>,
+    /// PEM private key of --tls-cert-path.
+    #[arg(long, env = "RANKSCOPE_TLS_KEY_PATH")]
+    tls_key_path: Option<String>,
     /// Stable id of this agent (default: host name).
     #[arg(long, env = "RANKSCOPE_AGENT_ID")]
     agent_id: Option<String>,
@@ -76,6 +85,15 @@ impl Cli {
         if let Some(v) = &self.collector_token {
             config.collector_token.clone_from(v);
         }
+        for (arg, slot) in [
+            (&self.tls_ca_path, &mut config.tls_ca_path),
+            (&self.tls_cert_path, &mut config.tls_cert_path),
+            (&self.tls_key_path, &mut config.tls_key_path),
+        ] {
+            if let Some(v) = arg {
+                slot.clone_from(v);
+            }
+        }
         if let Some(v) = &self.agent_id {
             config.agent_id.clone_from(v);
         }
@@ -107,6 +125,11 @@ async fn main() -> anyhow::Result<()> {
     let config = cli.config()?;
     if cli.check {
         print!("{}", rankscope_agent::sample::check::check(&config));
+        match rankscope_agent::probe_tls(&config).await {
+            Ok(true) => println!("collector TLS: ok ({})", config.collector_url),
+            Ok(false) => println!("collector TLS: not used ({})", config.collector_url),
+            Err(e) => println!("collector TLS: FAILED: {e}"),
+        }
         return Ok(());
     }
     let agent = rankscope_agent::start(config)

@@ -92,6 +92,12 @@ pub struct Metrics {
     pub(crate) host_samples: AtomicU64,
     pub(crate) gpu_read_errors: AtomicU64,
     pub(crate) delivered_samples: AtomicU64,
+    /// Calls to the collector that failed in TLS (handshake, certificate).
+    pub(crate) collector_tls_failures: AtomicU64,
+    /// Certificate reloads that installed new files.
+    pub(crate) tls_reloads: AtomicU64,
+    /// Certificate reloads that failed (the previous files stay in use).
+    pub(crate) tls_reload_failures: AtomicU64,
     samples_dropped: [AtomicU64; 3],
     nvml_state: AtomicU8,
     pub(crate) gpus: AtomicU64,
@@ -165,6 +171,9 @@ impl Metrics {
             host_samples: get(&self.host_samples),
             gpu_read_errors: get(&self.gpu_read_errors),
             delivered_samples: get(&self.delivered_samples),
+            collector_tls_failures: get(&self.collector_tls_failures),
+            tls_reloads: get(&self.tls_reloads),
+            tls_reload_failures: get(&self.tls_reload_failures),
             dropped_samples: DropReason::ALL
                 .iter()
                 .map(|r| {
@@ -229,6 +238,9 @@ pub struct MetricsSnapshot {
     pub gpu_read_errors: u64,
     /// Telemetry samples in acknowledged batches.
     pub delivered_samples: u64,
+    pub collector_tls_failures: u64,
+    pub tls_reloads: u64,
+    pub tls_reload_failures: u64,
     /// Telemetry samples dropped, by reason (`queue_full`: the batcher was
     /// behind; `rejected_by_collector`; `shutdown`; every reason present).
     pub dropped_samples: BTreeMap<String, u64>,
@@ -270,6 +282,9 @@ impl MetricsSnapshot {
             ("host_samples", self.host_samples),
             ("gpu_read_errors", self.gpu_read_errors),
             ("delivered_samples", self.delivered_samples),
+            ("collector_tls_failures", self.collector_tls_failures),
+            ("tls_reloads", self.tls_reloads),
+            ("tls_reload_failures", self.tls_reload_failures),
         ];
         for (name, v) in counters {
             let _ = writeln!(out, "# TYPE rankscope_agent_{name}_total counter");

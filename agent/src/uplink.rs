@@ -28,15 +28,16 @@ use std::time::SystemTime;
 use rand::rngs::SmallRng;
 use rankscope_proto::v1 as proto;
 use tokio::sync::mpsc;
+use tokio::sync::watch;
 use tokio::task::{Id, JoinSet};
 use tokio::time::Instant;
-use tonic::{transport::Channel, Code, Status};
+use tonic::{Code, Status};
 
 use crate::backoff::Backoff;
 use crate::batch::Pending;
 use crate::metrics::{DropReason, Metrics};
 
-type Client = proto::collector_ingest_client::CollectorIngestClient<Channel>;
+use crate::channel::Client;
 
 /// What to do after a failed call.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -76,7 +77,8 @@ struct Slot {
 
 /// Uplink state; see the module docs.
 pub(crate) struct Uplink {
-    client: Client,
+    /// The newest client (replaced when TLS certificates are reloaded).
+    client: watch::Receiver<Client>,
     metrics: Arc<Metrics>,
     backoff: Backoff,
     rng: SmallRng,
@@ -89,11 +91,14 @@ pub(crate) struct Uplink {
     retry_at: Option<Instant>,
     /// `authorization` metadata sent with every call, when configured.
     auth: Option<tonic::metadata::MetadataValue<tonic::metadata::Ascii>>,
+    /// With TLS: the configuration [`crate::probe_tls`] diagnoses an outage
+    /// with (gRPC reports a refused certificate as "connection closed").
+    tls_probe: Option<Arc<crate::config::Config>>,
 }
 
 impl Uplink {
     pub(crate) fn new(
-        client: Client,
+        client: watch::Receiver<Client>,
         metrics: Arc<Metrics>,
         backoff: Backoff,
         rng: SmallRng,
@@ -111,7 +116,14 @@ impl Uplink {
             failures: 0,
             retry_at: None,
             auth: None,
+            tls_probe: None,
         }
+    }
+
+    /// Diagnoses each outage's first failure with a TLS probe (`None`: no TLS).
+    pub(crate) fn with_tls_probe(mut self, config: Option<crate::config::Config>) -> Self {
+        self.tls_probe = config.map(Arc::new);
+        self
     }
 
     /// Sends `authorization: Bearer <token>` with every call (empty: none).
@@ -212,7 +224,7 @@ impl Uplink {
         slot.in_flight = true;
         slot.probe = probe;
         let batch = slot.pending.batch.clone();
-        let mut client = self.client.clone();
+        let mut client = self.client.borrow().clone();
         let mut request = tonic::Request::new(batch);
         if let Some(auth) = &self.auth {
             request.metadata_mut().insert("authorization", auth.clone());
@@ -256,15 +268,37 @@ impl Uplink {
                     .dropped(DropReason::RejectedByCollector, events);
                 self.metrics
                     .samples_dropped(DropReason::RejectedByCollector, samples);
-                tracing::warn!(seq, events, code = ?status.code(), message = status.message(), "collector rejected batch, dropped");
+                let (error, _) = crate::channel::describe(&status);
+                tracing::warn!(seq, events, code = ?status.code(), %error, "collector rejected batch, dropped");
                 self.recovered();
             }
             (Err(status), _) => {
                 let was_probe = std::mem::take(&mut slot.probe);
+                let attempts = slot.attempts;
+                let (error, tls) = crate::channel::describe(&status);
+                if tls {
+                    Metrics::inc(&self.metrics.collector_tls_failures);
+                }
+                if self.failures == 0 {
+                    // Once per outage: why the collector cannot be reached.
+                    tracing::warn!(seq, code = ?status.code(), %error, tls, "collector unreachable; holding batches and retrying");
+                    if let (Some(cfg), false) = (&self.tls_probe, tls) {
+                        let (cfg, metrics) = (Arc::clone(cfg), Arc::clone(&self.metrics));
+                        // Off the uplink's path: the probe takes up to a few seconds.
+                        tokio::spawn(async move {
+                            if let Err(crate::channel::ProbeError::Tls(error)) =
+                                crate::probe_tls(&cfg).await
+                            {
+                                Metrics::inc(&metrics.collector_tls_failures);
+                                tracing::warn!(%error, "TLS to the collector fails");
+                            }
+                        });
+                    }
+                }
                 if self.failures == 0 || was_probe {
                     self.failures = self.failures.saturating_add(1);
                 }
-                tracing::debug!(seq, attempts = slot.attempts, code = ?status.code(), message = status.message(), "batch not delivered, will retry");
+                tracing::debug!(seq, attempts, code = ?status.code(), %error, "batch not delivered, will retry");
             }
         }
     }

@@ -46,6 +46,26 @@ struct Cli {
         default_value = ""
     )]
     token: String,
+    /// PEM CA that signed the collector's certificate (https:// collector and
+    /// `import --ingest https://...`).
+    #[arg(long, global = true, env = "RANKSCOPE_TLS_CA_PATH", default_value = "")]
+    tls_ca_path: String,
+    /// PEM client certificate, when the collector requires mutual TLS.
+    #[arg(
+        long,
+        global = true,
+        env = "RANKSCOPE_TLS_CERT_PATH",
+        default_value = ""
+    )]
+    tls_cert_path: String,
+    /// PEM private key of --tls-cert-path.
+    #[arg(
+        long,
+        global = true,
+        env = "RANKSCOPE_TLS_KEY_PATH",
+        default_value = ""
+    )]
+    tls_key_path: String,
     /// Timeout of one HTTP request to the collector, ms.
     #[arg(long, global = true, default_value_t = query::DEFAULT_TIMEOUT_MS)]
     timeout_ms: u64,
@@ -275,7 +295,24 @@ fn main() -> ExitCode {
 }
 
 async fn run(cli: Cli) -> Result<()> {
-    let http = || HttpClient::new(Duration::from_millis(cli.timeout_ms)).with_token(&cli.token);
+    let tls = rankscope_proto::tls::TlsPaths::from_config(
+        &cli.tls_cert_path,
+        &cli.tls_key_path,
+        &cli.tls_ca_path,
+    );
+    let timeout = Duration::from_millis(cli.timeout_ms);
+    let client = if cli.collector.starts_with("https://") || tls.any() {
+        if tls.ca.is_none() {
+            anyhow::bail!(
+                "--tls-ca-path (RANKSCOPE_TLS_CA_PATH) is required for https:// and TLS client certificates"
+            );
+        }
+        HttpClient::with_tls(timeout, &tls)?
+    } else {
+        HttpClient::new(timeout)
+    }
+    .with_token(&cli.token);
+    let http = || client.clone();
     match cli.command {
         Command::Simulate(args) => {
             let wait = args.wait;
@@ -329,7 +366,7 @@ async fn run(cli: Cli) -> Result<()> {
             )
             .await
         }
-        Command::Import(a) => import_cmd(a, &cli.token).await,
+        Command::Import(a) => import_cmd(a, &cli.token, tls).await,
         Command::Gpus(a) => {
             let (node, job) = (a.node.as_deref(), a.job.as_deref());
             let rows =
@@ -357,7 +394,7 @@ async fn run(cli: Cli) -> Result<()> {
     }
 }
 
-async fn import_cmd(a: ImportArgs, token: &str) -> Result<()> {
+async fn import_cmd(a: ImportArgs, token: &str, tls: rankscope_proto::tls::TlsPaths) -> Result<()> {
     use rankscope_cli::import::{self, send};
     let files = import::discover(&a.paths)?;
     let mut opts = import::ImportOptions::new(a.job.clone());
@@ -371,6 +408,7 @@ async fn import_cmd(a: ImportArgs, token: &str) -> Result<()> {
         parallel_files: a.parallel,
         progress: true,
         token: token.to_owned(),
+        tls: tls.any().then_some(tls),
     };
     let started = std::time::Instant::now();
     let reports = send::import_and_send(files, &opts, &send_opts).await?;

@@ -31,6 +31,8 @@ use crate::store::{JobRow, StepTimeRow, Store, WriterHandle};
 pub struct ApiState {
     /// Bearer token required on `/api/*` (empty: none).
     pub auth_token: String,
+    /// TLS state, when the listeners serve TLS (for its counters).
+    pub tls: Option<std::sync::Arc<crate::tls::TlsState>>,
     /// Read access to ClickHouse.
     pub store: Store,
     /// Pipeline counters.
@@ -158,6 +160,9 @@ async fn metrics(State(st): State<ApiState>) -> Response {
         "Duration of successful ClickHouse INSERT statements.",
     );
     st.gauges.render(&mut out);
+    if let Some(tls) = &st.tls {
+        tls.counters.render(&mut out);
+    }
     ([("content-type", "text/plain; version=0.0.4")], out).into_response()
 }
 

@@ -29,6 +29,10 @@ pub struct Config {
     pub dedupe_max_sessions: usize,
     /// ClickHouse connection.
     pub clickhouse: StoreConfig,
+    /// ClickHouse cluster (a `remote_servers` name) to create the schema on:
+    /// sharded replicated `*_local` tables under Distributed ones, sharded by
+    /// job (docs/deployment.md#clickhouse-cluster). Empty: one server.
+    pub clickhouse_cluster: String,
     /// Write batching.
     pub writer: WriterConfig,
     /// Live analytics: step assembly, stragglers, hangs.
@@ -36,6 +40,20 @@ pub struct Config {
     /// Bearer token required on gRPC ingest and on `/api/*` (empty: no
     /// authentication; `/healthz` and `/metrics` stay open for probes).
     pub auth_token: String,
+    /// PEM certificate chain the collector presents on both listeners
+    /// (empty: plaintext).
+    pub tls_cert_path: String,
+    /// PEM private key of `tls_cert_path`.
+    pub tls_key_path: String,
+    /// PEM CA agents' client certificates must be signed by: mutual TLS on
+    /// gRPC ingest (empty: agents present no certificate).
+    pub tls_ca_path: String,
+    /// How often the certificate files are checked for changes, in seconds
+    /// (SIGHUP reloads at once).
+    pub tls_reload_interval_secs: u64,
+    /// Serve plaintext on a non-loopback address. Without TLS the collector
+    /// refuses to listen anywhere but loopback unless this is set.
+    pub allow_insecure: bool,
     /// OTLP/gRPC endpoint metrics are exported to (empty: no export).
     pub otlp_endpoint: String,
     /// How often metrics are exported over OTLP.
@@ -47,16 +65,22 @@ pub struct Config {
 impl Default for Config {
     fn default() -> Self {
         Self {
-            grpc_listen_addr: "0.0.0.0:7700".into(),
-            http_listen_addr: "0.0.0.0:7701".into(),
+            grpc_listen_addr: "127.0.0.1:7700".into(),
+            http_listen_addr: "127.0.0.1:7701".into(),
             max_message_bytes: 16 * 1024 * 1024,
             retention_days: 14,
             retention_check_interval_secs: 3600,
             dedupe_max_sessions: 100_000,
             clickhouse: StoreConfig::default(),
+            clickhouse_cluster: String::new(),
             writer: WriterConfig::default(),
             stream: StreamConfig::default(),
             auth_token: String::new(),
+            tls_cert_path: String::new(),
+            tls_key_path: String::new(),
+            tls_ca_path: String::new(),
+            tls_reload_interval_secs: 10,
+            allow_insecure: false,
             otlp_endpoint: String::new(),
             otlp_export_interval_ms: 10_000,
             alerts: AlertsConfig::default(),
@@ -121,6 +145,7 @@ impl Config {
         if self.otlp_export_interval_ms == 0 {
             return bad("otlp_export_interval_ms must be >= 1");
         }
+        self.validate_transport()?;
         if self.clickhouse.database.is_empty()
             || !self
                 .clickhouse
@@ -129,6 +154,53 @@ impl Config {
                 .all(|c| c.is_ascii_alphanumeric() || c == '_')
         {
             return bad("clickhouse.database must be a non-empty name of [A-Za-z0-9_]");
+        }
+        if !self
+            .clickhouse_cluster
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_')
+        {
+            return bad("clickhouse_cluster must be empty (one server) or a name of [A-Za-z0-9_]");
+        }
+        Ok(())
+    }
+
+    /// The TLS files, when TLS is configured.
+    pub fn tls_paths(&self) -> Option<rankscope_proto::tls::TlsPaths> {
+        let p = rankscope_proto::tls::TlsPaths::from_config(
+            &self.tls_cert_path,
+            &self.tls_key_path,
+            &self.tls_ca_path,
+        );
+        p.any().then_some(p)
+    }
+
+    /// TLS options that fit together, and no plaintext listener off loopback
+    /// unless `allow_insecure` says so.
+    fn validate_transport(&self) -> Result<(), ConfigError> {
+        let bad = |m: String| Err(ConfigError::Invalid(m));
+        if self.tls_cert_path.is_empty() != self.tls_key_path.is_empty() {
+            return bad("tls_cert_path and tls_key_path must be set together".into());
+        }
+        if !self.tls_ca_path.is_empty() && self.tls_cert_path.is_empty() {
+            return bad("tls_ca_path (mutual TLS) needs tls_cert_path and tls_key_path too".into());
+        }
+        if self.tls_reload_interval_secs == 0 {
+            return bad("tls_reload_interval_secs must be >= 1".into());
+        }
+        if self.tls_cert_path.is_empty() && !self.allow_insecure {
+            for (key, addr) in [
+                ("grpc_listen_addr", &self.grpc_listen_addr),
+                ("http_listen_addr", &self.http_listen_addr),
+            ] {
+                if !rankscope_proto::tls::is_loopback_listen_addr(addr) {
+                    return bad(format!(
+                        "{key} {addr} is not a loopback address and TLS is not configured: \
+                         set tls_cert_path and tls_key_path, or allow_insecure = true to serve \
+                         plaintext on the network anyway"
+                    ));
+                }
+            }
         }
         Ok(())
     }
@@ -161,6 +233,55 @@ mod tests {
         let path = format!("{dir}/collector.example.toml");
         let cfg = Config::load(&path).unwrap();
         assert_eq!(cfg.grpc_listen_addr, "0.0.0.0:7700");
+        assert!(cfg.tls_paths().is_some_and(|p| p.ca.is_some()));
+    }
+
+    #[test]
+    fn plaintext_off_loopback_needs_allow_insecure() {
+        let err = Config::from_toml("grpc_listen_addr = \"0.0.0.0:7700\"", "f").unwrap_err();
+        let msg = err.to_string();
+        assert!(msg.contains("grpc_listen_addr 0.0.0.0:7700"), "{msg}");
+        assert!(msg.contains("allow_insecure"), "{msg}");
+        let err = Config::from_toml("http_listen_addr = \"10.1.2.3:7701\"", "f").unwrap_err();
+        assert!(err.to_string().contains("http_listen_addr"), "{err}");
+        let ok = Config::from_toml(
+            "grpc_listen_addr = \"0.0.0.0:7700\"\nallow_insecure = true",
+            "f",
+        )
+        .unwrap();
+        assert!(ok.allow_insecure);
+        let tls = "grpc_listen_addr = \"0.0.0.0:7700\"\ntls_cert_path = \"c.pem\"\ntls_key_path = \"k.pem\"";
+        assert_eq!(
+            Config::from_toml(tls, "f")
+                .unwrap()
+                .tls_paths()
+                .unwrap()
+                .cert
+                .unwrap()
+                .to_str(),
+            Some("c.pem")
+        );
+    }
+
+    #[test]
+    fn tls_options_must_fit_together() {
+        for (toml, expect) in [
+            ("tls_cert_path = \"c.pem\"", "set together"),
+            ("tls_key_path = \"k.pem\"", "set together"),
+            ("tls_ca_path = \"ca.pem\"", "needs tls_cert_path"),
+        ] {
+            let err = Config::from_toml(toml, "f").unwrap_err();
+            assert!(err.to_string().contains(expect), "{toml}: {err}");
+        }
+    }
+
+    #[test]
+    fn bad_cluster_name_rejected() {
+        let err = Config::from_toml("clickhouse_cluster = \"c; DROP\"", "f").unwrap_err();
+        assert!(err.to_string().contains("clickhouse_cluster"), "{err}");
+        let ok = Config::from_toml("clickhouse_cluster = \"prod_2x2\"", "f").unwrap();
+        assert_eq!(ok.clickhouse_cluster, "prod_2x2");
+        assert!(Config::default().clickhouse_cluster.is_empty());
     }
 
     #[test]

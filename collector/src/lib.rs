@@ -23,6 +23,7 @@ pub mod otel;
 pub mod service;
 pub mod store;
 pub mod stream;
+pub mod tls;
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -44,6 +45,8 @@ pub enum StartError {
     Store(#[from] store::StoreError),
     #[error("{0}")]
     Otel(String),
+    #[error("TLS: {0}")]
+    Tls(#[from] rankscope_proto::tls::TlsError),
     #[error("cannot listen on {addr}: {source}")]
     Bind {
         addr: String,
@@ -63,6 +66,7 @@ pub struct Collector {
     alerts: alert::AlertHandle,
     gauges: Arc<gauges::JobGauges>,
     otel: Option<otel::Otel>,
+    tls: Option<Arc<tls::TlsState>>,
     shutdown: watch::Sender<bool>,
     tasks: Vec<JoinHandle<()>>,
 }
@@ -101,6 +105,11 @@ impl Collector {
         &self.alerts
     }
 
+    /// TLS state (counters, reload), when the listeners serve TLS.
+    pub fn tls(&self) -> Option<&Arc<tls::TlsState>> {
+        self.tls.as_ref()
+    }
+
     /// The latest analytics gauges.
     pub fn gauges(&self) -> &gauges::JobGauges {
         &self.gauges
@@ -111,6 +120,21 @@ impl Collector {
 /// binds both listeners and spawns the tasks.
 pub async fn start(cfg: Config) -> Result<Collector, StartError> {
     cfg.validate()?;
+    // Certificates first: a wrong path should fail before any other work.
+    let tls = match cfg.tls_paths() {
+        Some(paths) => Some(tls::TlsState::load(paths)?),
+        None => None,
+    };
+    let exposed = [&cfg.grpc_listen_addr, &cfg.http_listen_addr]
+        .into_iter()
+        .any(|a| !rankscope_proto::tls::is_loopback_listen_addr(a));
+    if tls.is_none() && exposed {
+        tracing::warn!(
+            grpc = %cfg.grpc_listen_addr,
+            http = %cfg.http_listen_addr,
+            "allow_insecure = true: serving plaintext on a non-loopback address; tokens and data cross the network unencrypted"
+        );
+    }
     let store = store::Store::connect(&cfg.clickhouse)?;
     let applied = store.migrate().await?;
     tracing::info!(applied = ?applied, database = %cfg.clickhouse.database, "schema up to date");
@@ -203,15 +227,25 @@ pub async fn start(cfg: Config) -> Result<Collector, StartError> {
     };
     let grpc_task = {
         let stop = wait_for(shutdown_rx.clone());
+        let router = tonic::transport::Server::builder()
+            .layer(tower::util::MapResponseLayer::new(
+                limits::rewrite_too_large,
+            ))
+            .add_service(server);
+        let tls = tls.clone();
         tokio::spawn(async move {
-            let incoming = tokio_stream_incoming(grpc);
-            let res = tonic::transport::Server::builder()
-                .layer(tower::util::MapResponseLayer::new(
-                    limits::rewrite_too_large,
-                ))
-                .add_service(server)
-                .serve_with_incoming_shutdown(incoming, stop)
-                .await;
+            let res = match tls {
+                Some(state) => {
+                    router
+                        .serve_with_incoming_shutdown(tls::incoming(grpc, state), stop)
+                        .await
+                }
+                None => {
+                    router
+                        .serve_with_incoming_shutdown(tokio_stream_incoming(grpc), stop)
+                        .await
+                }
+            };
             if let Err(e) = res {
                 tracing::error!(error = %e, "gRPC server failed");
             }
@@ -220,28 +254,57 @@ pub async fn start(cfg: Config) -> Result<Collector, StartError> {
     let api_task = {
         let state = api::ApiState {
             auth_token: cfg.auth_token.clone(),
+            tls: tls.clone(),
             store: store.clone(),
             metrics: metrics.clone(),
             writer: writer.clone(),
             gauges: gauges.clone(),
         };
         let stop = wait_for(shutdown_rx.clone());
+        let app = api::router(state);
+        let http = match &tls {
+            Some(state) => HttpSocket::Tls(tls::HttpListener::new(http, state.clone()).map_err(
+                |source| StartError::Bind {
+                    addr: cfg.http_listen_addr.clone(),
+                    source,
+                },
+            )?),
+            None => HttpSocket::Plain(http),
+        };
         tokio::spawn(async move {
-            let res = axum::serve(http, api::router(state))
-                .with_graceful_shutdown(stop)
-                .await;
+            let res = match http {
+                HttpSocket::Tls(l) => axum::serve(l, app).with_graceful_shutdown(stop).await,
+                HttpSocket::Plain(l) => axum::serve(l, app).with_graceful_shutdown(stop).await,
+            };
             if let Err(e) = res {
                 tracing::error!(error = %e, "HTTP server failed");
             }
         })
     };
+    let mut tasks = vec![grpc_task, api_task];
+    if let Some(state) = &tls {
+        tasks.push(tokio::spawn(tls::run_reloader(
+            state.clone(),
+            Duration::from_secs(cfg.tls_reload_interval_secs),
+            tls::sighup(),
+            wait_for(shutdown_rx.clone()),
+        )));
+    }
     let retention_task = tokio::spawn(retention(
         store,
         cfg.retention_days,
         Duration::from_secs(cfg.retention_check_interval_secs),
         wait_for(shutdown_rx),
     ));
-    tracing::info!(grpc = %grpc_addr, http = %http_addr, "collector listening");
+    tracing::info!(
+        grpc = %grpc_addr,
+        http = %http_addr,
+        tls = tls.is_some(),
+        mutual_tls = tls.as_ref().is_some_and(|t| t.mutual()),
+        "collector listening"
+    );
+    // Servers first: in-flight batches finish before the writer's final flush.
+    tasks.extend([retention_task, stream_task, alerts_task, writer_task]);
     Ok(Collector {
         grpc_addr,
         http_addr,
@@ -251,17 +314,16 @@ pub async fn start(cfg: Config) -> Result<Collector, StartError> {
         alerts,
         gauges,
         otel,
+        tls,
         shutdown,
-        // Servers first: in-flight batches finish before the writer's final flush.
-        tasks: vec![
-            grpc_task,
-            api_task,
-            retention_task,
-            stream_task,
-            alerts_task,
-            writer_task,
-        ],
+        tasks,
     })
+}
+
+/// The HTTP API's socket: plaintext (loopback or `allow_insecure`) or TLS.
+enum HttpSocket {
+    Plain(tokio::net::TcpListener),
+    Tls(tls::HttpListener),
 }
 
 async fn bind(addr: &str) -> Result<tokio::net::TcpListener, StartError> {

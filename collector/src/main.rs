@@ -24,6 +24,9 @@ struct Args {
     /// ClickHouse database.
     #[arg(long, env = "RANKSCOPE_CLICKHOUSE_DATABASE")]
     clickhouse_database: Option<String>,
+    /// ClickHouse cluster to create sharded, replicated tables on (empty: one server).
+    #[arg(long, env = "RANKSCOPE_CLICKHOUSE_CLUSTER")]
+    clickhouse_cluster: Option<String>,
     /// Days of data kept (0 = forever).
     #[arg(long, env = "RANKSCOPE_RETENTION_DAYS")]
     retention_days: Option<u32>,
@@ -33,6 +36,18 @@ struct Args {
     /// Bearer token agents and API clients must present.
     #[arg(long, env = "RANKSCOPE_TOKEN", hide_env_values = true)]
     auth_token: Option<String>,
+    /// PEM certificate chain served on both listeners.
+    #[arg(long, env = "RANKSCOPE_TLS_CERT_PATH")]
+    tls_cert_path: Option<String>,
+    /// PEM private key of --tls-cert-path.
+    #[arg(long, env = "RANKSCOPE_TLS_KEY_PATH")]
+    tls_key_path: Option<String>,
+    /// PEM CA agents' client certificates must be signed by (mutual TLS).
+    #[arg(long, env = "RANKSCOPE_TLS_CA_PATH")]
+    tls_ca_path: Option<String>,
+    /// Serve plaintext on a non-loopback address.
+    #[arg(long, env = "RANKSCOPE_ALLOW_INSECURE")]
+    allow_insecure: bool,
     /// OTLP/gRPC endpoint to export metrics to, e.g. http://otel-collector:4317.
     #[arg(long, env = "RANKSCOPE_OTLP_ENDPOINT")]
     otlp_endpoint: Option<String>,
@@ -63,6 +78,9 @@ fn config(args: &Args) -> anyhow::Result<Config> {
     if let Some(v) = &args.clickhouse_database {
         cfg.clickhouse.database = v.clone();
     }
+    if let Some(v) = &args.clickhouse_cluster {
+        cfg.clickhouse_cluster = v.clone();
+    }
     if let Some(v) = args.retention_days {
         cfg.retention_days = v;
     }
@@ -71,6 +89,18 @@ fn config(args: &Args) -> anyhow::Result<Config> {
     }
     if let Some(v) = &args.auth_token {
         cfg.auth_token = v.clone();
+    }
+    for (arg, slot) in [
+        (&args.tls_cert_path, &mut cfg.tls_cert_path),
+        (&args.tls_key_path, &mut cfg.tls_key_path),
+        (&args.tls_ca_path, &mut cfg.tls_ca_path),
+    ] {
+        if let Some(v) = arg {
+            slot.clone_from(v);
+        }
+    }
+    if args.allow_insecure {
+        cfg.allow_insecure = true;
     }
     if let Some(v) = &args.otlp_endpoint {
         cfg.otlp_endpoint = v.clone();

@@ -21,6 +21,7 @@ fn send_opts(stack: &Stack) -> send::SendOptions {
         parallel_files: 8,
         progress: false,
         token: String::new(),
+        tls: None,
     }
 }
 

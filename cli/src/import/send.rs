@@ -51,6 +51,9 @@ pub struct SendOptions {
     pub progress: bool,
     /// Bearer token the collector requires (empty: none).
     pub token: String,
+    /// TLS files for an `https://` ingest URL (CA, optional client
+    /// certificate for mutual TLS).
+    pub tls: Option<rankscope_proto::tls::TlsPaths>,
 }
 
 /// What happened to one file.
@@ -78,6 +81,8 @@ pub enum SendError {
     },
     #[error(transparent)]
     Import(#[from] ImportError),
+    #[error("TLS: {0}")]
+    Tls(#[from] rankscope_proto::tls::TlsError),
     #[error("{path}: chunk {chunk}: the collector at {url} refused it: {status}")]
     Refused {
         path: PathBuf,
@@ -101,8 +106,23 @@ pub async fn import_and_send(
             reason: e.to_string(),
         })?
         .connect_timeout(Duration::from_secs(10))
-        .timeout(Duration::from_secs(120))
-        .connect_lazy();
+        .timeout(Duration::from_secs(120));
+    let channel = match (&send.tls, send.ingest_url.starts_with("https://")) {
+        (Some(paths), true) => channel
+            .tls_config(rankscope_proto::tls::tonic_client_tls(paths, "")?)
+            .map_err(|e| SendError::Url {
+                url: send.ingest_url.clone(),
+                reason: e.to_string(),
+            })?,
+        (None, true) => {
+            return Err(SendError::Url {
+                url: send.ingest_url.clone(),
+                reason: "https:// needs --tls-ca-path (RANKSCOPE_TLS_CA_PATH)".into(),
+            })
+        }
+        _ => channel,
+    }
+    .connect_lazy();
     let client = proto::collector_ingest_client::CollectorIngestClient::new(channel)
         .max_encoding_message_size(usize::MAX);
     let mut reports = Vec::with_capacity(files.len());

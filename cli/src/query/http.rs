@@ -1,5 +1,6 @@
 //! A tiny HTTP/1 GET client for the collector's JSON API (hyper 1 +
-//! hyper-util's legacy client).
+//! hyper-util's legacy client; `https://` through rustls, trusting only the
+//! CA given with `--tls-ca-path`).
 //!
 //! In: a URL. Out: the decoded JSON body, or an [`HttpError`] that names the
 //! URL and, for an error response, the HTTP status and the API's
@@ -11,8 +12,10 @@
 use bytes::Bytes;
 use http_body_util::{BodyExt, Empty};
 use hyper::{Request, StatusCode, Uri};
+use hyper_rustls::HttpsConnector;
 use hyper_util::client::legacy::{connect::HttpConnector, Client};
 use hyper_util::rt::TokioExecutor;
+use rankscope_proto::tls::{self, TlsError, TlsPaths};
 use serde::de::DeserializeOwned;
 use std::time::Duration;
 
@@ -41,7 +44,7 @@ pub enum HttpError {
 /// HTTP/1 client with a per-request timeout.
 #[derive(Debug, Clone)]
 pub struct HttpClient {
-    client: Client<HttpConnector, Empty<Bytes>>,
+    client: Client<HttpsConnector<HttpConnector>, Empty<Bytes>>,
     timeout: Duration,
     /// `authorization` header value, when a token is configured.
     auth: Option<String>,
@@ -51,10 +54,29 @@ impl HttpClient {
     /// A client whose requests (including reading the body) take at most
     /// `timeout`.
     pub fn new(timeout: Duration) -> Self {
+        // No CA: https:// URLs fail verification (nothing is trusted).
+        let cfg = tls::client_config_without_roots(&[]);
+        Self::build(timeout, cfg)
+    }
+
+    /// Like [`HttpClient::new`], trusting the CA in `paths.ca` for
+    /// `https://` (and presenting `paths.cert` / `paths.key` when set).
+    pub fn with_tls(timeout: Duration, paths: &TlsPaths) -> Result<Self, TlsError> {
+        let cfg = tls::client_config(paths, &[])?;
+        Ok(Self::build(timeout, cfg))
+    }
+
+    fn build(timeout: Duration, tls: tokio_rustls::rustls::ClientConfig) -> Self {
         let mut connector = HttpConnector::new();
         connector.set_nodelay(true);
         connector.set_connect_timeout(Some(timeout));
-        let client = Client::builder(TokioExecutor::new()).build(connector);
+        connector.enforce_http(false);
+        let https = hyper_rustls::HttpsConnectorBuilder::new()
+            .with_tls_config(tls)
+            .https_or_http()
+            .enable_http1()
+            .wrap_connector(connector);
+        let client = Client::builder(TokioExecutor::new()).build(https);
         Self {
             client,
             timeout,

@@ -216,8 +216,16 @@ fn slurm_scripts_are_valid_bash() {
 async fn slurm_task_prolog_points_a_rank_at_the_running_agent() {
     let dir = tempfile::tempdir().expect("tempdir");
     let socket = dir.path().join("run/agent.sock");
+    // Certificates where the unit's agent.toml expects them (moved to the test's dir).
+    let tls = dir.path().join("tls");
+    let made = Command::new(repo().join("deploy/tls/gen-certs.sh"))
+        .arg(&tls)
+        .output()
+        .expect("gen-certs.sh");
+    assert!(made.status.success(), "{made:?}");
     // The agent.toml the unit installs, with the socket and port moved into the test's reach.
     let text = read("deploy/systemd/agent.toml")
+        .replace("/etc/rankscope/tls", &tls.display().to_string())
         .replace(
             "\"/run/rankscope/agent.sock\"",
             &format!("{:?}", socket.display().to_string()),
@@ -228,8 +236,8 @@ async fn slurm_task_prolog_points_a_rank_at_the_running_agent() {
             "shutdown_flush_timeout_ms = 100",
         )
         .replace(
-            "\"http://rankscope-collector:7700\"",
-            "\"http://127.0.0.1:9\"",
+            "\"https://rankscope-collector:7700\"",
+            "\"https://127.0.0.1:9\"",
         );
     let config = dir.path().join("agent.toml");
     std::fs::write(&config, &text).expect("config");

@@ -224,6 +224,91 @@ fn chart_values_switch_components_and_endpoints() {
     );
 }
 
+/// The mount paths of `pod`'s container `name`, by volume name.
+fn mounts(pod: &Value, name: &str) -> BTreeMap<String, String> {
+    container(pod, name)["volumeMounts"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|m| {
+            Some((
+                m["name"].as_str()?.to_owned(),
+                m["mountPath"].as_str()?.to_owned(),
+            ))
+        })
+        .collect()
+}
+
+#[test]
+fn chart_with_tls_mounts_the_secrets_and_both_binaries_accept_it() {
+    let r = render_chart(json!({
+        "tls": {"enabled": true},
+        "collector": {"allowInsecure": false},
+    }));
+    let collector = yaml_docs(&r["collector.yaml"], "collector");
+    let dep = find(&collector, "Deployment", "rankscope-collector");
+    let pod = &dep["spec"]["template"]["spec"];
+    let c = container(pod, "collector");
+    let e = env(c);
+    assert!(!e.contains_key("RANKSCOPE_ALLOW_INSECURE"));
+    let mut cfg = rankscope_collector::Config {
+        grpc_listen_addr: e["RANKSCOPE_GRPC_LISTEN_ADDR"].clone(),
+        http_listen_addr: e["RANKSCOPE_HTTP_LISTEN_ADDR"].clone(),
+        tls_cert_path: e["RANKSCOPE_TLS_CERT_PATH"].clone(),
+        tls_key_path: e["RANKSCOPE_TLS_KEY_PATH"].clone(),
+        tls_ca_path: e["RANKSCOPE_TLS_CA_PATH"].clone(),
+        ..Default::default()
+    };
+    cfg.validate().expect("TLS on 0.0.0.0 is accepted");
+    cfg.tls_cert_path.clear();
+    cfg.tls_key_path.clear();
+    cfg.tls_ca_path.clear();
+    assert!(cfg.validate().is_err(), "and refused without TLS");
+    let dir = &mounts(pod, "collector")["tls"];
+    for key in [
+        "RANKSCOPE_TLS_CERT_PATH",
+        "RANKSCOPE_TLS_KEY_PATH",
+        "RANKSCOPE_TLS_CA_PATH",
+    ] {
+        assert!(
+            e[key].starts_with(&format!("{dir}/")),
+            "{key} outside the secret mount"
+        );
+    }
+    let secret = |pod: &Value| {
+        pod["volumes"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|v| v["name"] == "tls")
+            .map(|v| v["secret"]["secretName"].clone())
+    };
+    assert_eq!(secret(pod), Some(json!("rankscope-collector-tls")));
+    assert_eq!(c["readinessProbe"]["httpGet"]["scheme"], "HTTPS");
+    assert_eq!(
+        dep["spec"]["template"]["metadata"]["annotations"]["prometheus.io/scheme"],
+        "https"
+    );
+
+    let agent = yaml_docs(&r["agent.yaml"], "agent");
+    let pod = &find(&agent, "DaemonSet", "rankscope-agent")["spec"]["template"]["spec"];
+    let e = env(container(pod, "agent"));
+    let cfg = rankscope_agent::Config {
+        collector_url: e["RANKSCOPE_AGENT_COLLECTOR_URL"].clone(),
+        tls_ca_path: e["RANKSCOPE_TLS_CA_PATH"].clone(),
+        tls_cert_path: e["RANKSCOPE_TLS_CERT_PATH"].clone(),
+        tls_key_path: e["RANKSCOPE_TLS_KEY_PATH"].clone(),
+        ..Default::default()
+    };
+    assert!(cfg
+        .collector_url
+        .starts_with("https://rankscope-collector.rankscope.svc:"));
+    cfg.validate().expect("agent accepts the TLS settings");
+    let dir = &mounts(pod, "agent")["tls"];
+    assert!(cfg.tls_cert_path.starts_with(&format!("{dir}/")));
+    assert_eq!(secret(pod), Some(json!("rankscope-agent-tls")));
+}
+
 #[test]
 fn every_value_is_used_and_versions_agree() {
     let values: Value =

@@ -195,6 +195,14 @@ fn collector_deployment_and_service_agree_with_the_collector() {
     cfg.clickhouse
         .database
         .clone_from(&env["RANKSCOPE_CLICKHOUSE_DATABASE"]);
+    // The default values serve plaintext on the pod network, which the
+    // collector only accepts when told so explicitly.
+    assert_eq!(
+        env.get("RANKSCOPE_ALLOW_INSECURE").map(String::as_str),
+        Some("true")
+    );
+    assert!(!env.contains_key("RANKSCOPE_TLS_CERT_PATH"));
+    cfg.allow_insecure = true;
     cfg.validate().expect("effective collector config");
     assert_eq!(
         c["command"],
