@@ -6,9 +6,11 @@ DEMO_JOB ?= demo-$(shell date +%s)
 
 .PHONY: deps build demo up down status test lint fmt clean-state bench
 
-## Install what a fresh Debian/Ubuntu machine lacks: ClickHouse server and curl.
+## Install what a fresh Debian/Ubuntu machine lacks: ClickHouse server, curl, and
+## openssl (deploy/tls/gen-certs.sh; the TLS tests make their certificates with it).
 deps:
 	@command -v curl >/dev/null || deploy/dev/clickhouse.sh apt curl
+	@command -v openssl >/dev/null || deploy/dev/clickhouse.sh apt openssl
 	@deploy/dev/clickhouse.sh install
 
 ## Build the three binaries (release).
