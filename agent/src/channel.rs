@@ -16,6 +16,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+pub use rankscope_proto::tls::probe::ProbeError;
 use rankscope_proto::tls::{self as shared_tls, TlsPaths};
 use rankscope_proto::v1 as proto;
 use tokio::sync::watch;
@@ -143,82 +144,14 @@ pub(crate) fn describe(status: &tonic::Status) -> (String, bool) {
     (text, tls)
 }
 
-/// How long [`probe_tls`] waits for each step.
-const PROBE_TIMEOUT: Duration = Duration::from_secs(5);
-/// The HTTP/2 client preface and an empty SETTINGS frame: makes a gRPC
-/// server answer right after the handshake.
-const H2_PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\x00\x00\x00\x04\x00\x00\x00\x00\x00";
-
-/// Why [`probe_tls`] could not complete a TLS connection.
-#[derive(Debug, thiserror::Error)]
-pub enum ProbeError {
-    /// TLS itself failed: an untrusted server certificate, a refused client
-    /// certificate, unusable files.
-    #[error("{0}")]
-    Tls(String),
-    /// The collector could not be reached (connect failed, timeouts).
-    #[error("{0}")]
-    Unreachable(String),
-}
-
-/// Connects to the collector with this agent's TLS settings and says why the
-/// connection fails, if it does: a certificate the agent does not trust, or
-/// (TLS 1.3 reports it only after the handshake) a client certificate the
-/// collector refused. gRPC hides both behind "connection closed", so the
-/// uplink runs this once per outage and `--check` runs it too.
+/// Connects to the collector with this agent's TLS settings and says why
+/// the connection fails, if it does ([`shared_tls::probe::probe`]); the
+/// uplink runs it once per outage and `--check` runs it too.
 /// `Ok(false)`: the collector_url is not https://.
 pub async fn probe_tls(config: &Config) -> Result<bool, ProbeError> {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let Some(paths) = tls_paths(config) else {
         return Ok(false);
     };
-    let tls = shared_tls::client_config(&paths, &[shared_tls::ALPN_H2])
-        .map_err(|e| ProbeError::Tls(e.to_string()))?;
-    let uri: tonic::codegen::http::Uri = config.collector_url.parse().map_err(|e| {
-        ProbeError::Unreachable(format!("collector_url {}: {e}", config.collector_url))
-    })?;
-    let host = uri
-        .host()
-        .unwrap_or_default()
-        .trim_matches(['[', ']'])
-        .to_owned();
-    let port = uri.port_u16().unwrap_or(443);
-    let name = if config.tls_server_name.is_empty() {
-        host.clone()
-    } else {
-        config.tls_server_name.clone()
-    };
-    let name = rustls_pki_types::ServerName::try_from(name.clone())
-        .map_err(|e| ProbeError::Tls(format!("{name:?} is not a valid TLS server name: {e}")))?;
-    let step = |what: &'static str| {
-        move |_| ProbeError::Unreachable(format!("{what} timed out after {PROBE_TIMEOUT:?}"))
-    };
-    let tcp = tokio::time::timeout(
-        PROBE_TIMEOUT,
-        tokio::net::TcpStream::connect((host.as_str(), port)),
-    )
-    .await
-    .map_err(step("connect"))?
-    .map_err(|e| ProbeError::Unreachable(format!("cannot connect to {host}:{port}: {e}")))?;
-    let connector = tokio_rustls::TlsConnector::from(Arc::new(tls));
-    let mut stream = tokio::time::timeout(PROBE_TIMEOUT, connector.connect(name, tcp))
-        .await
-        .map_err(step("TLS handshake"))?
-        .map_err(|e| ProbeError::Tls(format!("TLS handshake with the collector failed: {e}")))?;
-    let refused = |e: std::io::Error| {
-        ProbeError::Tls(format!("the collector refused this agent's TLS connection: {e} (check tls_cert_path / tls_key_path against the collector's tls_ca_path)"))
-    };
-    stream.write_all(H2_PREFACE).await.map_err(refused)?;
-    stream.flush().await.map_err(refused)?;
-    let mut byte = [0u8; 1];
-    match tokio::time::timeout(PROBE_TIMEOUT, stream.read(&mut byte)).await {
-        Ok(Ok(n)) if n > 0 => Ok(true),
-        Ok(Ok(_)) => Err(ProbeError::Tls(
-            "the collector closed the TLS connection without answering".into(),
-        )),
-        Ok(Err(e)) => Err(refused(e)),
-        Err(_) => Err(ProbeError::Unreachable(format!(
-            "the collector did not answer within {PROBE_TIMEOUT:?} after the TLS handshake"
-        ))),
-    }
+    shared_tls::probe::probe(&config.collector_url, &paths, &config.tls_server_name).await?;
+    Ok(true)
 }

@@ -15,6 +15,8 @@
 //!   server given a CA requires every client to present a certificate signed by
 //!   it (mutual TLS).
 
+pub mod probe;
+
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::SystemTime;

@@ -198,6 +198,24 @@ async fn agents_without_a_valid_certificate_are_rejected_counted_and_recover() {
         }
         other => panic!("expected a TLS error, got {other:?}"),
     }
+    // `rankscope import` without a client certificate stops at the first
+    // chunk with the same cause instead of retrying.
+    let trace = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(
+        "../cli/tests/fixtures/kineto/param_dlrm_8rank_v100/worker0_step_12.1694128201545.pt.trace.json.gz",
+    );
+    let send = rankscope_cli::import::send::SendOptions {
+        ingest_url: format!("https://localhost:{}", stack.grpc_addr().port()),
+        max_attempts: 20,
+        parallel_files: 1,
+        progress: false,
+        token: TOKEN.into(),
+        tls: Some(TlsPaths::from_config("", "", &no_cert.tls_ca_path)),
+    };
+    let opts = rankscope_cli::import::ImportOptions::new("tls-import".to_owned());
+    let err = rankscope_cli::import::send::import_and_send(vec![trace], &opts, &send)
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("CertificateRequired"), "{err}");
     assert!(collector_tls(&stack).handshake_failures_grpc.load(Relaxed) >= 1);
 
     // An agent whose certificate comes from another CA: rejected, counted,

@@ -284,6 +284,14 @@ async fn send_batch(
                         s.message()
                     ));
                 }
+                // gRPC reports a refused certificate as "connection closed";
+                // a TLS problem does not go away by retrying, so say it now.
+                if let (1, Some(paths)) = (attempt, &send.tls) {
+                    use rankscope_proto::tls::probe::{probe, ProbeError};
+                    if let Err(ProbeError::Tls(cause)) = probe(&send.ingest_url, paths, "").await {
+                        return Err(cause);
+                    }
+                }
             }
         }
         tokio::time::sleep(delay).await;
