@@ -86,9 +86,9 @@ impl AlertsConfig {
                     s.url
                 ));
             }
-            if s.url.starts_with("https://") {
+            if !s.ca_path.is_empty() && !s.url.starts_with("https://") {
                 return Err(format!(
-                    "alerts.sinks: url {:?}: https sinks are not supported yet; use a local relay",
+                    "alerts.sinks: ca_path is set but url {:?} is not https://",
                     s.url
                 ));
             }
@@ -170,14 +170,14 @@ pub fn spawn_alerts(
     cfg: AlertsConfig,
     writer: WriterHandle,
     shutdown: impl Future<Output = ()> + Send + 'static,
-) -> (AlertHandle, tokio::task::JoinHandle<()>) {
+) -> Result<(AlertHandle, tokio::task::JoinHandle<()>), rankscope_proto::tls::TlsError> {
     let (tx, rx) = mpsc::channel(cfg.queue_capacity.max(1));
     let metrics = Arc::new(AlertMetrics::default());
     let sinks: Vec<SinkHandle> = cfg
         .all_sinks()
         .into_iter()
-        .map(|(name, s)| sink::spawn_sink(name, s, cfg.generator_url.clone()).0)
-        .collect();
+        .map(|(name, s)| Ok(sink::spawn_sink(name, s, cfg.generator_url.clone())?.0))
+        .collect::<Result<_, rankscope_proto::tls::TlsError>>()?;
     let task = AlertTask {
         engine: Engine::new(
             cfg.renotify_interval_secs.saturating_mul(1_000_000_000),
@@ -190,7 +190,7 @@ pub fn spawn_alerts(
         tick: Duration::from_millis(cfg.evaluation_interval_ms.max(1)),
     };
     let handle = tokio::spawn(task.run(rx, shutdown));
-    (AlertHandle { tx, metrics, sinks }, handle)
+    Ok((AlertHandle { tx, metrics, sinks }, handle))
 }
 
 struct AlertTask {

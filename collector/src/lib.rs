@@ -158,7 +158,7 @@ pub async fn start(cfg: Config) -> Result<Collector, StartError> {
         cfg.alerts.clone(),
         writer.clone(),
         wait_for(shutdown_rx.clone()),
-    );
+    )?;
     let otel = if cfg.otlp_endpoint.is_empty() {
         None
     } else {

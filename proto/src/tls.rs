@@ -243,6 +243,38 @@ pub fn client_config(paths: &TlsPaths, alpn: &[&[u8]]) -> Result<ClientConfig, T
     Ok(cfg)
 }
 
+/// A client configuration for public endpoints (alert webhooks): trusts the
+/// CA certificates in `ca` when given, else the system's (`/etc/ssl/certs`
+/// through rustls-native-certs).
+pub fn client_config_for_public(
+    ca: Option<&Path>,
+    option: &'static str,
+    alpn: &[&[u8]],
+) -> Result<ClientConfig, TlsError> {
+    let roots = match ca {
+        Some(path) => load_roots(option, path)?,
+        None => {
+            let found = rustls_native_certs::load_native_certs();
+            let mut roots = RootCertStore::empty();
+            let (added, _) = roots.add_parsable_certificates(found.certs);
+            if added == 0 {
+                return Err(TlsError::Config(format!(
+                    "no system CA certificates found ({} errors; install the ca-certificates package or set {option})",
+                    found.errors.len()
+                )));
+            }
+            roots
+        }
+    };
+    let mut cfg = ClientConfig::builder_with_provider(provider())
+        .with_safe_default_protocol_versions()
+        .map_err(|e| TlsError::Config(e.to_string()))?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    cfg.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
+    Ok(cfg)
+}
+
 /// A client configuration that trusts nothing (for clients that only speak
 /// plaintext unless given a CA).
 pub fn client_config_without_roots(alpn: &[&[u8]]) -> ClientConfig {

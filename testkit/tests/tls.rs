@@ -22,22 +22,6 @@ use rankscope_proto::tls::{self, TlsPaths};
 
 const TOKEN: &str = "s3cret";
 
-/// Runs the documented certificate script into `dir`.
-fn gen_certs(dir: &Path, agents: &[&str]) {
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../deploy/tls/gen-certs.sh");
-    let mut cmd = std::process::Command::new(script);
-    cmd.arg(dir);
-    for a in agents {
-        cmd.args(["--agent", a]);
-    }
-    let out = cmd.output().expect("run gen-certs.sh (needs openssl)");
-    assert!(
-        out.status.success(),
-        "gen-certs.sh failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
 /// Copies `names` from `from` to `to`, each replaced atomically.
 fn install(from: &Path, to: &Path, names: &[&str]) {
     std::fs::create_dir_all(to).unwrap();

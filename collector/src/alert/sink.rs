@@ -13,7 +13,30 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use http_body_util::Full;
+use hyper_rustls::HttpsConnector;
 use hyper_util::client::legacy::{connect::HttpConnector, Client};
+
+/// The sinks' HTTP client: `http://` and `https://` (rustls).
+type HttpClient = Client<HttpsConnector<HttpConnector>, Full<Bytes>>;
+
+/// The client of one sink: for `https://`, trusting `ca_path` or the
+/// system's CA certificates.
+fn client(cfg: &SinkConfig) -> Result<HttpClient, rankscope_proto::tls::TlsError> {
+    let ca = (!cfg.ca_path.is_empty()).then(|| std::path::Path::new(&cfg.ca_path));
+    let tls = if cfg.kind == SinkKind::Webhook && cfg.url.starts_with("https://") {
+        rankscope_proto::tls::client_config_for_public(ca, "alerts.sinks.ca_path", &[])?
+    } else {
+        rankscope_proto::tls::client_config_without_roots(&[])
+    };
+    let mut http = HttpConnector::new();
+    http.enforce_http(false);
+    let https = hyper_rustls::HttpsConnectorBuilder::new()
+        .with_tls_config(tls)
+        .https_or_http()
+        .enable_http1()
+        .wrap_connector(http);
+    Ok(Client::builder(hyper_util::rt::TokioExecutor::new()).build(https))
+}
 use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc;
 
@@ -40,6 +63,9 @@ pub struct SinkConfig {
     pub retry_initial_ms: u64,
     /// Notifications waiting for this sink; beyond it they are dropped.
     pub queue_capacity: usize,
+    /// PEM CA certificates an `https://` url's certificate must chain to
+    /// (empty: the system's CA certificates).
+    pub ca_path: String,
 }
 
 /// Kind of sink.
@@ -62,6 +88,7 @@ impl Default for SinkConfig {
             max_retries: 3,
             retry_initial_ms: 500,
             queue_capacity: 1_024,
+            ca_path: String::new(),
         }
     }
 }
@@ -93,27 +120,34 @@ impl SinkHandle {
     }
 }
 
-/// Starts the task of one sink.
+/// Starts the task of one sink; fails when its TLS trust cannot be loaded.
 pub fn spawn_sink(
     name: String,
     cfg: SinkConfig,
     generator_url: String,
-) -> (SinkHandle, tokio::task::JoinHandle<()>) {
+) -> Result<(SinkHandle, tokio::task::JoinHandle<()>), rankscope_proto::tls::TlsError> {
+    let client = client(&cfg)?;
     let (tx, rx) = mpsc::channel(cfg.queue_capacity.max(1));
     let metrics = Arc::new(SinkMetrics::default());
-    let task = tokio::spawn(run(name.clone(), cfg, generator_url, rx, metrics.clone()));
-    (SinkHandle { name, tx, metrics }, task)
+    let task = tokio::spawn(run(
+        name.clone(),
+        cfg,
+        client,
+        generator_url,
+        rx,
+        metrics.clone(),
+    ));
+    Ok((SinkHandle { name, tx, metrics }, task))
 }
 
 async fn run(
     name: String,
     cfg: SinkConfig,
+    client: HttpClient,
     generator_url: String,
     mut rx: mpsc::Receiver<Transition>,
     metrics: Arc<SinkMetrics>,
 ) {
-    let client: Client<HttpConnector, Full<Bytes>> =
-        Client::builder(hyper_util::rt::TokioExecutor::new()).build_http();
     while let Some(t) = rx.recv().await {
         let a = t.alert();
         if cfg.kind == SinkKind::Log {
@@ -149,7 +183,7 @@ async fn run(
 
 /// One POST; the error says whether a retry may help.
 async fn post(
-    client: &Client<HttpConnector, Full<Bytes>>,
+    client: &HttpClient,
     cfg: &SinkConfig,
     payload: String,
 ) -> Result<(), (String, bool)> {

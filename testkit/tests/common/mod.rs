@@ -353,3 +353,19 @@ pub fn small_batch(job: &str, seq: u64) -> proto::AgentBatch {
         ..Default::default()
     }
 }
+
+/// Runs the documented certificate script into `dir`.
+pub fn gen_certs(dir: &std::path::Path, agents: &[&str]) {
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../deploy/tls/gen-certs.sh");
+    let mut cmd = std::process::Command::new(script);
+    cmd.arg(dir);
+    for a in agents {
+        cmd.args(["--agent", a]);
+    }
+    let out = cmd.output().expect("run gen-certs.sh (needs openssl)");
+    assert!(
+        out.status.success(),
+        "gen-certs.sh failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
