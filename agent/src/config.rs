@@ -105,6 +105,9 @@ pub struct Config {
     /// NVML library to load; empty: `libnvidia-ml.so.1` from the dynamic
     /// loader's search path.
     pub nvml_library_path: String,
+    /// How often NVML initialisation is retried after it failed (a driver
+    /// loaded after the agent started is picked up); 0: never, else >= 100.
+    pub nvml_retry_interval_ms: u64,
 }
 
 impl Default for Config {
@@ -136,6 +139,7 @@ impl Default for Config {
             gpu_sample_interval_ms: 1000,
             host_sample_interval_ms: 1000,
             nvml_library_path: String::new(),
+            nvml_retry_interval_ms: 30_000,
         }
     }
 }
@@ -235,6 +239,7 @@ impl Config {
         for (field, value) in [
             ("gpu_sample_interval_ms", self.gpu_sample_interval_ms),
             ("host_sample_interval_ms", self.host_sample_interval_ms),
+            ("nvml_retry_interval_ms", self.nvml_retry_interval_ms),
         ] {
             if value != 0 && value < MIN_SAMPLE_INTERVAL_MS {
                 return Err(ConfigError::Invalid {

@@ -196,6 +196,7 @@ pub async fn start(config: Config) -> Result<AgentHandle, AgentError> {
             gpu_interval_ms: config.gpu_sample_interval_ms,
             host_interval_ms: config.host_sample_interval_ms,
             nvml_library: config.nvml_library().to_owned(),
+            nvml_retry_interval_ms: config.nvml_retry_interval_ms,
         },
         Arc::clone(&ranks),
         Arc::clone(&metrics),

@@ -16,7 +16,9 @@
 //!
 //! No GPU: when NVML cannot be loaded or initialised the thread logs one
 //! warning with the reason, sets the gauge to `unavailable` and samples the
-//! host only.
+//! host only; it tries again every `nvml_retry_interval_ms` (a driver that
+//! is installed or loaded after the agent started, e.g. by the GPU operator's
+//! driver container, is picked up without a restart).
 
 pub mod check;
 pub mod gpu;
@@ -67,6 +69,8 @@ pub(crate) struct SamplerConfig {
     pub(crate) gpu_interval_ms: u64,
     pub(crate) host_interval_ms: u64,
     pub(crate) nvml_library: String,
+    /// How often a failed NVML initialisation is retried (0: never).
+    pub(crate) nvml_retry_interval_ms: u64,
 }
 
 /// Loads and initialises NVML from `library`.
@@ -132,7 +136,9 @@ fn now_ns() -> u64 {
         .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
 }
 
-fn open_gpu(cfg: &SamplerConfig, metrics: &Metrics) -> Option<Nvml> {
+/// Opens NVML for GPU sampling. `attempt` 0 is the first try (a failure is
+/// a warning); later failures are logged at debug level only.
+fn open_gpu(cfg: &SamplerConfig, metrics: &Metrics, attempt: u32) -> Option<Nvml> {
     if cfg.gpu_interval_ms == 0 {
         return None;
     }
@@ -145,13 +151,19 @@ fn open_gpu(cfg: &SamplerConfig, metrics: &Metrics) -> Option<Nvml> {
                 driver = nvml.sys_driver_version().ok(),
                 gpus = nvml.device_count().ok(),
                 interval_ms = cfg.gpu_interval_ms,
+                retries = attempt,
                 "NVML loaded, sampling GPUs"
             );
             Some(nvml)
         }
         Err(e) => {
             metrics.set_nvml_state(NvmlState::Unavailable);
-            tracing::warn!(library, reason = %describe_nvml_error(library, &e), "NVML unavailable; sampling the host only");
+            let reason = describe_nvml_error(library, &e);
+            if attempt == 0 {
+                tracing::warn!(library, %reason, retry_interval_ms = cfg.nvml_retry_interval_ms, "NVML unavailable; sampling the host only");
+            } else {
+                tracing::debug!(library, %reason, attempt, "NVML still unavailable");
+            }
             None
         }
     }
@@ -186,10 +198,17 @@ fn run(
     out: &mpsc::Sender<SampleSet>,
     stop: &std::sync::mpsc::Receiver<()>,
 ) {
-    let nvml = open_gpu(cfg, metrics);
-    let mut gpu = nvml
-        .as_ref()
-        .map(|n| GpuSampler::new(n, cfg.gpu_interval_ms));
+    // Set at most once; the GPU sampler borrows from it.
+    let nvml = std::cell::OnceCell::new();
+    let mut gpu = None;
+    let mut nvml_attempts = 0;
+    if let Some(n) = open_gpu(cfg, metrics, 0) {
+        gpu = Some(GpuSampler::new(nvml.get_or_init(|| n), cfg.gpu_interval_ms));
+    }
+    let nvml_retry_every = Duration::from_millis(cfg.nvml_retry_interval_ms);
+    let mut next_nvml_retry =
+        (gpu.is_none() && cfg.gpu_interval_ms > 0 && cfg.nvml_retry_interval_ms > 0)
+            .then(|| Instant::now() + nvml_retry_every);
     let mut host = if cfg.host_interval_ms == 0 {
         None
     } else {
@@ -210,7 +229,11 @@ fn run(
     let mut next_host = host.is_some().then(|| start + host_every);
     let mut cvd: HashMap<u32, Option<String>> = HashMap::new();
     loop {
-        let Some(next) = [next_gpu, next_host].into_iter().flatten().min() else {
+        let Some(next) = [next_gpu, next_host, next_nvml_retry]
+            .into_iter()
+            .flatten()
+            .min()
+        else {
             // Nothing can be sampled: wait for the stop.
             let _ = stop.recv();
             return;
@@ -220,6 +243,17 @@ fn run(
             Ok(()) | Err(RecvTimeoutError::Disconnected) => return,
         }
         let now = Instant::now();
+        if let Some(due) = next_nvml_retry.filter(|d| now >= *d) {
+            nvml_attempts += 1;
+            match open_gpu(cfg, metrics, nvml_attempts) {
+                Some(n) => {
+                    gpu = Some(GpuSampler::new(nvml.get_or_init(|| n), cfg.gpu_interval_ms));
+                    next_gpu = Some(now);
+                    next_nvml_retry = None;
+                }
+                None => next_nvml_retry = Some(advance(due, nvml_retry_every, now)),
+            }
+        }
         let ranks = registry.ranks();
         if let (Some(g), Some(due)) = (gpu.as_mut(), next_gpu) {
             if now >= due {

@@ -307,6 +307,30 @@ async fn init_failure_degrades_to_host_only() {
 }
 
 #[tokio::test]
+async fn a_driver_that_comes_up_later_is_picked_up_without_a_restart() {
+    let stub = Stub::new("init_error 9\ndevice_count 2");
+    let collector = support::FakeCollector::start().await;
+    let mut cfg = support::config(&collector.url(), None);
+    cfg.gpu_sample_interval_ms = 100;
+    cfg.host_sample_interval_ms = 100;
+    cfg.nvml_library_path = stub.path();
+    cfg.nvml_retry_interval_ms = 100;
+    let agent = rankscope_agent::start(cfg).await.expect("agent starts");
+    let st = &collector.state;
+    host_sample(st, "a host sample", |_| true).await;
+    assert_eq!(agent.metrics().nvml_state, NvmlState::Unavailable);
+    assert!(gpu_samples(st).is_empty());
+    // The driver is loaded: the next retry finds it.
+    stub.set("device_count 2");
+    gpu_sample(st, "a sample of GPU 1 after the retry", |s| {
+        s.gpu_index == 1
+    })
+    .await;
+    assert_eq!(agent.metrics().nvml_state, NvmlState::Ok);
+    agent.shutdown().await;
+}
+
+#[tokio::test]
 async fn gpus_are_mapped_to_ranks_by_pid_then_local_rank() {
     let stub = Stub::new("device_count 3\ngpu 1 process 5000 1048576");
     let (collector, agent) = gpu_agent(&stub).await;
