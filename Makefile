@@ -6,12 +6,14 @@ DEMO_JOB ?= demo-$(shell date +%s)
 
 .PHONY: deps build demo up down status test lint fmt clean-state bench
 
-## Install what a fresh Debian/Ubuntu machine lacks: ClickHouse server, curl, and
-## openssl (deploy/tls/gen-certs.sh; the TLS tests make their certificates with it).
+## Install what a fresh Debian/Ubuntu machine lacks: ClickHouse server, curl,
+## openssl (deploy/tls/gen-certs.sh; the TLS tests make their certificates with it) and
+## ZooKeeper (the cluster-mode tests start a private one under a 2-shard ClickHouse).
 deps:
 	@command -v curl >/dev/null || deploy/dev/clickhouse.sh apt curl
 	@command -v openssl >/dev/null || deploy/dev/clickhouse.sh apt openssl
 	@deploy/dev/clickhouse.sh install
+	@deploy/dev/clickhouse.sh install-zookeeper
 
 ## Build the three binaries (release).
 build:

@@ -135,9 +135,9 @@ pub async fn start(cfg: Config) -> Result<Collector, StartError> {
             "allow_insecure = true: serving plaintext on a non-loopback address; tokens and data cross the network unencrypted"
         );
     }
-    let store = store::Store::connect(&cfg.clickhouse)?;
+    let store = store::Store::connect(&cfg.clickhouse)?.with_cluster(&cfg.clickhouse_cluster)?;
     let applied = store.migrate().await?;
-    tracing::info!(applied = ?applied, database = %cfg.clickhouse.database, "schema up to date");
+    tracing::info!(applied = ?applied, database = %cfg.clickhouse.database, cluster = %cfg.clickhouse_cluster, "schema up to date");
 
     let dedupe = Arc::new(Mutex::new(dedupe::Dedupe::new(cfg.dedupe_max_sessions)));
 

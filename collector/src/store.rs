@@ -14,8 +14,12 @@
 //!   row structs in [`rows`] must match the columns exactly; tests round-trip every table.
 //! - All tables are partitioned by the UTC day of their event time; retention drops
 //!   whole partitions.
+//! - With a cluster ([`Store::with_cluster`]) the same table names are `Distributed`
+//!   tables over sharded `*_local` replicated tables ([`cluster`]); reads and INSERTs do
+//!   not change, DDL and retention do.
 
 pub mod analytics;
+pub mod cluster;
 mod fault;
 mod migrate;
 mod read;
@@ -128,6 +132,17 @@ pub enum StoreError {
         recorded: String,
         current: String,
     },
+    #[error(
+        "schema migration {version} ({name}) statement {index} cannot run on ClickHouse \
+         cluster {cluster}: {reason}"
+    )]
+    ClusterRewrite {
+        version: u32,
+        name: String,
+        index: usize,
+        cluster: String,
+        reason: String,
+    },
 }
 
 impl StoreError {
@@ -236,12 +251,15 @@ pub struct Store {
     /// Client without a database, for `CREATE DATABASE`.
     server: clickhouse::Client,
     database: String,
+    /// `clickhouse_cluster`: DDL runs `ON CLUSTER` on sharded tables (see [`cluster`]).
+    cluster: Option<String>,
 }
 
 impl std::fmt::Debug for Store {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Store")
             .field("database", &self.database)
+            .field("cluster", &self.cluster)
             .finish_non_exhaustive()
     }
 }
@@ -281,7 +299,35 @@ impl Store {
             client,
             server,
             database: cfg.database.clone(),
+            cluster: None,
         })
+    }
+
+    /// Cluster mode (`clickhouse_cluster`; empty: a single server). Migrations create
+    /// the schema `ON CLUSTER` as sharded replicated tables under `Distributed` ones,
+    /// retention drops partitions on every shard, and every query runs with
+    /// `distributed_product_mode = 'global'` (an IN over two Distributed tables is refused
+    /// with the default 'deny') and `insert_distributed_sync = 1` (an INSERT returns once
+    /// its rows are on their shards: the collector acknowledges only stored batches).
+    pub fn with_cluster(mut self, cluster: &str) -> Result<Store, StoreError> {
+        if cluster.is_empty() {
+            self.cluster = None;
+            return Ok(self);
+        }
+        validate_identifier("clickhouse_cluster", cluster)?;
+        let settings = |c: clickhouse::Client| {
+            c.with_setting("distributed_product_mode", "global")
+                .with_setting("insert_distributed_sync", "1")
+        };
+        self.client = settings(self.client);
+        self.server = settings(self.server);
+        self.cluster = Some(cluster.to_string());
+        Ok(self)
+    }
+
+    /// The cluster of cluster mode, `None` for a single server.
+    pub fn cluster(&self) -> Option<&str> {
+        self.cluster.as_deref()
     }
 
     /// The client, with the rankscope database as its current database.

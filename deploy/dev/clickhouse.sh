@@ -2,6 +2,7 @@
 # Private ClickHouse server for the rankscope development stack.
 #
 #   clickhouse.sh install                                   install clickhouse-server if no ClickHouse exists
+#   clickhouse.sh install-zookeeper                         install Debian's zookeeper if missing (cluster tests)
 #   clickhouse.sh start <state_dir> [http_port] [tcp_port]  start in the background (defaults 8123, 9000), print the URL
 #   clickhouse.sh stop <state_dir>                          stop the server started in <state_dir>
 #   clickhouse.sh status <state_dir>                        print the URL and exit 0 if it runs, exit 1 if not
@@ -20,7 +21,7 @@ start_timeout_s=30
 die() { echo "clickhouse.sh: $*" >&2; exit 1; }
 
 usage() {
-    sed -n '2,9p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2
+    sed -n '2,10p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2
     exit 2
 }
 
@@ -65,6 +66,21 @@ cmd_install() {
         $sudo systemctl disable clickhouse-server >/dev/null 2>&1 || true
     fi
     [ -n "$(find_server)" ] || die "apt-get finished but no ClickHouse server binary was found"
+}
+
+# The ZooKeeper the test kit's ClickHouse clusters run on (rankscope-testkit runs
+# org.apache.zookeeper.server.ZooKeeperServerMain from this jar; its manifest names the
+# dependencies). The package only installs the jars: no system-wide server is started.
+zookeeper_jar=/usr/share/java/zookeeper.jar
+
+cmd_install_zookeeper() {
+    if [ -f "$zookeeper_jar" ] && command -v java >/dev/null; then
+        echo "ZooKeeper found: $zookeeper_jar"
+        return 0
+    fi
+    apt_install zookeeper
+    [ -f "$zookeeper_jar" ] || die "apt-get finished but $zookeeper_jar is missing"
+    command -v java >/dev/null || die "ZooKeeper is installed but no java is on PATH"
 }
 
 ping_ok() { # <http_port>
@@ -186,6 +202,7 @@ command="$1"
 shift
 case "$command" in
     install) cmd_install ;;
+    install-zookeeper) cmd_install_zookeeper ;;
     start) cmd_start "$@" ;;
     stop) cmd_stop "$@" ;;
     status) cmd_status "$@" ;;

@@ -9,7 +9,7 @@
 //! its directory. [`ClickHouse::shared`] gives one server per test process, torn down at
 //! process exit.
 
-mod process;
+pub(crate) mod process;
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -24,9 +24,9 @@ use process::{Keeper, ServerBinary};
 pub const URL_ENV: &str = "RANKSCOPE_CLICKHOUSE_URL";
 
 /// How long a private server may take to answer `/ping`.
-const START_DEADLINE: Duration = Duration::from_secs(30);
+pub(crate) const START_DEADLINE: Duration = Duration::from_secs(30);
 /// How many times to retry with new ports when the chosen ones were taken meanwhile.
-const PORT_ATTEMPTS: usize = 4;
+pub(crate) const PORT_ATTEMPTS: usize = 4;
 /// Socket timeout of the helper HTTP client.
 const HTTP_TIMEOUT: Duration = Duration::from_secs(60);
 
@@ -120,16 +120,34 @@ impl ClickHouse {
     }
 
     fn try_start_private(binary: &ServerBinary) -> Result<ClickHouse, TestkitError> {
+        let (http_port, tcp_port) = (pick_port("http")?, pick_port("tcp")?);
+        Self::start_private_on(binary, http_port, tcp_port, &[])
+    }
+
+    /// Starts a private server on the given ports from the shared config template plus
+    /// `config_d`: `(file name, XML)` pairs written to its `config.d/` (ClickHouse merges
+    /// them into `config.xml`), e.g. a cluster's `remote_servers` and `macros`.
+    pub(crate) fn start_private_on(
+        binary: &ServerBinary,
+        http_port: u16,
+        tcp_port: u16,
+        config_d: &[(&str, String)],
+    ) -> Result<ClickHouse, TestkitError> {
         let dir = tempfile::Builder::new()
             .prefix("rankscope-clickhouse-")
             .tempdir()
             .map_err(|e| TestkitError::io("create a temp dir for ClickHouse", e))?;
-        let port = |what| {
-            crate::try_free_port()
-                .map_err(|e| TestkitError::io(format!("pick a free {what} port"), e))
-        };
-        let (http_port, tcp_port) = (port("http")?, port("tcp")?);
         process::write_config(dir.path(), http_port, tcp_port)?;
+        if !config_d.is_empty() {
+            let sub = dir.path().join("config.d");
+            std::fs::create_dir_all(&sub)
+                .map_err(|e| TestkitError::io(format!("create {sub:?}"), e))?;
+            for (name, xml) in config_d {
+                let path = sub.join(name);
+                std::fs::write(&path, xml)
+                    .map_err(|e| TestkitError::io(format!("write {path:?}"), e))?;
+            }
+        }
         let http_url = format!("http://127.0.0.1:{http_port}");
         let ch = ClickHouse {
             endpoint: Endpoint::parse(&http_url)?,
@@ -330,7 +348,12 @@ extern "C" fn stop_shared() {
     }
 }
 
-fn is_port_clash(e: &TestkitError) -> bool {
+/// A free port on 127.0.0.1 for a server's `what` listener.
+pub(crate) fn pick_port(what: &str) -> Result<u16, TestkitError> {
+    crate::try_free_port().map_err(|e| TestkitError::io(format!("pick a free {what} port"), e))
+}
+
+pub(crate) fn is_port_clash(e: &TestkitError) -> bool {
     match e {
         TestkitError::StartFailed { log_tail, .. } => {
             log_tail.contains("Address already in use") || log_tail.contains("already in use")
@@ -340,4 +363,4 @@ fn is_port_clash(e: &TestkitError) -> bool {
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

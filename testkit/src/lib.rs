@@ -1,9 +1,11 @@
-//! Test support for rankscope: private ClickHouse servers and free ports.
+//! Test support for rankscope: private ClickHouse servers and clusters, free ports.
 //!
 //! In: the environment (`RANKSCOPE_CLICKHOUSE_URL`, a ClickHouse binary on `PATH` or in
-//! `/usr/bin`, `/usr/sbin`). Out: a [`ClickHouse`] handle with an HTTP URL that answers
-//! `/ping`, uniquely named databases ([`ClickHouse::fresh_database`]) and a plain-text
-//! [`ClickHouse::query`] helper for assertions.
+//! `/usr/bin`, `/usr/sbin`; Debian's `zookeeper` for clusters). Out: a [`ClickHouse`]
+//! handle with an HTTP URL that answers `/ping`, uniquely named databases
+//! ([`ClickHouse::fresh_database`]) and a plain-text [`ClickHouse::query`] helper for
+//! assertions; a [`ClickHouseCluster`] of such servers (N shards over a private
+//! [`ZooKeeper`]) for the collector's cluster mode.
 //!
 //! Invariants:
 //! - A private server listens on 127.0.0.1 only, keeps everything in its own temp dir and
@@ -15,18 +17,22 @@
 //! End-to-end tests of the whole system live in `testkit/tests/`.
 
 mod clickhouse;
+mod cluster;
 mod http;
 
 use std::fmt;
 use std::net::TcpListener;
 
 pub use clickhouse::ClickHouse;
+pub use cluster::{ClickHouseCluster, ZooKeeper};
 
 /// Errors of the test kit. Messages are written for a person reading a failed test.
 #[derive(Debug)]
 pub enum TestkitError {
     /// No ClickHouse binary: the message names the install command.
     NotInstalled(String),
+    /// No ZooKeeper (for [`ClickHouseCluster`]): the message names the install command.
+    ZooKeeperNotInstalled(String),
     /// The server did not come up; `log_tail` holds the end of its error log.
     StartFailed { reason: String, log_tail: String },
     /// A file or process operation failed.
@@ -59,6 +65,9 @@ impl fmt::Display for TestkitError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             TestkitError::NotInstalled(msg) => write!(f, "ClickHouse is not installed: {msg}"),
+            TestkitError::ZooKeeperNotInstalled(msg) => {
+                write!(f, "ZooKeeper is not installed: {msg}")
+            }
             TestkitError::StartFailed { reason, log_tail } => {
                 write!(f, "ClickHouse did not start: {reason}\n{log_tail}")
             }
@@ -123,6 +132,9 @@ mod tests {
             msg.contains("apt-get install -y clickhouse-server"),
             "{msg}"
         );
+        assert!(msg.contains("make test"), "{msg}");
+        let msg = TestkitError::ZooKeeperNotInstalled(cluster::INSTALL_HINT.into()).to_string();
+        assert!(msg.contains("apt-get install -y zookeeper"), "{msg}");
         assert!(msg.contains("make test"), "{msg}");
     }
 }

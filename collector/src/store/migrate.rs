@@ -13,11 +13,21 @@
 //! `migrate` fail (checksums are recorded), and `tests::checksums_are_frozen` pins every
 //! file's checksum so an edit is caught before it ships. A version recorded in the
 //! database but unknown to this binary (a newer collector ran) is logged and left alone.
+//!
+//! Cluster mode ([`Store::with_cluster`]): every statement, the bookkeeping table's
+//! included, is rewritten by [`super::cluster::ClusterSchema`] before anything runs (a
+//! statement without a cluster form fails start-up with nothing applied), then run
+//! `ON CLUSTER`. `schema_migrations` is then a Distributed table over a replicated one,
+//! so every collector of the cluster, whichever server it talks to, sees the same
+//! history. Collectors migrating at once both run the idempotent statements (the
+//! distributed DDL queue serialises them per server) and both record the version;
+//! readers group by version.
 
 use clickhouse::sql::Identifier;
 use clickhouse::Row;
 use serde::{Deserialize, Serialize};
 
+use super::cluster::ClusterSchema;
 use super::{Store, StoreError};
 
 /// One migration file.
@@ -121,24 +131,98 @@ struct AppliedRow {
     checksums: Vec<String>,
 }
 
+/// The statements to run: the bookkeeping table's, then each migration's, one list per
+/// statement of its file (a cluster rewrite turns one statement into several).
+#[derive(Debug)]
+struct Plan {
+    bookkeeping: Vec<String>,
+    migrations: Vec<Vec<Vec<String>>>,
+}
+
+fn plan(store: &Store, migrations: &[Migration]) -> Result<Plan, StoreError> {
+    let Some(cluster) = store.cluster() else {
+        return Ok(Plan {
+            bookkeeping: vec![CREATE_TABLE_SQL.to_string()],
+            migrations: migrations
+                .iter()
+                .map(|m| m.statements().into_iter().map(|s| vec![s]).collect())
+                .collect(),
+        });
+    };
+    let mut schema = ClusterSchema::new(cluster, store.database());
+    let error = |version: u32, name: &str, index: usize| {
+        let (name, cluster) = (name.to_string(), cluster.to_string());
+        move |e: super::cluster::RewriteError| StoreError::ClusterRewrite {
+            version,
+            name,
+            index,
+            cluster,
+            reason: e.to_string(),
+        }
+    };
+    let mut bookkeeping = Vec::new();
+    for (index, statement) in split_statements(CREATE_TABLE_SQL).iter().enumerate() {
+        bookkeeping.extend(schema.rewrite(statement).map_err(error(
+            0,
+            "schema_migrations",
+            index,
+        ))?);
+    }
+    let mut planned = Vec::new();
+    for m in migrations {
+        let mut statements = Vec::new();
+        for (index, statement) in m.statements().iter().enumerate() {
+            statements.push(
+                schema
+                    .rewrite(statement)
+                    .map_err(error(m.version, m.name, index))?,
+            );
+        }
+        planned.push(statements);
+    }
+    Ok(Plan {
+        bookkeeping,
+        migrations: planned,
+    })
+}
+
+/// Runs one DDL statement; on a cluster it waits for every server's answer before the
+/// HTTP status is sent, so a server's failure is never hidden behind a 200.
+async fn run_ddl(store: &Store, statement: &str) -> Result<(), clickhouse::error::Error> {
+    let mut query = store.client().query_raw(statement);
+    if store.cluster().is_some() {
+        query = query.with_setting("wait_end_of_query", "1");
+    }
+    query.execute().await
+}
+
 /// Creates the database and applies every migration not yet recorded.
 pub(super) async fn migrate(
     store: &Store,
     migrations: &[Migration],
 ) -> Result<Vec<u32>, StoreError> {
-    store
-        .server_client()
-        .query("CREATE DATABASE IF NOT EXISTS ?")
-        .bind(Identifier(store.database()))
-        .execute()
-        .await
-        .map_err(StoreError::query("create database"))?;
+    let plan = plan(store, migrations)?;
+    match store.cluster() {
+        None => store
+            .server_client()
+            .query("CREATE DATABASE IF NOT EXISTS ?")
+            .bind(Identifier(store.database())),
+        Some(cluster) => store
+            .server_client()
+            .query_raw(&ClusterSchema::new(cluster, store.database()).create_database())
+            .with_setting("wait_end_of_query", "1"),
+    }
+    .execute()
+    .await
+    .map_err(StoreError::query("create database"))?;
+    // Before any DDL (a wrong database is left untouched) and after the last.
+    super::cluster::check_layout(store).await?;
     let client = store.client();
-    client
-        .query_raw(CREATE_TABLE_SQL)
-        .execute()
-        .await
-        .map_err(StoreError::query("create schema_migrations"))?;
+    for statement in &plan.bookkeeping {
+        run_ddl(store, statement)
+            .await
+            .map_err(StoreError::query("create schema_migrations"))?;
+    }
     let applied: Vec<AppliedRow> = client
         .query(APPLIED_SQL)
         .fetch_all()
@@ -151,7 +235,7 @@ pub(super) async fn migrate(
         }
     }
     let mut done = Vec::new();
-    for migration in migrations {
+    for (migration, planned) in migrations.iter().zip(&plan.migrations) {
         let checksum = migration.checksum();
         if let Some(row) = applied.iter().find(|r| r.version == migration.version) {
             if let Some(other) = row.checksums.iter().find(|c| **c != checksum) {
@@ -164,17 +248,17 @@ pub(super) async fn migrate(
             }
             continue;
         }
-        for (index, statement) in migration.statements().iter().enumerate() {
-            client
-                .query_raw(statement)
-                .execute()
-                .await
-                .map_err(|source| StoreError::Migration {
-                    version: migration.version,
-                    name: migration.name.to_string(),
-                    index,
-                    source,
-                })?;
+        for (index, statements) in planned.iter().enumerate() {
+            for statement in statements {
+                run_ddl(store, statement)
+                    .await
+                    .map_err(|source| StoreError::Migration {
+                        version: migration.version,
+                        name: migration.name.to_string(),
+                        index,
+                        source,
+                    })?;
+            }
         }
         let mut insert = client
             .insert::<MigrationRow<'_>>("schema_migrations")
@@ -201,6 +285,7 @@ pub(super) async fn migrate(
         );
         done.push(migration.version);
     }
+    super::cluster::check_layout(store).await?;
     Ok(done)
 }
 

@@ -10,15 +10,24 @@
 //! retention, AND its last write (the newest part's `modification_time`) is older than
 //! the retention too: an imported trace of last year is kept for `retention_days`
 //! after its import, not dropped at once. `retention_days = 0` keeps everything.
+//!
+//! Cluster mode: the partitions live in the `*_local` tables of every shard; they are
+//! listed through `cluster(<cluster>, system, parts)` and dropped with
+//! `ALTER TABLE <db>.<t>_local ON CLUSTER <cluster> DROP PARTITION` (a shard without
+//! the partition does nothing). Results still name the table as `t/YYYYMMDD`.
 
 use clickhouse::sql::Identifier;
 use clickhouse::Row;
 use serde::Deserialize;
 
+use super::cluster::local_name;
 use super::{Store, StoreError, Table};
 
 const EXPIRED_PARTITIONS_SQL: &str = include_str!("../../queries/expired_partitions.sql");
 const DROP_PARTITION_SQL: &str = include_str!("../../queries/drop_partition.sql");
+const EXPIRED_PARTITIONS_CLUSTER_SQL: &str =
+    include_str!("../../queries/expired_partitions_cluster.sql");
+const DROP_PARTITION_CLUSTER_SQL: &str = include_str!("../../queries/drop_partition_cluster.sql");
 
 const NS_PER_DAY: u64 = 86_400 * 1_000_000_000;
 
@@ -43,18 +52,32 @@ impl Store {
         }
         let cutoff =
             yyyymmdd(now_ns.saturating_sub(u64::from(retention_days) * NS_PER_DAY) / NS_PER_DAY);
-        let tables: Vec<&str> = Table::ALL.iter().map(|t| t.name()).collect();
-        let parts: Vec<PartRow> = self
-            .client()
-            .query(EXPIRED_PARTITIONS_SQL)
+        // The tables that hold the partitions: ours, or their local tables on a cluster.
+        let physical = |t: Table| match self.cluster() {
+            None => t.name().to_string(),
+            Some(_) => local_name(t.name()),
+        };
+        let tables: Vec<String> = Table::ALL.iter().map(|t| physical(*t)).collect();
+        let query = match self.cluster() {
+            None => self.client().query(EXPIRED_PARTITIONS_SQL),
+            Some(cluster) => self
+                .client()
+                .query(EXPIRED_PARTITIONS_CLUSTER_SQL)
+                .bind(cluster),
+        };
+        let parts: Vec<PartRow> = query
             .bind(self.database())
-            .bind(tables)
+            .bind(&tables)
             .fetch_all()
             .await
             .map_err(StoreError::query("list partitions"))?;
         let mut dropped = Vec::new();
         for part in parts {
-            let Some(table) = Table::ALL.iter().copied().find(|t| t.name() == part.table) else {
+            let Some(table) = Table::ALL
+                .iter()
+                .copied()
+                .find(|t| physical(*t) == part.table)
+            else {
                 continue;
             };
             let Some(day) = parse_day(&part.partition_id) else {
@@ -66,10 +89,20 @@ impl Store {
             if day >= cutoff || written_ns.saturating_add(retention_ns) > now_ns {
                 continue;
             }
-            self.client()
-                .query(DROP_PARTITION_SQL)
-                .bind(Identifier(table.name()))
-                .bind(day)
+            let drop = match self.cluster() {
+                None => self
+                    .client()
+                    .query(DROP_PARTITION_SQL)
+                    .bind(Identifier(table.name())),
+                Some(cluster) => self
+                    .client()
+                    .query(DROP_PARTITION_CLUSTER_SQL)
+                    .bind(Identifier(self.database()))
+                    .bind(Identifier(&physical(table)))
+                    .bind(Identifier(cluster))
+                    .with_setting("wait_end_of_query", "1"),
+            };
+            drop.bind(day)
                 .execute()
                 .await
                 .map_err(StoreError::query("drop partition"))?;

@@ -124,7 +124,8 @@ pub(crate) fn log_tail(root: &Path, lines: usize) -> String {
     out
 }
 
-/// Owns a running server process through its keeper thread; dropping it kills the server.
+/// Owns a running server process (ClickHouse, or ZooKeeper for
+/// [`crate::ClickHouseCluster`]) through its keeper thread; dropping it kills the server.
 pub(crate) struct Keeper {
     stop: Option<mpsc::Sender<()>>,
     thread: Option<JoinHandle<()>>,
@@ -133,17 +134,27 @@ pub(crate) struct Keeper {
 }
 
 impl Keeper {
-    /// Spawns the server from a dedicated keeper thread (see the module docs for why).
+    /// Spawns the ClickHouse server of `root` (see the module docs for the thread).
     pub(crate) fn spawn(binary: &ServerBinary, root: &Path) -> Result<Keeper, TestkitError> {
+        let mut command = Command::new(&binary.path);
+        command.args(&binary.leading_args).arg(format!(
+            "--config-file={}",
+            root.join("config.xml").display()
+        ));
+        Self::spawn_command(command, root, "clickhouse")
+    }
+
+    /// Spawns `command` in `root` from a dedicated keeper thread, stderr to
+    /// `root/stderr.log`, with `PR_SET_PDEATHSIG(SIGKILL)` (see the module docs).
+    pub(crate) fn spawn_command(
+        mut command: Command,
+        root: &Path,
+        what: &str,
+    ) -> Result<Keeper, TestkitError> {
         let stderr = std::fs::File::create(root.join("stderr.log"))
             .map_err(|e| TestkitError::io("create stderr.log", e))?;
-        let mut command = Command::new(&binary.path);
+        let program = command.get_program().to_owned();
         command
-            .args(&binary.leading_args)
-            .arg(format!(
-                "--config-file={}",
-                root.join("config.xml").display()
-            ))
             .current_dir(root)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
@@ -176,14 +187,14 @@ impl Keeper {
         let exited = Arc::new(Mutex::new(None));
         let exited_in_thread = Arc::clone(&exited);
         let thread = std::thread::Builder::new()
-            .name("clickhouse-keeper".into())
+            .name(format!("{what}-keeper"))
             .spawn(move || keep(command, stop_rx, pid_tx, exited_in_thread))
-            .map_err(|e| TestkitError::io("spawn the clickhouse keeper thread", e))?;
+            .map_err(|e| TestkitError::io(format!("spawn the {what} keeper thread"), e))?;
         let pid = match pid_rx.recv() {
             Ok(Ok(pid)) => pid,
             Ok(Err(e)) => {
                 let _ = thread.join();
-                return Err(TestkitError::io(format!("spawn {:?}", binary.path), e));
+                return Err(TestkitError::io(format!("spawn {what} ({program:?})"), e));
             }
             Err(_) => {
                 let _ = thread.join();

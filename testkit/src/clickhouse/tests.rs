@@ -117,7 +117,7 @@ fn servers_die_with_the_test_process() {
 }
 
 /// Alive and not a zombie.
-fn process_alive(pid: i32) -> bool {
+pub(crate) fn process_alive(pid: i32) -> bool {
     match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
         Ok(stat) => !stat
             .rsplit(')')
