@@ -7,13 +7,15 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
     println!("cargo:rerun-if-env-changed=PROTOC");
     println!("cargo:rerun-if-changed=rankscope");
-    tonic_prost_build::configure().compile_protos(
-        &[
-            "rankscope/v1/events.proto",
-            "rankscope/v1/samples.proto",
-            "rankscope/v1/ingest.proto",
-        ],
-        &["."],
-    )?;
+    tonic_prost_build::configure()
+        .codec_path("crate::codec::SliceCodec")
+        .compile_protos(
+            &[
+                "rankscope/v1/events.proto",
+                "rankscope/v1/samples.proto",
+                "rankscope/v1/ingest.proto",
+            ],
+            &["."],
+        )?;
     Ok(())
 }

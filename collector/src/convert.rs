@@ -15,7 +15,7 @@ use std::collections::HashMap;
 use rankscope_proto::v1 as proto;
 use rankscope_proto::validate::{self, StepState, ValidationError};
 
-use crate::store::{BatchRow, CollectiveRow, KernelRow, RankRow, RowSet, SpanRow, StepRow};
+use crate::store::{BatchRow, CollectiveRow, KernelRow, RankRow, RowSet, SpanRow, StepRow, Text};
 use crate::stream::{RankInput, StreamEvent, StreamInput};
 
 /// Why a batch was rejected.
@@ -96,17 +96,22 @@ pub fn convert(batch: &proto::AgentBatch, received_ns: u64) -> Result<RowSet, Co
     Ok(rows)
 }
 
-/// Common columns of every event row of one rank group.
+/// Common columns of every event row of one rank group, each allocated once
+/// per group and shared by its rows.
 struct Ctx<'a> {
     batch: &'a proto::AgentBatch,
     id: &'a proto::RankIdentity,
-    node: &'a str,
-    names: HashMap<u32, &'a str>,
+    job_id: Text,
+    run_id: Text,
+    node: Text,
+    agent_id: Text,
+    names: HashMap<u32, Text>,
+    empty: Text,
 }
 
 impl Ctx<'_> {
-    fn name(&self, id: u32) -> String {
-        self.names.get(&id).copied().unwrap_or_default().to_owned()
+    fn name(&self, id: u32) -> Text {
+        self.names.get(&id).unwrap_or(&self.empty).clone()
     }
 }
 
@@ -126,12 +131,16 @@ fn push_group(
     let cx = Ctx {
         batch,
         id,
-        node,
+        job_id: id.job_id.as_str().into(),
+        run_id: id.run_id.as_str().into(),
+        node: node.as_str().into(),
+        agent_id: batch.agent_id.as_str().into(),
         names: group
             .names
             .iter()
-            .map(|n| (n.id, n.name.as_str()))
+            .map(|n| (n.id, Text::from(n.name.as_str())))
             .collect(),
+        empty: Text::from(""),
     };
     let mut labels: Vec<(&String, &String)> = id.labels.iter().collect();
     labels.sort();
@@ -161,16 +170,16 @@ fn push_group(
 
 fn step_row(cx: &Ctx<'_>, step: u64, kind: i8, ts_ns: u64) -> StepRow {
     StepRow {
-        job_id: cx.id.job_id.clone(),
-        run_id: cx.id.run_id.clone(),
+        job_id: cx.job_id.clone(),
+        run_id: cx.run_id.clone(),
         rank: cx.id.rank,
         step,
         kind,
         ts_ns,
-        node: cx.node.to_owned(),
+        node: cx.node.clone(),
         local_rank: cx.id.local_rank,
         pid: cx.id.pid,
-        agent_id: cx.batch.agent_id.clone(),
+        agent_id: cx.agent_id.clone(),
         agent_session: cx.batch.agent_session,
         batch_seq: cx.batch.seq,
     }
@@ -178,17 +187,17 @@ fn step_row(cx: &Ctx<'_>, step: u64, kind: i8, ts_ns: u64) -> StepRow {
 
 fn span_row(cx: &Ctx<'_>, s: &proto::Span) -> SpanRow {
     SpanRow {
-        job_id: cx.id.job_id.clone(),
-        run_id: cx.id.run_id.clone(),
+        job_id: cx.job_id.clone(),
+        run_id: cx.run_id.clone(),
         rank: cx.id.rank,
-        node: cx.node.to_owned(),
+        node: cx.node.clone(),
         category: enum8(s.category),
         name: cx.name(s.name_id),
         start_ns: s.start_ns,
         end_ns: s.end_ns,
         stream: s.stream,
         device: s.device,
-        agent_id: cx.batch.agent_id.clone(),
+        agent_id: cx.agent_id.clone(),
         agent_session: cx.batch.agent_session,
         batch_seq: cx.batch.seq,
     }
@@ -199,10 +208,10 @@ fn collective_row(cx: &Ctx<'_>, c: &proto::Collective) -> CollectiveRow {
     // element type is descriptive, bytes are what the statistics use.
     let dtype = proto::DataType::try_from(c.dtype).map_or(0, |d| d as i32);
     CollectiveRow {
-        job_id: cx.id.job_id.clone(),
-        run_id: cx.id.run_id.clone(),
+        job_id: cx.job_id.clone(),
+        run_id: cx.run_id.clone(),
         rank: cx.id.rank,
-        node: cx.node.to_owned(),
+        node: cx.node.clone(),
         op: enum8(c.op),
         process_group: cx.name(c.process_group_id),
         group_ranks: c.group_ranks.clone(),
@@ -216,7 +225,7 @@ fn collective_row(cx: &Ctx<'_>, c: &proto::Collective) -> CollectiveRow {
         device: c.device,
         start_ns: c.start_ns,
         end_ns: c.end_ns,
-        agent_id: cx.batch.agent_id.clone(),
+        agent_id: cx.agent_id.clone(),
         agent_session: cx.batch.agent_session,
         batch_seq: cx.batch.seq,
     }
@@ -224,10 +233,10 @@ fn collective_row(cx: &Ctx<'_>, c: &proto::Collective) -> CollectiveRow {
 
 fn kernel_row(cx: &Ctx<'_>, k: &proto::Kernel) -> KernelRow {
     KernelRow {
-        job_id: cx.id.job_id.clone(),
-        run_id: cx.id.run_id.clone(),
+        job_id: cx.job_id.clone(),
+        run_id: cx.run_id.clone(),
         rank: cx.id.rank,
-        node: cx.node.to_owned(),
+        node: cx.node.clone(),
         kind: enum8(k.kind),
         name: cx.name(k.name_id),
         stream: k.stream,
@@ -236,7 +245,7 @@ fn kernel_row(cx: &Ctx<'_>, k: &proto::Kernel) -> KernelRow {
         end_ns: k.end_ns,
         correlation: k.correlation,
         bytes: k.bytes,
-        agent_id: cx.batch.agent_id.clone(),
+        agent_id: cx.agent_id.clone(),
         agent_session: cx.batch.agent_session,
         batch_seq: cx.batch.seq,
     }
@@ -269,6 +278,7 @@ pub fn stream_input(batch: &proto::AgentBatch) -> StreamInput {
             .map(|n| (n.id, n.name.as_str()))
             .collect();
         let name = |id: u32| names.get(&id).copied().unwrap_or_default();
+        let mut classes = HashMap::new();
         let mut events = Vec::with_capacity(group.events.len());
         for ev in &group.events {
             let e = match &ev.kind {
@@ -289,10 +299,18 @@ pub fn stream_input(batch: &proto::AgentBatch) -> StreamInput {
                         Ok(proto::KernelKind::Memset) => GpuEventKind::Memset,
                         _ => GpuEventKind::Kernel,
                     };
+                    // Name classification scans the name; a group names
+                    // each kernel once and runs it thousands of times.
+                    let class = match kind {
+                        GpuEventKind::Kernel => *classes
+                            .entry(k.name_id)
+                            .or_insert_with(|| classify_kernel(name(k.name_id), kind)),
+                        _ => classify_kernel("", kind),
+                    };
                     StreamEvent::Gpu(GpuEvent {
                         start_ns: k.start_ns,
                         end_ns: k.end_ns,
-                        class: classify_kernel(name(k.name_id), kind),
+                        class,
                     })
                 }
                 Some(Kind::Collective(c)) => {

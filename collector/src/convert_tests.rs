@@ -101,15 +101,15 @@ fn converts_every_event_with_batch_identity() {
     assert_eq!(rows.len(), 10);
     let k = &rows.kernels[1];
     assert_eq!(
-        (k.rank, k.name.as_str(), k.node.as_str()),
+        (k.rank, &*k.name, &*k.node),
         (1, "sm80_xmma_gemm", "node-a")
     );
     assert_eq!(
-        (k.agent_id.as_str(), k.agent_session, k.batch_seq),
+        (&*k.agent_id, k.agent_session, k.batch_seq),
         ("agent-a", 42, 7)
     );
     let c = &rows.collectives[0];
-    assert_eq!(c.process_group, "default_pg");
+    assert_eq!(&*c.process_group, "default_pg");
     assert_eq!((c.op, c.dtype, c.bytes, c.seq), (1, 10, 2048, 5));
     assert_eq!(rows.steps[0].kind, 1);
     assert_eq!(rows.steps[1].kind, 2);

@@ -38,7 +38,7 @@ pub use migrate::{split_statements, Migration, MIGRATIONS};
 pub use read::{JobRow, StepTimeRow};
 pub use rows::{
     AlertRow, BatchRow, BreakdownRow, CollectiveRow, HangRow, KernelRow, RankRow, RowSet, SpanRow,
-    StepRow, VerdictRow,
+    StepRow, Text, VerdictRow,
 };
 pub use writer::{
     spawn_writer, TableCounters, WriteError, WriteOutcome, WriterConfig, WriterHandle,

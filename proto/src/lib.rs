@@ -10,6 +10,7 @@
 
 pub mod attribution;
 pub mod auth;
+pub mod codec;
 pub mod tls;
 pub mod validate;
 

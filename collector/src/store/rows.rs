@@ -10,20 +10,25 @@
 use clickhouse::Row;
 use serde::{Deserialize, Serialize};
 
+/// A string column value shared by many rows (a batch's job, node and agent
+/// ids, an interned event name): cloning it for a row is a reference-count
+/// increment, not an allocation and a copy. Serialised as a plain string.
+pub type Text = std::sync::Arc<str>;
+
 /// `steps`: one step begin (`kind` 1) or end (`kind` 2) marker of one rank.
 #[derive(Debug, Clone, PartialEq, Eq, Row, Serialize, Deserialize)]
 pub struct StepRow {
-    pub job_id: String,
-    pub run_id: String,
+    pub job_id: Text,
+    pub run_id: Text,
     pub rank: u32,
     pub step: u64,
     /// 1 = begin, 2 = end.
     pub kind: i8,
     pub ts_ns: u64,
-    pub node: String,
+    pub node: Text,
     pub local_rank: u32,
     pub pid: u32,
-    pub agent_id: String,
+    pub agent_id: Text,
     pub agent_session: u64,
     pub batch_seq: u64,
 }
@@ -31,17 +36,17 @@ pub struct StepRow {
 /// `spans`: a compute/communication/... span of one rank (`category` = proto SpanCategory).
 #[derive(Debug, Clone, PartialEq, Eq, Row, Serialize, Deserialize)]
 pub struct SpanRow {
-    pub job_id: String,
-    pub run_id: String,
+    pub job_id: Text,
+    pub run_id: Text,
     pub rank: u32,
-    pub node: String,
+    pub node: Text,
     pub category: i8,
-    pub name: String,
+    pub name: Text,
     pub start_ns: u64,
     pub end_ns: u64,
     pub stream: u32,
     pub device: i32,
-    pub agent_id: String,
+    pub agent_id: Text,
     pub agent_session: u64,
     pub batch_seq: u64,
 }
@@ -50,12 +55,12 @@ pub struct SpanRow {
 /// `dtype` = proto DataType, 0 = unspecified).
 #[derive(Debug, Clone, PartialEq, Eq, Row, Serialize, Deserialize)]
 pub struct CollectiveRow {
-    pub job_id: String,
-    pub run_id: String,
+    pub job_id: Text,
+    pub run_id: Text,
     pub rank: u32,
-    pub node: String,
+    pub node: Text,
     pub op: i8,
-    pub process_group: String,
+    pub process_group: Text,
     pub group_ranks: Vec<u32>,
     pub group_size: u32,
     pub dtype: i8,
@@ -67,7 +72,7 @@ pub struct CollectiveRow {
     pub device: i32,
     pub start_ns: u64,
     pub end_ns: u64,
-    pub agent_id: String,
+    pub agent_id: Text,
     pub agent_session: u64,
     pub batch_seq: u64,
 }
@@ -75,19 +80,19 @@ pub struct CollectiveRow {
 /// `kernels`: a GPU kernel, memcpy or memset (`kind` = proto KernelKind).
 #[derive(Debug, Clone, PartialEq, Eq, Row, Serialize, Deserialize)]
 pub struct KernelRow {
-    pub job_id: String,
-    pub run_id: String,
+    pub job_id: Text,
+    pub run_id: Text,
     pub rank: u32,
-    pub node: String,
+    pub node: Text,
     pub kind: i8,
-    pub name: String,
+    pub name: Text,
     pub stream: u32,
     pub device: i32,
     pub start_ns: u64,
     pub end_ns: u64,
     pub correlation: u64,
     pub bytes: u64,
-    pub agent_id: String,
+    pub agent_id: Text,
     pub agent_session: u64,
     pub batch_seq: u64,
 }
