@@ -185,7 +185,8 @@ pub fn spawn_writer(
         cfg,
         metrics: Arc::clone(&metrics),
         rx,
-        buffer: RowSet::default(),
+        buffer: Vec::new(),
+        buffered_rows: 0,
         pending: Vec::new(),
         deadline: None,
     };
@@ -198,8 +199,12 @@ struct Writer {
     cfg: WriterConfig,
     metrics: Arc<WriterMetrics>,
     rx: mpsc::Receiver<Request>,
-    /// Rows of every pending row set, merged per table.
-    buffer: RowSet,
+    /// Every pending row set as it came: a flush writes each table's rows
+    /// from all of them in order (merging them into one vector per table
+    /// would move every row once more, plus the vectors' growth copies).
+    buffer: Vec<RowSet>,
+    /// Rows (all tables) in `buffer`.
+    buffered_rows: usize,
     /// Acks of the buffered row sets with their event row counts.
     pending: Vec<(usize, Ack)>,
     /// When the buffer must be flushed; `None` while it is empty.
@@ -232,18 +237,19 @@ impl Writer {
 
     async fn accept(&mut self, request: Request) {
         self.buffer_request(request);
-        if self.buffer.total_rows() >= self.cfg.batch_max_rows {
+        if self.buffered_rows >= self.cfg.batch_max_rows {
             self.flush().await;
         }
     }
 
-    fn buffer_request(&mut self, mut request: Request) {
+    fn buffer_request(&mut self, request: Request) {
         if self.pending.is_empty() {
             self.deadline =
                 Some(Instant::now() + Duration::from_millis(self.cfg.flush_interval_ms));
         }
         let rows = request.rows.len();
-        self.buffer.append(&mut request.rows);
+        self.buffered_rows += request.rows.total_rows();
+        self.buffer.push(request.rows);
         self.pending.push((rows, request.ack));
     }
 
@@ -253,17 +259,14 @@ impl Writer {
         if self.pending.is_empty() {
             return;
         }
-        let rows = std::mem::take(&mut self.buffer);
+        let sets = std::mem::take(&mut self.buffer);
+        let total_rows = std::mem::take(&mut self.buffered_rows);
         let pending = std::mem::take(&mut self.pending);
-        let result = self.write_all(&rows).await;
+        let result = self.write_all(&sets).await;
         match result {
             Ok(()) => {
                 self.metrics.flushes.fetch_add(1, Relaxed);
-                tracing::debug!(
-                    rows = rows.total_rows(),
-                    row_sets = pending.len(),
-                    "flushed"
-                );
+                tracing::debug!(rows = total_rows, row_sets = pending.len(), "flushed");
                 for (rows, ack) in pending {
                     let _ = ack.send(Ok(WriteOutcome { rows }));
                 }
@@ -294,36 +297,43 @@ impl Writer {
 
     /// Event tables concurrently (one INSERT each costs ~15 ms of server latency), then
     /// `ingest_batches` once all of them succeeded.
-    async fn write_all(&self, rows: &RowSet) -> Result<(), (Table, clickhouse::error::Error)> {
+    async fn write_all(&self, sets: &[RowSet]) -> Result<(), (Table, clickhouse::error::Error)> {
         tokio::try_join!(
-            self.write_table(Table::Steps, &rows.steps),
-            self.write_table(Table::Spans, &rows.spans),
-            self.write_table(Table::Collectives, &rows.collectives),
-            self.write_table(Table::Kernels, &rows.kernels),
-            self.write_table(Table::Ranks, &rows.ranks),
-            self.write_table(Table::StepBreakdown, &rows.breakdowns),
-            self.write_table(Table::StragglerVerdicts, &rows.verdicts),
-            self.write_table(Table::HangSuspects, &rows.hangs),
-            self.write_table(Table::Alerts, &rows.alerts),
-            self.write_table(Table::GpuSamples, &rows.telemetry.gpu_samples),
-            self.write_table(Table::HostSamples, &rows.telemetry.host_samples),
-            self.write_table(Table::RankGpuSamples, &rows.telemetry.rank_gpu),
-            self.write_table(Table::RankProcessSamples, &rows.telemetry.rank_process),
-            self.write_table(Table::StragglerEvidence, &rows.telemetry.evidence),
+            self.write_table(Table::Steps, sets, |r| &r.steps),
+            self.write_table(Table::Spans, sets, |r| &r.spans),
+            self.write_table(Table::Collectives, sets, |r| &r.collectives),
+            self.write_table(Table::Kernels, sets, |r| &r.kernels),
+            self.write_table(Table::Ranks, sets, |r| &r.ranks),
+            self.write_table(Table::StepBreakdown, sets, |r| &r.breakdowns),
+            self.write_table(Table::StragglerVerdicts, sets, |r| &r.verdicts),
+            self.write_table(Table::HangSuspects, sets, |r| &r.hangs),
+            self.write_table(Table::Alerts, sets, |r| &r.alerts),
+            self.write_table(Table::GpuSamples, sets, |r| &r.telemetry.gpu_samples),
+            self.write_table(Table::HostSamples, sets, |r| &r.telemetry.host_samples),
+            self.write_table(Table::RankGpuSamples, sets, |r| &r.telemetry.rank_gpu),
+            self.write_table(Table::RankProcessSamples, sets, |r| {
+                &r.telemetry.rank_process
+            }),
+            self.write_table(Table::StragglerEvidence, sets, |r| &r.telemetry.evidence),
         )?;
-        self.write_table(Table::IngestBatches, &rows.batches).await
+        self.write_table(Table::IngestBatches, sets, |r| &r.batches)
+            .await
     }
 
+    /// One INSERT of `table`'s rows (`select`ed from every row set, in order).
     async fn write_table<T: RowOwned + RowWrite>(
         &self,
         table: Table,
-        rows: &[T],
+        sets: &[RowSet],
+        select: impl Fn(&RowSet) -> &Vec<T>,
     ) -> Result<(), (Table, clickhouse::error::Error)> {
-        if rows.is_empty() {
+        let n: usize = sets.iter().map(|s| select(s).len()).sum();
+        if n == 0 {
             return Ok(());
         }
         let counters = self.metrics.table(table);
         let started = std::time::Instant::now();
+        let rows = sets.iter().flat_map(|s| select(s).iter());
         match insert(
             &self.store,
             table,
@@ -334,7 +344,7 @@ impl Writer {
         {
             Ok(()) => {
                 self.metrics.insert_latency.observe(started.elapsed());
-                let n = rows.len() as u64;
+                let n = n as u64;
                 counters.rows.fetch_add(n, Relaxed);
                 counters.inserts.fetch_add(1, Relaxed);
                 self.metrics.rows_written.fetch_add(n, Relaxed);
@@ -351,10 +361,10 @@ impl Writer {
 }
 
 /// One INSERT of `rows` into `table`.
-async fn insert<T: RowOwned + RowWrite>(
+async fn insert<'r, T: RowOwned + RowWrite + 'r>(
     store: &Store,
     table: Table,
-    rows: &[T],
+    rows: impl Iterator<Item = &'r T>,
     timeout: Duration,
 ) -> Result<(), clickhouse::error::Error> {
     let mut insert = store
