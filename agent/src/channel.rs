@@ -18,7 +18,6 @@ use std::time::Duration;
 
 pub use rankscope_proto::tls::probe::ProbeError;
 use rankscope_proto::tls::{self as shared_tls, TlsPaths};
-use rankscope_proto::v1 as proto;
 use tokio::sync::watch;
 use tonic::transport::{Channel, Endpoint};
 
@@ -26,8 +25,9 @@ use crate::config::Config;
 use crate::metrics::Metrics;
 use crate::AgentError;
 
-/// The generated client over a tonic channel.
-pub(crate) type Client = proto::collector_ingest_client::CollectorIngestClient<Channel>;
+/// The connection to the collector (the uplink makes its `Ingest` calls on
+/// it with pre-encoded batches).
+pub(crate) type Client = Channel;
 
 /// The TLS files of `config`, when `collector_url` is `https://`.
 pub(crate) fn tls_paths(config: &Config) -> Option<TlsPaths> {
@@ -62,9 +62,7 @@ pub(crate) fn client(config: &Config) -> Result<Client, AgentError> {
                 error,
             })?;
     }
-    Ok(proto::collector_ingest_client::CollectorIngestClient::new(
-        endpoint.connect_lazy(),
-    ))
+    Ok(endpoint.connect_lazy())
 }
 
 /// A SIGHUP listener, registered now (a SIGHUP sent once this returns is

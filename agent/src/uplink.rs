@@ -38,6 +38,7 @@ use crate::batch::Pending;
 use crate::metrics::{DropReason, Metrics};
 
 use crate::channel::Client;
+use rankscope_proto::codec::{Encoded, SliceCodec};
 
 /// What to do after a failed call.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -67,7 +68,10 @@ pub(crate) fn classify(status: &Status) -> Outcome {
 
 #[derive(Debug)]
 struct Slot {
+    /// The batch until its first call; then only its counts are needed.
     pending: Pending,
+    /// The batch as encoded for its first call; retries send these bytes.
+    encoded: Option<Encoded>,
     /// Calls made for this batch so far.
     attempts: u32,
     in_flight: bool,
@@ -170,7 +174,7 @@ impl Uplink {
                 pending = input.recv(), if input_open && room => match pending {
                     Some(p) => {
                         let seq = p.batch.seq;
-                        self.window.insert(seq, Slot { pending: p, attempts: 0, in_flight: false, probe: false });
+                        self.window.insert(seq, Slot { pending: p, encoded: None, attempts: 0, in_flight: false, probe: false });
                     }
                     None => input_open = false,
                 },
@@ -215,7 +219,6 @@ impl Uplink {
             return;
         };
         if slot.attempts == 0 {
-            slot.pending.batch.sent_at_ns = now_ns();
             Metrics::inc(&self.metrics.batches_sent);
         } else {
             Metrics::inc(&self.metrics.batches_retried);
@@ -223,16 +226,24 @@ impl Uplink {
         slot.attempts += 1;
         slot.in_flight = true;
         slot.probe = probe;
-        let batch = slot.pending.batch.clone();
-        let mut client = self.client.borrow().clone();
-        let mut request = tonic::Request::new(batch);
+        // Encoded once, at the first call (which stamps sent_at_ns); the
+        // decoded batch is dropped then, and retries re-send the bytes.
+        let body = slot
+            .encoded
+            .get_or_insert_with(|| {
+                let mut batch = std::mem::take(&mut slot.pending.batch);
+                batch.sent_at_ns = now_ns();
+                Encoded::of(&batch)
+            })
+            .clone();
+        let channel = self.client.borrow().clone();
+        let mut request = tonic::Request::new(body);
         if let Some(auth) = &self.auth {
             request.metadata_mut().insert("authorization", auth.clone());
         }
-        let handle = self.calls.spawn(async move {
-            let result = client.ingest(request).await.map(|r| r.into_inner());
-            (seq, result)
-        });
+        let handle = self
+            .calls
+            .spawn(async move { (seq, ingest(channel, request).await) });
         self.call_seq.insert(handle.id(), seq);
     }
 
@@ -312,6 +323,29 @@ impl Uplink {
         self.retry_at = None;
     }
 }
+
+/// `CollectorIngest.Ingest` with a pre-encoded `AgentBatch` (what the
+/// generated client does, minus encoding).
+async fn ingest(
+    channel: Client,
+    request: tonic::Request<Encoded>,
+) -> Result<proto::IngestAck, Status> {
+    let mut grpc = tonic::client::Grpc::new(channel);
+    grpc.ready()
+        .await
+        .map_err(|e| Status::unknown(format!("Service was not ready: {e}")))?;
+    let path = tonic::codegen::http::uri::PathAndQuery::from_static(INGEST_PATH);
+    grpc.unary(
+        request,
+        path,
+        SliceCodec::<Encoded, proto::IngestAck>::default(),
+    )
+    .await
+    .map(tonic::Response::into_inner)
+}
+
+/// The gRPC path of `CollectorIngest.Ingest` (proto/rankscope/v1/ingest.proto).
+const INGEST_PATH: &str = "/rankscope.v1.CollectorIngest/Ingest";
 
 fn now_ns() -> u64 {
     SystemTime::now()
