@@ -105,13 +105,50 @@ struct Ctx<'a> {
     run_id: Text,
     node: Text,
     agent_id: Text,
-    names: HashMap<u32, Text>,
+    names: NameTable<Text>,
     empty: Text,
 }
 
 impl Ctx<'_> {
     fn name(&self, id: u32) -> Text {
-        self.names.get(&id).unwrap_or(&self.empty).clone()
+        self.names.get(id).unwrap_or(&self.empty).clone()
+    }
+}
+
+/// The interned names of one rank group, looked up once per event: a table
+/// indexed by id when the ids are small (ranks number their names from 1),
+/// a hash map for the others. Either way an unknown id is `None`.
+struct NameTable<T> {
+    dense: Vec<Option<T>>,
+    sparse: HashMap<u32, T>,
+}
+
+impl<T> NameTable<T> {
+    fn new(names: impl ExactSizeIterator<Item = (u32, T)>) -> Self {
+        let limit = names.len().saturating_mul(4).saturating_add(64);
+        let mut table = NameTable {
+            dense: Vec::new(),
+            sparse: HashMap::new(),
+        };
+        for (id, value) in names {
+            let i = id as usize;
+            if i < limit {
+                if table.dense.len() <= i {
+                    table.dense.resize_with(i + 1, || None);
+                }
+                table.dense[i] = Some(value);
+            } else {
+                table.sparse.insert(id, value);
+            }
+        }
+        table
+    }
+
+    fn get(&self, id: u32) -> Option<&T> {
+        match self.dense.get(id as usize) {
+            Some(Some(v)) => Some(v),
+            _ => self.sparse.get(&id),
+        }
     }
 }
 
@@ -135,11 +172,12 @@ fn push_group(
         run_id: id.run_id.as_str().into(),
         node: node.as_str().into(),
         agent_id: batch.agent_id.as_str().into(),
-        names: group
-            .names
-            .iter()
-            .map(|n| (n.id, Text::from(n.name.as_str())))
-            .collect(),
+        names: NameTable::new(
+            group
+                .names
+                .iter()
+                .map(|n| (n.id, Text::from(n.name.as_str()))),
+        ),
         empty: Text::from(""),
     };
     let mut labels: Vec<(&String, &String)> = id.labels.iter().collect();
@@ -266,19 +304,20 @@ mod tests;
 /// spans, collectives). Call only on a batch [`convert`] accepted.
 pub fn stream_input(batch: &proto::AgentBatch) -> StreamInput {
     use proto::event::Kind;
-    use rankscope_analysis::{classify_kernel, CollectiveObs, GpuEvent, GpuEventKind, Interval};
+    use rankscope_analysis::{
+        classify_kernel, CollectiveObs, GpuEvent, GpuEventKind, Interval, KernelClass,
+    };
+    /// Name ids below this get their kernel class cached (a table of one
+    /// byte per id).
+    const MAX_CACHED_NAME_ID: usize = 1 << 16;
     let mut groups = Vec::with_capacity(batch.ranks.len());
     for group in &batch.ranks {
         let Some(id) = group.identity.as_ref() else {
             continue;
         };
-        let names: HashMap<u32, &str> = group
-            .names
-            .iter()
-            .map(|n| (n.id, n.name.as_str()))
-            .collect();
-        let name = |id: u32| names.get(&id).copied().unwrap_or_default();
-        let mut classes = HashMap::new();
+        let names = NameTable::new(group.names.iter().map(|n| (n.id, n.name.as_str())));
+        let name = |id: u32| names.get(id).copied().unwrap_or_default();
+        let mut classes: Vec<Option<KernelClass>> = Vec::new();
         let mut events = Vec::with_capacity(group.events.len());
         for ev in &group.events {
             let e = match &ev.kind {
@@ -301,11 +340,16 @@ pub fn stream_input(batch: &proto::AgentBatch) -> StreamInput {
                     };
                     // Name classification scans the name; a group names
                     // each kernel once and runs it thousands of times.
+                    let i = k.name_id as usize;
                     let class = match kind {
-                        GpuEventKind::Kernel => *classes
-                            .entry(k.name_id)
-                            .or_insert_with(|| classify_kernel(name(k.name_id), kind)),
-                        _ => classify_kernel("", kind),
+                        GpuEventKind::Kernel if i < MAX_CACHED_NAME_ID => {
+                            if classes.len() <= i {
+                                classes.resize(i + 1, None);
+                            }
+                            *classes[i]
+                                .get_or_insert_with(|| classify_kernel(name(k.name_id), kind))
+                        }
+                        _ => classify_kernel(name(k.name_id), kind),
                     };
                     StreamEvent::Gpu(GpuEvent {
                         start_ns: k.start_ns,

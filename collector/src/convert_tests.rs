@@ -148,3 +148,14 @@ fn batch_header_is_checked() {
     b.agent_id.clear();
     assert!(convert(&b, 1).unwrap_err().to_string().contains("agent_id"));
 }
+
+#[test]
+fn name_table_finds_dense_and_sparse_ids_and_nothing_else() {
+    let t = NameTable::new([(1, "a"), (2, "b"), (1_000_000, "far")].into_iter());
+    assert_eq!(t.get(1), Some(&"a"));
+    assert_eq!(t.get(2), Some(&"b"));
+    assert_eq!(t.get(1_000_000), Some(&"far"));
+    for unknown in [0, 3, 70, 999_999, u32::MAX] {
+        assert_eq!(t.get(unknown), None, "{unknown}");
+    }
+}
