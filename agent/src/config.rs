@@ -108,6 +108,12 @@ pub struct Config {
     /// How often NVML initialisation is retried after it failed (a driver
     /// loaded after the agent started is picked up); 0: never, else >= 100.
     pub nvml_retry_interval_ms: u64,
+    /// Threads of the agent's async runtime (the NVML sampler has its own).
+    /// 1 runs everything on one thread: the least CPU at a node's usual event
+    /// rates (no cross-thread wake-ups), at a lower peak relay rate
+    /// (bench/RESULTS-agent-telemetry.md). The default, 2, keeps the agent off
+    /// most of a many-core node's CPUs while relaying at full speed.
+    pub worker_threads: usize,
 }
 
 impl Default for Config {
@@ -140,6 +146,7 @@ impl Default for Config {
             host_sample_interval_ms: 1000,
             nvml_library_path: String::new(),
             nvml_retry_interval_ms: 30_000,
+            worker_threads: 2,
         }
     }
 }
@@ -236,6 +243,13 @@ impl Config {
             });
         }
         self.validate_tls()?;
+        if !(1..=256).contains(&self.worker_threads) {
+            return Err(ConfigError::Invalid {
+                field: "worker_threads",
+                value: self.worker_threads.to_string(),
+                problem: "must be between 1 and 256",
+            });
+        }
         for (field, value) in [
             ("gpu_sample_interval_ms", self.gpu_sample_interval_ms),
             ("host_sample_interval_ms", self.host_sample_interval_ms),

@@ -105,13 +105,29 @@ impl Cli {
     }
 }
 
-#[tokio::main]
-async fn main() -> anyhow::Result<()> {
+fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     if let Some(Command::GenConfig) = cli.command {
         print!("{}", Config::default().to_toml()?);
         return Ok(());
     }
+    // The runtime's size is configuration: read it before building one.
+    let config = cli.config()?;
+    let threads = config.worker_threads;
+    let runtime = if threads == 1 {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?
+    } else {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(threads)
+            .enable_all()
+            .build()?
+    };
+    runtime.block_on(run(cli, config))
+}
+
+async fn run(cli: Cli, config: Config) -> anyhow::Result<()> {
     // `--check` prints a report: only problems go to the log.
     let level = if cli.check { "warn" } else { "info" };
     tracing_subscriber::fmt()
@@ -122,7 +138,6 @@ async fn main() -> anyhow::Result<()> {
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(level)),
         )
         .init();
-    let config = cli.config()?;
     if cli.check {
         print!("{}", rankscope_agent::sample::check::check(&config));
         match rankscope_agent::probe_tls(&config).await {

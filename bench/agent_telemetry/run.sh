@@ -5,7 +5,7 @@
 # against a real collector and a private ClickHouse on this machine.
 #
 #   bench/agent_telemetry/run.sh [seconds]      (default 60 per case)
-#   CASES="name:gpu_ms:host_ms:ranks(0|1) ..." bench/agent_telemetry/run.sh   (other cases)
+#   CASES="name:gpu_ms:host_ms:ranks(0|1)[:worker_threads] ..." bench/agent_telemetry/run.sh   (other cases)
 #
 # Cases (each a fresh agent): `telemetry+ranks` (the issue's target),
 # `telemetry` (no ranks: the sampler alone), `ranks` (telemetry off: the
@@ -72,8 +72,8 @@ events_of() { # job
   clickhouse-client --port "$ch_tcp" -q "SELECT $q"
 }
 
-run_case() { # name gpu_ms host_ms ranks(0|1)
-  local name=$1 gpu_ms=$2 host_ms=$3 ranks=$4 agent sim="" t0 t1 c0 c1 s0 s1 job="bench-$1-$$" evs=0
+run_case() { # name gpu_ms host_ms ranks(0|1) [worker_threads]
+  local name=$1 gpu_ms=$2 host_ms=$3 ranks=$4 threads=${5:-} agent sim="" t0 t1 c0 c1 s0 s1 job="bench-$1-$$" evs=0
   cat >"$work/agent-$name.toml" <<TOML
 listen_addr = "$agent_addr"
 unix_socket_path = ""
@@ -81,6 +81,7 @@ collector_url = "http://$grpc"
 gpu_sample_interval_ms = $gpu_ms
 host_sample_interval_ms = $host_ms
 nvml_library_path = "$work/libnvidia-ml.so.1"
+${threads:+worker_threads = $threads}
 TOML
   "$bin/rankscope-agent" --config "$work/agent-$name.toml" >"$work/agent-$name.log" 2>&1 &
   agent=$!
@@ -118,9 +119,9 @@ TOML
 {
   echo "| case | GPU sampling (8 GPUs) | host sampling | ranks | CPU % of one core | peak RSS MiB | RSS at end MiB |"
   echo "|---|---|---|---|---|---|---|"
-  for c in ${CASES:-telemetry+ranks:100:1000:1 telemetry:100:1000:0 ranks:0:0:1 idle:0:0:0}; do
-    IFS=: read -r name gpu_ms host_ms ranks <<<"$c"
-    run_case "$name" "$gpu_ms" "$host_ms" "$ranks"
+  for c in ${CASES:-telemetry+ranks:100:1000:1 telemetry:100:1000:0 ranks:0:0:1 idle:0:0:0 telemetry+ranks-1thread:100:1000:1:1 ranks-1thread:0:0:1:1}; do
+    IFS=: read -r name gpu_ms host_ms ranks threads <<<"$c"
+    run_case "$name" "$gpu_ms" "$host_ms" "$ranks" "${threads:-}"
   done
 } | tee "$out"
 echo
