@@ -236,21 +236,6 @@ impl RowSet {
             + self.alerts.len()
             + self.telemetry.len()
     }
-
-    /// Moves all rows of `other` into `self`.
-    pub fn append(&mut self, other: &mut RowSet) {
-        self.steps.append(&mut other.steps);
-        self.spans.append(&mut other.spans);
-        self.collectives.append(&mut other.collectives);
-        self.kernels.append(&mut other.kernels);
-        self.ranks.append(&mut other.ranks);
-        self.batches.append(&mut other.batches);
-        self.breakdowns.append(&mut other.breakdowns);
-        self.verdicts.append(&mut other.verdicts);
-        self.hangs.append(&mut other.hangs);
-        self.alerts.append(&mut other.alerts);
-        self.telemetry.append(&mut other.telemetry);
-    }
 }
 
 pub use super::telemetry::rows::{

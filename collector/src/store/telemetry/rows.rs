@@ -164,13 +164,4 @@ impl TelemetryRows {
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
-
-    /// Moves all rows of `other` into `self`.
-    pub fn append(&mut self, other: &mut TelemetryRows) {
-        self.gpu_samples.append(&mut other.gpu_samples);
-        self.host_samples.append(&mut other.host_samples);
-        self.rank_gpu.append(&mut other.rank_gpu);
-        self.rank_process.append(&mut other.rank_process);
-        self.evidence.append(&mut other.evidence);
-    }
 }
