@@ -65,16 +65,6 @@ pub(crate) fn client(config: &Config) -> Result<Client, AgentError> {
     Ok(endpoint.connect_lazy())
 }
 
-/// A SIGHUP listener, registered now (a SIGHUP sent once this returns is
-/// caught, not fatal). `None` (logged) when signals are unavailable.
-pub(crate) fn sighup() -> Option<tokio::signal::unix::Signal> {
-    tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
-        .map_err(|e| {
-            tracing::warn!(error = %e, "cannot listen for SIGHUP; certificates reload on file change only");
-        })
-        .ok()
-}
-
 /// Rebuilds the client when the TLS files change (checked every `every`) or
 /// on SIGHUP, until the uplink is gone. A reload that fails keeps the current
 /// client and is logged and counted.

@@ -161,7 +161,7 @@ pub async fn start(config: Config) -> Result<AgentHandle, AgentError> {
             Duration::from_secs(config.tls_reload_interval_secs),
             client_tx,
             Arc::clone(&metrics),
-            channel::sighup(),
+            rankscope_proto::tls::sighup(),
         ));
     }
     let uplink = Uplink::new(

@@ -286,7 +286,7 @@ pub async fn start(cfg: Config) -> Result<Collector, StartError> {
         tasks.push(tokio::spawn(tls::run_reloader(
             state.clone(),
             Duration::from_secs(cfg.tls_reload_interval_secs),
-            tls::sighup(),
+            rankscope_proto::tls::sighup(),
             wait_for(shutdown_rx.clone()),
         )));
     }

@@ -217,18 +217,8 @@ impl TlsState {
     }
 }
 
-/// A SIGHUP listener, registered now (so a SIGHUP sent once this returns is
-/// caught, not fatal). `None` (logged) when signals are unavailable.
-pub fn sighup() -> Option<tokio::signal::unix::Signal> {
-    tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
-        .map_err(|e| {
-            tracing::warn!(error = %e, "cannot listen for SIGHUP; certificates reload on file change only");
-        })
-        .ok()
-}
-
 /// Reloads `state` when its files change (checked every `every`) and on
-/// SIGHUP (`hup`, from [`sighup`]), until `stop` resolves.
+/// SIGHUP (`hup`, from [`tls::sighup`]), until `stop` resolves.
 pub async fn run_reloader(
     state: Arc<TlsState>,
     every: Duration,

@@ -321,6 +321,17 @@ pub fn tonic_client_tls(
     Ok(cfg)
 }
 
+/// A SIGHUP listener for certificate reloads, registered now (a SIGHUP sent
+/// once this returns is caught, not fatal). `None`, logged, when signals are
+/// unavailable: certificates then reload on file change only.
+pub fn sighup() -> Option<tokio::signal::unix::Signal> {
+    tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
+        .map_err(|e| {
+            tracing::warn!(error = %e, "cannot listen for SIGHUP; certificates reload on file change only");
+        })
+        .ok()
+}
+
 /// Whether a listen address (`host:port`) is a loopback address. Names other
 /// than `localhost` count as non-loopback (they may resolve anywhere).
 pub fn is_loopback_listen_addr(addr: &str) -> bool {
