@@ -1,9 +1,10 @@
 -- The latest sample of every GPU a job's ranks were mapped to (the last one taken
 -- while the job ran there), optionally of one node.
--- Binds, in order: job_id, node ('' = every node), node.
+-- Columns: every column of gpu_samples in table order (read as its write row,
+-- store::GpuSampleRow). Binds, in order: job_id, node ('' = every node), node.
 SELECT
-    node, gpu_index, uuid, name, pci_bus_id, toString(state) AS state, error, ts_ns,
-    period_ns, gpu_util_pct, mem_util_pct, sm_active_pct, sm_occupancy_pct,
+    node, agent_id, agent_session, batch_seq, ts_ns, period_ns, gpu_index, uuid, name,
+    pci_bus_id, state, error, gpu_util_pct, mem_util_pct, sm_active_pct, sm_occupancy_pct,
     tensor_active_pct, dram_active_pct, mem_used_bytes, mem_total_bytes, power_w,
     power_limit_w, temp_c, sm_clock_mhz, sm_clock_max_mhz, mem_clock_mhz, mem_clock_max_mhz,
     throttle_mask, throttle_reasons, pcie_tx_bytes_per_s, pcie_rx_bytes_per_s,

@@ -177,6 +177,7 @@ async fn gpu_telemetry_reaches_clickhouse_the_breakdown_and_the_verdict() {
             format!("GPU-00000000-0000-0000-0000-00000000000{i}")
         );
         assert_eq!(g["name"], "NVIDIA H100 80GB HBM3");
+        assert_eq!(g["state"], "ok");
         assert_eq!(g["ranks"], serde_json::json!([{"job": job, "rank": i}]));
         assert_eq!(f(g, "gpu_util_pct"), Some(90.0));
         assert_eq!(f(g, "mem_util_pct"), Some(20.0));

@@ -12,7 +12,7 @@ use axum::Json;
 use serde::{Deserialize, Serialize};
 
 use super::{ApiError, ApiState};
-use crate::store::telemetry::GpuLatestRow;
+use crate::store::telemetry::rows::GpuSampleRow;
 
 /// Default look-back of `gpus` without `job` or `since_ns`.
 const DEFAULT_WINDOW_NS: u64 = 600_000_000_000;
@@ -82,8 +82,18 @@ pub struct GpuOut {
     ranks: Vec<RankOut>,
 }
 
-impl From<GpuLatestRow> for GpuOut {
-    fn from(r: GpuLatestRow) -> Self {
+/// The label of the `gpu_samples.state` Enum8 value (collector/schema/0004).
+fn state_name(state: i8) -> &'static str {
+    match state {
+        1 => "ok",
+        2 => "lost",
+        3 => "error",
+        _ => "unspecified",
+    }
+}
+
+impl From<GpuSampleRow> for GpuOut {
+    fn from(r: GpuSampleRow) -> Self {
         let processes = r
             .process_pids
             .iter()
@@ -106,7 +116,7 @@ impl From<GpuLatestRow> for GpuOut {
             uuid: r.uuid,
             name: r.name,
             pci_bus_id: r.pci_bus_id,
-            state: r.state,
+            state: state_name(r.state).to_owned(),
             error: r.error,
             ts_ns: r.ts_ns,
             period_ns: r.period_ns,
@@ -154,4 +164,22 @@ pub(super) async fn gpus(
     }
     let out: Vec<GpuOut> = rows.into_iter().map(GpuOut::from).collect();
     Ok(Json(serde_json::json!({ "gpus": out })))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::state_name;
+
+    #[test]
+    fn state_names_are_the_schema_enum_labels() {
+        let schema = include_str!("../../schema/0004_telemetry.sql");
+        let enum8 = "state Enum8('unspecified' = 0, 'ok' = 1, 'lost' = 2, 'error' = 3)";
+        assert!(
+            schema.contains(enum8),
+            "gpu_samples.state changed: update state_name"
+        );
+        for (v, label) in [(0, "unspecified"), (1, "ok"), (2, "lost"), (3, "error")] {
+            assert_eq!(state_name(v), label);
+        }
+    }
 }

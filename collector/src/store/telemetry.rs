@@ -20,6 +20,7 @@ use clickhouse::Row;
 use serde::{Deserialize, Serialize};
 
 use super::{Store, StoreError};
+use rows::GpuSampleRow;
 
 const GPUS_LATEST_SQL: &str = include_str!("../../queries/gpus_latest.sql");
 const GPUS_LATEST_JOB_SQL: &str = include_str!("../../queries/gpus_latest_job.sql");
@@ -30,49 +31,6 @@ const EVIDENCE_SQL: &str = include_str!("../../queries/straggler_evidence.sql");
 /// Samples are read this far past the last step end: a sample taken after
 /// the step may cover its tail (periods are at most the sampling interval).
 const SAMPLE_LOOKAHEAD_NS: u64 = 60_000_000_000;
-
-/// The latest sample of one GPU (column order of `gpus_latest*.sql`).
-#[derive(Debug, Clone, PartialEq, Row, Serialize, Deserialize)]
-pub struct GpuLatestRow {
-    pub node: String,
-    pub gpu_index: u32,
-    pub uuid: String,
-    pub name: String,
-    pub pci_bus_id: String,
-    pub state: String,
-    pub error: String,
-    pub ts_ns: u64,
-    pub period_ns: u64,
-    pub gpu_util_pct: Option<f32>,
-    pub mem_util_pct: Option<f32>,
-    pub sm_active_pct: Option<f32>,
-    pub sm_occupancy_pct: Option<f32>,
-    pub tensor_active_pct: Option<f32>,
-    pub dram_active_pct: Option<f32>,
-    pub mem_used_bytes: Option<u64>,
-    pub mem_total_bytes: Option<u64>,
-    pub power_w: Option<f32>,
-    pub power_limit_w: Option<f32>,
-    pub temp_c: Option<f32>,
-    pub sm_clock_mhz: Option<u32>,
-    pub sm_clock_max_mhz: Option<u32>,
-    pub mem_clock_mhz: Option<u32>,
-    pub mem_clock_max_mhz: Option<u32>,
-    pub throttle_mask: Option<u64>,
-    pub throttle_reasons: Vec<String>,
-    pub pcie_tx_bytes_per_s: Option<u64>,
-    pub pcie_rx_bytes_per_s: Option<u64>,
-    pub nvlink_tx_bytes_per_s: Option<u64>,
-    pub nvlink_rx_bytes_per_s: Option<u64>,
-    pub ecc_corrected_total: Option<u64>,
-    pub ecc_uncorrected_total: Option<u64>,
-    pub xid_errors: Option<u32>,
-    pub last_xid: Option<u32>,
-    pub process_pids: Vec<u32>,
-    pub process_mem_bytes: Vec<Option<u64>>,
-    pub rank_jobs: Vec<String>,
-    pub rank_ids: Vec<u32>,
-}
 
 /// One (step, rank) window.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Row, Deserialize)]
@@ -140,7 +98,7 @@ impl Store {
         job: Option<&str>,
         node: &str,
         since_ns: u64,
-    ) -> Result<Vec<GpuLatestRow>, StoreError> {
+    ) -> Result<Vec<GpuSampleRow>, StoreError> {
         let q = match job {
             Some(job) => self.client().query(GPUS_LATEST_JOB_SQL).bind(job),
             None => self.client().query(GPUS_LATEST_SQL).bind(since_ns),
