@@ -360,8 +360,19 @@ async fn fetch_all<T: clickhouse::RowOwned + clickhouse::RowRead>(
     store: &Store,
     table: &str,
 ) -> Vec<T> {
-    let sql = format!("SELECT ?fields FROM {table} ORDER BY batch_seq");
-    store.client().query(&sql).fetch_all().await.unwrap()
+    rows_of(
+        store,
+        &format!("SELECT ?fields FROM {table} ORDER BY batch_seq"),
+    )
+    .await
+}
+
+/// Every row `sql` returns, as `T`.
+async fn rows_of<T: clickhouse::RowOwned + clickhouse::RowRead>(
+    store: &Store,
+    sql: &str,
+) -> Vec<T> {
+    store.client().query(sql).fetch_all().await.unwrap()
 }
 
 #[tokio::test]
@@ -448,78 +459,28 @@ async fn every_row_type_round_trips_through_its_table() {
         fetch_all::<BatchRow>(&store, "ingest_batches").await,
         rows.batches
     );
-    let steps: Vec<StepRow> = store
-        .client()
-        .query("SELECT ?fields FROM steps ORDER BY kind")
-        .fetch_all()
-        .await
-        .unwrap();
+    let steps: Vec<StepRow> = rows_of(&store, "SELECT ?fields FROM steps ORDER BY kind").await;
     assert_eq!(steps, rows.steps);
-    let ranks: Vec<RankRow> = store
-        .client()
-        .query("SELECT ?fields FROM ranks")
-        .fetch_all()
-        .await
-        .unwrap();
+    let ranks: Vec<RankRow> = rows_of(&store, "SELECT ?fields FROM ranks").await;
     assert_eq!(ranks, rows.ranks);
     let q = |t: &str| format!("SELECT ?fields FROM {t} FINAL");
-    let b: Vec<BreakdownRow> = store
-        .client()
-        .query(&q("step_breakdown"))
-        .fetch_all()
-        .await
-        .unwrap();
+    let b: Vec<BreakdownRow> = rows_of(&store, &q("step_breakdown")).await;
     assert_eq!(b, rows.breakdowns);
-    let v: Vec<VerdictRow> = store
-        .client()
-        .query(&q("straggler_verdicts"))
-        .fetch_all()
-        .await
-        .unwrap();
+    let v: Vec<VerdictRow> = rows_of(&store, &q("straggler_verdicts")).await;
     assert_eq!(v, rows.verdicts);
-    let h: Vec<HangRow> = store
-        .client()
-        .query(&q("hang_suspects"))
-        .fetch_all()
-        .await
-        .unwrap();
+    let h: Vec<HangRow> = rows_of(&store, &q("hang_suspects")).await;
     assert_eq!(h, rows.hangs);
     let t = &rows.telemetry;
     let all = |table: &str| format!("SELECT ?fields FROM {table}");
-    let got: Vec<GpuSampleRow> = store
-        .client()
-        .query(&all("gpu_samples"))
-        .fetch_all()
-        .await
-        .unwrap();
+    let got: Vec<GpuSampleRow> = rows_of(&store, &all("gpu_samples")).await;
     assert_eq!(got, t.gpu_samples);
-    let got: Vec<HostSampleRow> = store
-        .client()
-        .query(&all("host_samples"))
-        .fetch_all()
-        .await
-        .unwrap();
+    let got: Vec<HostSampleRow> = rows_of(&store, &all("host_samples")).await;
     assert_eq!(got, t.host_samples);
-    let got: Vec<RankGpuRow> = store
-        .client()
-        .query(&all("rank_gpu_samples"))
-        .fetch_all()
-        .await
-        .unwrap();
+    let got: Vec<RankGpuRow> = rows_of(&store, &all("rank_gpu_samples")).await;
     assert_eq!(got, t.rank_gpu);
-    let got: Vec<RankProcessRow> = store
-        .client()
-        .query(&all("rank_process_samples"))
-        .fetch_all()
-        .await
-        .unwrap();
+    let got: Vec<RankProcessRow> = rows_of(&store, &all("rank_process_samples")).await;
     assert_eq!(got, t.rank_process);
-    let got: Vec<EvidenceRow> = store
-        .client()
-        .query(&q("straggler_evidence"))
-        .fetch_all()
-        .await
-        .unwrap();
+    let got: Vec<EvidenceRow> = rows_of(&store, &q("straggler_evidence")).await;
     assert_eq!(got, t.evidence);
     // NULL metrics are NULL in ClickHouse, not 0; the GPU state is named.
     let nulls = ch()
