@@ -25,10 +25,6 @@ use crate::config::Config;
 use crate::metrics::Metrics;
 use crate::AgentError;
 
-/// The connection to the collector (the uplink makes its `Ingest` calls on
-/// it with pre-encoded batches).
-pub(crate) type Client = Channel;
-
 /// The TLS files of `config`, when `collector_url` is `https://`.
 pub(crate) fn tls_paths(config: &Config) -> Option<TlsPaths> {
     config.collector_url.starts_with("https://").then(|| {
@@ -41,7 +37,7 @@ pub(crate) fn tls_paths(config: &Config) -> Option<TlsPaths> {
 }
 
 /// A lazily connecting client for `config` (reads the TLS files now).
-pub(crate) fn client(config: &Config) -> Result<Client, AgentError> {
+pub(crate) fn client(config: &Config) -> Result<Channel, AgentError> {
     let timeout = Duration::from_millis(config.request_timeout_ms);
     let mut endpoint = Endpoint::from_shared(config.collector_url.clone())
         .map_err(|error| AgentError::CollectorUrl {
@@ -72,7 +68,7 @@ pub(crate) async fn run_reloader(
     config: Config,
     paths: TlsPaths,
     every: Duration,
-    tx: watch::Sender<Client>,
+    tx: watch::Sender<Channel>,
     metrics: Arc<Metrics>,
     mut hup: Option<tokio::signal::unix::Signal>,
 ) {

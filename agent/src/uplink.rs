@@ -31,13 +31,13 @@ use tokio::sync::mpsc;
 use tokio::sync::watch;
 use tokio::task::{Id, JoinSet};
 use tokio::time::Instant;
+use tonic::transport::Channel;
 use tonic::{Code, Status};
 
 use crate::backoff::Backoff;
 use crate::batch::Pending;
 use crate::metrics::{DropReason, Metrics};
 
-use crate::channel::Client;
 use rankscope_proto::codec::{Encoded, SliceCodec};
 
 /// What to do after a failed call.
@@ -82,7 +82,7 @@ struct Slot {
 /// Uplink state; see the module docs.
 pub(crate) struct Uplink {
     /// The newest client (replaced when TLS certificates are reloaded).
-    client: watch::Receiver<Client>,
+    client: watch::Receiver<Channel>,
     metrics: Arc<Metrics>,
     backoff: Backoff,
     rng: SmallRng,
@@ -102,7 +102,7 @@ pub(crate) struct Uplink {
 
 impl Uplink {
     pub(crate) fn new(
-        client: watch::Receiver<Client>,
+        client: watch::Receiver<Channel>,
         metrics: Arc<Metrics>,
         backoff: Backoff,
         rng: SmallRng,
@@ -327,7 +327,7 @@ impl Uplink {
 /// `CollectorIngest.Ingest` with a pre-encoded `AgentBatch` (what the
 /// generated client does, minus encoding).
 async fn ingest(
-    channel: Client,
+    channel: Channel,
     request: tonic::Request<Encoded>,
 ) -> Result<proto::IngestAck, Status> {
     let mut grpc = tonic::client::Grpc::new(channel);

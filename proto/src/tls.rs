@@ -221,12 +221,8 @@ pub fn client_config(paths: &TlsPaths, alpn: &[&[u8]]) -> Result<ClientConfig, T
                 .into(),
         ));
     };
-    let roots = load_roots("tls_ca_path", ca)?;
-    let builder = ClientConfig::builder_with_provider(provider())
-        .with_safe_default_protocol_versions()
-        .map_err(|e| TlsError::Config(e.to_string()))?
-        .with_root_certificates(roots);
-    let mut cfg = match identity {
+    let builder = client_builder(load_roots("tls_ca_path", ca)?)?;
+    let cfg = match identity {
         Some((cert, key)) => builder
             .with_client_auth_cert(
                 load_certs("tls_cert_path", cert)?,
@@ -239,8 +235,7 @@ pub fn client_config(paths: &TlsPaths, alpn: &[&[u8]]) -> Result<ClientConfig, T
             })?,
         None => builder.with_no_client_auth(),
     };
-    cfg.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
-    Ok(cfg)
+    Ok(with_alpn(cfg, alpn))
 }
 
 /// A client configuration for public endpoints (alert webhooks): trusts the
@@ -266,30 +261,37 @@ pub fn client_config_for_public(
             roots
         }
     };
-    let mut cfg = ClientConfig::builder_with_provider(provider())
-        .with_safe_default_protocol_versions()
-        .map_err(|e| TlsError::Config(e.to_string()))?
-        .with_root_certificates(roots)
-        .with_no_client_auth();
-    cfg.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
-    Ok(cfg)
+    Ok(with_alpn(
+        client_builder(roots)?.with_no_client_auth(),
+        alpn,
+    ))
 }
 
 /// A client configuration that trusts nothing (for clients that only speak
 /// plaintext unless given a CA).
 pub fn client_config_without_roots(alpn: &[&[u8]]) -> ClientConfig {
-    let mut cfg = ClientConfig::builder_with_provider(provider())
+    let cfg = match client_builder(RootCertStore::empty()) {
+        Ok(b) => b.with_no_client_auth(),
+        // The ring provider supports the default versions; unreachable.
+        Err(_) => ClientConfig::builder()
+            .with_root_certificates(RootCertStore::empty())
+            .with_no_client_auth(),
+    };
+    with_alpn(cfg, alpn)
+}
+
+/// A client configuration builder (ring, default protocol versions)
+/// trusting `roots`.
+fn client_builder(
+    roots: RootCertStore,
+) -> Result<rustls::ConfigBuilder<ClientConfig, rustls::client::WantsClientCert>, TlsError> {
+    Ok(ClientConfig::builder_with_provider(provider())
         .with_safe_default_protocol_versions()
-        .map(|b| {
-            b.with_root_certificates(RootCertStore::empty())
-                .with_no_client_auth()
-        })
-        .unwrap_or_else(|_| {
-            // The ring provider supports the default versions; unreachable.
-            ClientConfig::builder()
-                .with_root_certificates(RootCertStore::empty())
-                .with_no_client_auth()
-        });
+        .map_err(|e| TlsError::Config(e.to_string()))?
+        .with_root_certificates(roots))
+}
+
+fn with_alpn(mut cfg: ClientConfig, alpn: &[&[u8]]) -> ClientConfig {
     cfg.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
     cfg
 }
