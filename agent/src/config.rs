@@ -426,6 +426,29 @@ mod tests {
         assert!(err.to_string().contains("collector_url"), "{err}");
         let err = Config::from_toml("listen_addr = \"localhost\"\n", Path::new("x")).unwrap_err();
         assert!(err.to_string().contains("listen_addr = localhost"), "{err}");
+        for (toml, field) in [
+            ("worker_threads = 0\n", "worker_threads"),
+            ("worker_threads = 1000\n", "worker_threads"),
+            ("nvml_retry_interval_ms = 50\n", "nvml_retry_interval_ms"),
+            ("tls_reload_interval_secs = 0\n", "tls_reload_interval_secs"),
+        ] {
+            let err = Config::from_toml(toml, Path::new("x")).unwrap_err();
+            assert!(err.to_string().contains(field), "{toml}: {err}");
+        }
+    }
+
+    #[test]
+    fn tls_options_must_fit_the_collector_url() {
+        let https = "collector_url = \"https://c:7700\"\n";
+        let err = Config::from_toml(https, Path::new("x")).unwrap_err();
+        assert!(err.to_string().contains("tls_ca_path"), "{err}");
+        let err = Config::from_toml("tls_ca_path = \"ca.pem\"\n", Path::new("x")).unwrap_err();
+        assert!(err.to_string().contains("not https://"), "{err}");
+        let half = format!("{https}tls_ca_path = \"ca.pem\"\ntls_cert_path = \"a.pem\"\n");
+        let err = Config::from_toml(&half, Path::new("x")).unwrap_err();
+        assert!(err.to_string().contains("tls_key_path"), "{err}");
+        let ok = format!("{https}tls_ca_path = \"ca.pem\"\n");
+        assert!(Config::from_toml(&ok, Path::new("x")).is_ok());
     }
 
     #[test]

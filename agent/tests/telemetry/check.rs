@@ -68,3 +68,19 @@ fn check_explains_why_nvml_is_unavailable() {
         "{out}"
     );
 }
+
+#[test]
+fn check_runs_on_a_one_thread_runtime() {
+    // worker_threads = 1 makes the binary build a current-thread runtime.
+    let stub = Stub::new("device_count 1");
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("agent.toml");
+    std::fs::write(&config, "worker_threads = 1\nunix_socket_path = \"\"\n").unwrap();
+    let out = check(&[
+        "--config",
+        config.to_str().unwrap(),
+        "--nvml-library",
+        &stub.path(),
+    ]);
+    assert!(out.contains("gpus: 1"), "{out}");
+}
