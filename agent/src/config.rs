@@ -333,16 +333,10 @@ impl Config {
     }
 }
 
-/// `$XDG_RUNTIME_DIR/rankscope/agent.sock`, else `/tmp/rankscope-<uid>/agent.sock`.
+/// `$XDG_RUNTIME_DIR/rankscope/agent.sock`, else `/tmp/rankscope-<uid>/agent.sock`
+/// (the same path the rank SDK connects to by default).
 pub fn default_unix_socket_path() -> PathBuf {
-    match std::env::var_os("XDG_RUNTIME_DIR") {
-        Some(dir) if !dir.is_empty() => PathBuf::from(dir).join("rankscope/agent.sock"),
-        _ => {
-            // SAFETY: getuid has no preconditions and cannot fail.
-            let uid = unsafe { libc::getuid() };
-            PathBuf::from(format!("/tmp/rankscope-{uid}/agent.sock"))
-        }
-    }
+    rankscope_proto::default_agent_socket_path()
 }
 
 /// This machine's host name: /proc, else gethostname(2), else `$HOSTNAME`,

@@ -7,7 +7,8 @@
 //! which completes a `RankIdentity` without overriding what the rank set.
 //!
 //! Sources and precedence:
-//! * job id: `SLURM_JOB_ID`, else `TORCHELASTIC_RUN_ID`, else the pod's
+//! * job id: `RANKSCOPE_JOB_ID` (set by `rankscope run` or the user), else
+//!   `SLURM_JOB_ID`, else `TORCHELASTIC_RUN_ID`, else the pod's
 //!   `job-name` label (Kubernetes Jobs), else the pod name;
 //! * run id: `TORCHELASTIC_RUN_ID`, else `SLURM_RESTART_COUNT` as `restart-N`;
 //! * rank / world size / local rank: torchrun's `RANK`, `WORLD_SIZE`,
@@ -59,7 +60,8 @@ pub fn from_env(env: impl Fn(&str) -> Option<String>, pod_labels: Option<&str>) 
     for (k, v) in &pod {
         a.labels.insert(format!("k8s_label_{k}"), v.clone());
     }
-    a.job_id = get("SLURM_JOB_ID")
+    a.job_id = get("RANKSCOPE_JOB_ID")
+        .or_else(|| get("SLURM_JOB_ID"))
         .or_else(|| get("TORCHELASTIC_RUN_ID"))
         .or_else(|| pod.get("job-name").cloned())
         .or_else(|| get("POD_NAME"));

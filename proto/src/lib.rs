@@ -14,6 +14,21 @@ pub mod codec;
 pub mod tls;
 pub mod validate;
 
+/// Where the agent's rank-facing Unix socket is unless configured:
+/// `$XDG_RUNTIME_DIR/rankscope/agent.sock`, else `/tmp/rankscope-<uid>/agent.sock`.
+/// The agent listens there and the rank SDK connects there by default.
+pub fn default_agent_socket_path() -> std::path::PathBuf {
+    use std::os::unix::fs::MetadataExt;
+    match std::env::var_os("XDG_RUNTIME_DIR") {
+        Some(dir) if !dir.is_empty() => std::path::PathBuf::from(dir).join("rankscope/agent.sock"),
+        _ => {
+            // The owner of /proc/self is this process's real uid.
+            let uid = std::fs::metadata("/proc/self").map_or(0, |m| m.uid());
+            std::path::PathBuf::from(format!("/tmp/rankscope-{uid}/agent.sock"))
+        }
+    }
+}
+
 /// Generated `rankscope.v1` messages, clients and servers.
 pub mod v1 {
     #![allow(clippy::all, missing_docs)]

@@ -11,7 +11,6 @@
 //! send as fast as the agent acknowledges (at most `stream::WINDOW` messages
 //! in flight), or slower under `--rate` / `--realtime`.
 
-pub mod connect;
 pub mod pace;
 pub mod stream;
 
@@ -19,6 +18,7 @@ use super::model::{identity, plan_iter, RankStep};
 use super::{ConfigError, SimConfig, SimSummary};
 use connect::{Target, UrlError};
 use pace::Pacer;
+pub use rankscope_sdk::connect;
 use std::sync::Arc;
 use std::time::Instant;
 use stream::{RankOptions, RankOutcome};

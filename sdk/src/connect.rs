@@ -1,9 +1,9 @@
 //! Connections to the agent: TCP (`http://host:port`) or a Unix socket
-//! (`unix:/path` or `unix:///path`).
+//! (`unix:/path`, `unix:///path` or a plain absolute path).
 //!
 //! In: the agent URL. Out: a tonic [`Channel`] per call to
-//! [`Target::connect`] (each rank gets its own connection, as separate
-//! training processes would). Invariant: a bad URL is an error naming it,
+//! [`Target::connect`] (each rank process has its own connection; the
+//! simulator opens one per simulated rank). Invariant: a bad URL is an error naming it,
 //! never a panic.
 
 use hyper_util::rt::TokioIo;
@@ -41,12 +41,18 @@ pub struct UrlError {
 }
 
 impl Target {
-    /// Parses `http://host:port`, `host:port` or `unix:/path`.
+    /// Parses `http://host:port`, `host:port`, `unix:/path` or `/path`.
     pub fn parse(url: &str) -> Result<Self, UrlError> {
         let err = |reason: &str| UrlError {
             url: url.to_string(),
             reason: reason.to_string(),
         };
+        if url.starts_with('/') {
+            return Self::parse(&format!("unix:{url}")).map_err(|mut e| {
+                e.url = url.to_string();
+                e
+            });
+        }
         if let Some(rest) = url.strip_prefix("unix:") {
             let path = rest.strip_prefix("//").unwrap_or(rest);
             if path.is_empty() {
