@@ -127,6 +127,34 @@ fn walk_intersection(a: &[Interval], b: &[Interval], mut emit: impl FnMut(Interv
     }
 }
 
+/// `a` minus `b` for two canonical unions: the time in `a` not covered by
+/// `b`, itself a canonical union. Two-pointer walk, `O(|a| + |b|)`.
+/// `total_len(a) = total_len(difference(a, b)) + intersect_len(a, b)`.
+pub fn difference(a: &[Interval], b: &[Interval]) -> Vec<Interval> {
+    debug_assert!(is_canonical(a) && is_canonical(b));
+    let mut out = Vec::new();
+    let mut j = 0usize;
+    for x in a {
+        let mut start = x.start_ns;
+        // Skip the parts of b that end before this piece starts.
+        while b.get(j).is_some_and(|y| y.end_ns <= start) {
+            j += 1;
+        }
+        let mut k = j;
+        while let Some(y) = b.get(k).filter(|y| y.start_ns < x.end_ns) {
+            if y.start_ns > start {
+                out.push(Interval::new(start, y.start_ns));
+            }
+            start = start.max(y.end_ns);
+            k += 1;
+        }
+        if start < x.end_ns {
+            out.push(Interval::new(start, x.end_ns));
+        }
+    }
+    out
+}
+
 /// True when `intervals` is a canonical union: sorted, non-empty, separated.
 pub fn is_canonical(intervals: &[Interval]) -> bool {
     intervals.iter().all(|iv| !iv.is_empty())

@@ -43,7 +43,9 @@ pub use collectives::{
     algbw_gbps, busbw_factor, busbw_gbps, nccl_tests_bytes, size_bucket, CollOp, CollectiveObs,
     SizeBucket, UnknownCollOp,
 };
-pub use interval::{intersect_len, intersection, total_len, union, union_vec, Interval};
+pub use interval::{
+    difference, intersect_len, intersection, total_len, union, union_vec, Interval,
+};
 pub use straggler::{
     score_step, PolicyError, RankStepStats, StepFlag, StragglerCause, StragglerPolicy,
     StragglerTracker, Verdict, VerdictChange,

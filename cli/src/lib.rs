@@ -11,6 +11,7 @@
 //! separate from I/O; no panics on network or user input.
 
 pub mod import;
+pub mod launch;
 pub mod query;
 pub mod simulate;
 

@@ -95,6 +95,24 @@ enum Command {
     Alerts(AlertsArgs),
     /// Latest sample of every GPU (NVML telemetry from the agents).
     Gpus(GpusArgs),
+    /// Run a training command with every Python rank it starts instrumented
+    /// (no change to the script): `rankscope run -- torchrun ... train.py`.
+    Run(RunArgs),
+}
+
+#[derive(Debug, Args)]
+struct RunArgs {
+    /// The node's agent (`unix:/path`, `/path` or `http://host:port`);
+    /// default: RANKSCOPE_AGENT, else the agent's default Unix socket.
+    #[arg(long)]
+    agent: Option<String>,
+    /// Job id of the ranks; default: the scheduler's (SLURM_JOB_ID) or
+    /// RANKSCOPE_JOB_ID, else `<script>-<unix seconds>-<pid>`.
+    #[arg(long)]
+    job: Option<String>,
+    /// The command, after `--`.
+    #[arg(trailing_var_arg = true, allow_hyphen_values = true, required = true)]
+    command: Vec<std::ffi::OsString>,
 }
 
 #[derive(Debug, Args)]
@@ -280,6 +298,16 @@ struct CollectivesArgs {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     init_logging(cli.verbose);
+    if let Command::Run(args) = &cli.command {
+        // exec: returns only when the command could not be started.
+        let e = rankscope_cli::launch::exec(&rankscope_cli::launch::RunOptions {
+            agent: args.agent.clone(),
+            job: args.job.clone(),
+            command: args.command.clone(),
+        });
+        eprintln!("error: {e}");
+        return ExitCode::FAILURE;
+    }
     let result = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -314,6 +342,7 @@ async fn run(cli: Cli) -> Result<()> {
     .with_token(&cli.token);
     let http = || client.clone();
     match cli.command {
+        Command::Run(_) => bail!("rankscope run is handled before the runtime starts"),
         Command::Simulate(args) => {
             let wait = args.wait;
             let (job, ranks, steps) = simulate_cmd(args).await?;

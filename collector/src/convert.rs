@@ -295,6 +295,14 @@ pub fn stream_input(batch: &proto::AgentBatch) -> StreamInput {
                 Some(Kind::Span(s)) if s.category == proto::SpanCategory::Dataloader as i32 => {
                     StreamEvent::Dataloader(Interval::new(s.start_ns, s.end_ns))
                 }
+                Some(Kind::Span(s)) if is_compute_span(s.category) => {
+                    let iv = Interval::new(s.start_ns, s.end_ns);
+                    if s.device < 0 {
+                        StreamEvent::HostCompute(iv)
+                    } else {
+                        StreamEvent::DeviceCompute(iv)
+                    }
+                }
                 Some(Kind::Kernel(k)) => {
                     let kind = match proto::KernelKind::try_from(k.kind) {
                         Ok(proto::KernelKind::Memcpy) => GpuEventKind::Memcpy,
@@ -356,6 +364,15 @@ pub fn stream_input(batch: &proto::AgentBatch) -> StreamInput {
         groups,
         gpu: gpu_obs(batch),
     }
+}
+
+/// Span categories that are computation (the SDK's forward / backward /
+/// optimizer spans and user `compute` spans).
+fn is_compute_span(category: i32) -> bool {
+    use proto::SpanCategory as C;
+    [C::Forward, C::Backward, C::Optimizer, C::Compute]
+        .iter()
+        .any(|c| *c as i32 == category)
 }
 
 /// The analysis op of a proto collective op.

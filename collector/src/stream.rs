@@ -50,6 +50,12 @@ pub enum StreamEvent {
     Gpu(GpuEvent),
     /// A dataloader span (input time).
     Dataloader(Interval),
+    /// A forward / backward / optimizer / compute span timed on the host
+    /// (`device` < 0): the rank's compute when it has no GPU kernels.
+    HostCompute(Interval),
+    /// The same timed on a GPU with CUDA events (`device` >= 0): the rank's
+    /// compute when it sends no kernel records.
+    DeviceCompute(Interval),
     /// An NCCL collective.
     Collective(CollectiveObs),
 }

@@ -110,5 +110,31 @@ fn property_union_and_intersection() {
         let (ca, cb) = (cells(&ua), cells(&ub));
         let brute = ca.iter().zip(&cb).filter(|(x, y)| **x && **y).count() as u64;
         assert_eq!(len, brute);
+        // Difference: a cell is in a - b exactly when it is in a and not in b.
+        let d = difference(&ua, &ub);
+        assert!(is_canonical(&d));
+        assert_eq!(total_len(&d) + len, total_len(&ua));
+        let brute: Vec<bool> = ca.iter().zip(&cb).map(|(x, y)| *x && !*y).collect();
+        assert_eq!(cells(&d), brute);
     }
+}
+
+#[test]
+fn difference_cuts_holes_and_trims_edges() {
+    let a = [Interval::new(0, 10), Interval::new(20, 30)];
+    let b = [
+        Interval::new(2, 4),
+        Interval::new(8, 22),
+        Interval::new(29, 40),
+    ];
+    assert_eq!(
+        difference(&a, &b),
+        [
+            Interval::new(0, 2),
+            Interval::new(4, 8),
+            Interval::new(22, 29)
+        ]
+    );
+    assert_eq!(difference(&a, &[]), a);
+    assert_eq!(difference(&[], &b), []);
 }

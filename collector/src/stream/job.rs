@@ -20,6 +20,15 @@
 //! time: its duration minus the shortest duration of that collective on any
 //! rank), then the ranks' durations feed the job's [`StragglerTracker`].
 //!
+//! Compute without GPU kernels: a rank-step that carries no kernel records
+//! takes its COMPUTATION time from its compute spans instead — spans timed
+//! on the GPU with CUDA events when there are any, else host spans (a
+//! CPU-only job, e.g. gloo), minus the time the rank had a collective in
+//! flight: a CPU rank's host thread can sit blocked inside a compute span
+//! waiting for a collective (DDP waits for its gradient all-reduces at the
+//! end of `backward()`), and that wait is not compute. On such steps
+//! compute and communication therefore never overlap (`overlap_ns` = 0).
+//!
 //! Memory bound: only open rank-steps and unfinalized steps are held; a
 //! rank-step holds at most `max_events_per_rank_step` GPU events and
 //! collectives (more are counted in `dropped_events` and ignored).
@@ -72,6 +81,30 @@ struct OpenStep {
     gpu: Vec<GpuEvent>,
     dataloader: Vec<Interval>,
     collectives: Vec<CollectiveObs>,
+    host_compute: Vec<Interval>,
+    device_compute: Vec<Interval>,
+}
+
+impl OpenStep {
+    fn new(step: u64, begin_ns: u64) -> Self {
+        Self {
+            step,
+            begin_ns,
+            gpu: Vec::new(),
+            dataloader: Vec::new(),
+            collectives: Vec::new(),
+            host_compute: Vec::new(),
+            device_compute: Vec::new(),
+        }
+    }
+
+    /// Events held (bounded by `max_events_per_rank_step`).
+    fn held(&self) -> usize {
+        self.gpu.len()
+            + self.collectives.len()
+            + self.host_compute.len()
+            + self.device_compute.len()
+    }
 }
 
 #[derive(Debug, Default)]
@@ -202,13 +235,7 @@ impl JobAssembler {
         for ev in input.events {
             match ev {
                 StreamEvent::StepBegin { step, ts_ns } => {
-                    state.open = Some(OpenStep {
-                        step,
-                        begin_ns: ts_ns,
-                        gpu: Vec::new(),
-                        dataloader: Vec::new(),
-                        collectives: Vec::new(),
-                    });
+                    state.open = Some(OpenStep::new(step, ts_ns));
                 }
                 StreamEvent::StepEnd { step, ts_ns } => {
                     let open = match state.open.take() {
@@ -216,13 +243,7 @@ impl JobAssembler {
                         // Begin not seen (joined mid-step): a step without events.
                         other => {
                             state.open = other;
-                            OpenStep {
-                                step,
-                                begin_ns: ts_ns,
-                                gpu: Vec::new(),
-                                dataloader: Vec::new(),
-                                collectives: Vec::new(),
-                            }
+                            OpenStep::new(step, ts_ns)
                         }
                     };
                     state.last_step_end = Some(step);
@@ -233,10 +254,21 @@ impl JobAssembler {
                 }
                 StreamEvent::Gpu(g) => {
                     if let Some(o) = state.open.as_mut() {
-                        if o.gpu.len() + o.collectives.len() < max_events {
+                        if o.held() < max_events {
                             o.gpu.push(g);
                         } else {
                             self.dropped_events += 1;
+                        }
+                    }
+                }
+                StreamEvent::HostCompute(iv) | StreamEvent::DeviceCompute(iv) => {
+                    if let Some(o) = state.open.as_mut() {
+                        if o.held() >= max_events {
+                            self.dropped_events += 1;
+                        } else if matches!(ev, StreamEvent::HostCompute(_)) {
+                            o.host_compute.push(iv);
+                        } else {
+                            o.device_compute.push(iv);
                         }
                     }
                 }
@@ -247,7 +279,7 @@ impl JobAssembler {
                 }
                 StreamEvent::Collective(c) => {
                     if let Some(o) = state.open.as_mut() {
-                        if o.gpu.len() + o.collectives.len() < max_events {
+                        if o.held() < max_events {
                             o.collectives.push(c);
                         } else {
                             self.dropped_events += 1;
@@ -287,11 +319,19 @@ impl JobAssembler {
         // Collectives are communication GPU time too (a trace may carry only
         // the collective, not its NCCL kernel; duplicates merge in the union).
         let mut gpu = open.gpu;
+        let kernels = gpu.len();
         gpu.extend(open.collectives.iter().map(|c| GpuEvent {
             start_ns: c.start_ns,
             end_ns: c.end_ns,
             class: rankscope_analysis::KernelClass::Communication,
         }));
+        if kernels == 0 {
+            gpu.extend(span_compute(
+                open.device_compute,
+                open.host_compute,
+                &open.collectives,
+            ));
+        }
         let done = RankStepDone {
             node: node.to_owned(),
             run_id: run_id.to_owned(),
@@ -430,6 +470,35 @@ impl JobAssembler {
             }
         }
     }
+}
+
+/// COMPUTATION events of a rank-step without kernel records (module docs):
+/// the CUDA-event spans if any, else the host spans minus the time a
+/// collective of the rank was in flight.
+fn span_compute(
+    device: Vec<Interval>,
+    host: Vec<Interval>,
+    collectives: &[CollectiveObs],
+) -> Vec<GpuEvent> {
+    let compute = if !device.is_empty() {
+        interval::union_vec(device)
+    } else {
+        let comm = interval::union_vec(
+            collectives
+                .iter()
+                .map(|c| Interval::new(c.start_ns, c.end_ns))
+                .collect(),
+        );
+        interval::difference(&interval::union_vec(host), &comm)
+    };
+    compute
+        .into_iter()
+        .map(|iv| GpuEvent {
+            start_ns: iv.start_ns,
+            end_ns: iv.end_ns,
+            class: rankscope_analysis::KernelClass::Computation,
+        })
+        .collect()
 }
 
 #[cfg(test)]

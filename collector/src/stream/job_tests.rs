@@ -198,3 +198,87 @@ fn whole_job_stall_is_reported_once_unless_all_streams_ended() {
     done.poll(60_000 * MS, &mut out);
     assert_eq!(out.stalled, None);
 }
+
+/// A CPU-only DDP rank-step (gloo, no kernels): host forward of `fwd_ms`,
+/// then backward until `sync_end_ms` with the gradient all-reduce in flight
+/// from 5 ms into backward to its end (healthy ranks sit blocked in
+/// backward while the slow rank computes).
+fn cpu_rank_step(rank: u32, step: u64, fwd_ms: u64, sync_end_ms: u64) -> RankInput {
+    let t0 = 1_000_000 * MS + step * 1_000 * MS;
+    let bwd = t0 + fwd_ms * MS;
+    let end = t0 + sync_end_ms * MS;
+    RankInput {
+        job: "j".into(),
+        run_id: String::new(),
+        rank,
+        world_size: 4,
+        node: "n".into(),
+        closed: false,
+        events: vec![
+            StreamEvent::StepBegin { step, ts_ns: t0 },
+            StreamEvent::HostCompute(Interval::new(t0, bwd)),
+            StreamEvent::HostCompute(Interval::new(bwd, end)),
+            StreamEvent::Collective(CollectiveObs {
+                rank,
+                process_group: "0".into(),
+                seq: step,
+                op: CollOp::AllReduce,
+                dtype: "float32".into(),
+                group_size: 4,
+                bytes: 4 << 20,
+                start_ns: bwd + 5 * MS,
+                end_ns: end,
+            }),
+            StreamEvent::StepEnd { step, ts_ns: end },
+        ],
+    }
+}
+
+#[test]
+fn host_spans_are_compute_minus_the_collective_wait_when_there_are_no_kernels() {
+    let mut job = JobAssembler::new(4, StragglerPolicy::default(), limits());
+    let mut out = JobOutput::default();
+    for step in 0..4 {
+        for rank in 0..4 {
+            // Rank 2's forward takes 200 ms; everyone's all-reduce ends at 215 ms.
+            let fwd = if rank == 2 { 200 } else { 10 };
+            job.push(cpu_rank_step(rank, step, fwd, 215), 0, &mut out);
+        }
+    }
+    let healthy = out.steps.iter().find(|s| s.rank == 0).unwrap();
+    // 10 ms forward + 5 ms of backward before the all-reduce went out.
+    assert_eq!(healthy.breakdown.compute_ns, 15 * MS);
+    assert_eq!(healthy.breakdown.comm_ns, 200 * MS);
+    assert_eq!(healthy.breakdown.overlap_ns, 0);
+    let slow = out.steps.iter().find(|s| s.rank == 2).unwrap();
+    assert_eq!(slow.breakdown.compute_ns, 205 * MS);
+    assert_eq!(slow.comm_wait_ns, 0);
+    let v = out
+        .verdicts
+        .iter()
+        .find_map(|c| match c {
+            VerdictChange::Activated(v) => Some(v),
+            _ => None,
+        })
+        .expect("a verdict for rank 2");
+    assert_eq!(v.rank, 2);
+    assert_eq!(v.cause, rankscope_analysis::StragglerCause::Compute);
+}
+
+#[test]
+fn kernels_win_over_compute_spans() {
+    let mut job = JobAssembler::new(1, StragglerPolicy::default(), limits());
+    let mut out = JobOutput::default();
+    let mut input = cpu_rank_step(0, 0, 10, 50);
+    input.world_size = 1;
+    input.events.insert(
+        1,
+        StreamEvent::Gpu(GpuEvent {
+            start_ns: 1_000_000 * MS,
+            end_ns: 1_000_000 * MS + 3 * MS,
+            class: KernelClass::Computation,
+        }),
+    );
+    job.push(input, 0, &mut out);
+    assert_eq!(out.steps[0].breakdown.compute_ns, 3 * MS);
+}

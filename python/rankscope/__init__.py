@@ -1,0 +1,223 @@
+"""rankscope: stream a training rank's steps, spans and collectives to the
+node's rankscope agent, live.
+
+Three lines in a training script::
+
+    import rankscope
+    rankscope.init()                      # identity from torchrun / Slurm / arguments
+    for n, batch in enumerate(loader):
+        with rankscope.step(n):
+            with rankscope.span("forward"):
+                ...
+
+or none at all: ``rankscope run -- torchrun ... train.py`` instruments every
+Python rank it starts (see :mod:`rankscope.torch`).
+
+Every call only enqueues into a bounded queue that a Rust thread sends to
+the agent; when the agent is away the queue fills and further events are
+dropped and counted (:func:`stats`). Nothing here blocks a training step or
+raises because of the agent. Calls out of order (a step ended that was not
+begun, ...) give a :class:`RankscopeWarning` at the call and are counted;
+wrong argument types raise ``TypeError`` at the call.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import os
+import threading
+import time
+import warnings
+from typing import Any, Callable, Iterator, Mapping, Optional
+
+from . import _native
+
+__all__ = [
+    "RankscopeWarning",
+    "client",
+    "flush",
+    "init",
+    "is_initialized",
+    "shutdown",
+    "span",
+    "stats",
+    "step",
+]
+
+__version__: str = _native.__version__
+
+#: Span names that are also categories; any other name is category "other"
+#: unless ``category=`` says otherwise.
+CATEGORIES = frozenset(
+    {"forward", "backward", "optimizer", "dataloader", "compute", "communication", "memcpy", "other"}
+)
+
+
+class RankscopeWarning(UserWarning):
+    """A rankscope call was ignored (out of order, bad value, not initialized)."""
+
+
+_lock = threading.Lock()
+_client: Optional[_native.Client] = None
+_pid: Optional[int] = None
+#: True once the user marked a step with :func:`step`; the torch
+#: integration then leaves step boundaries to the user.
+user_marks_steps = False
+
+
+def _warn(message: str, stacklevel: int = 3) -> None:
+    warnings.warn(message, RankscopeWarning, stacklevel=stacklevel)
+
+
+def init(
+    *,
+    agent: Optional[str] = None,
+    job_id: Optional[str] = None,
+    rank: Optional[int] = None,
+    world_size: Optional[int] = None,
+    local_rank: Optional[int] = None,
+    run_id: Optional[str] = None,
+    labels: Optional[Mapping[str, str]] = None,
+    queue_events: int = 65536,
+) -> _native.Client:
+    """Start this process's client (idempotent).
+
+    Unset values come from the environment: ``RANKSCOPE_AGENT`` (else the
+    agent's default Unix socket), ``RANKSCOPE_JOB_ID`` / ``SLURM_JOB_ID`` /
+    ``TORCHELASTIC_RUN_ID``, ``RANK`` / ``WORLD_SIZE`` / ``LOCAL_RANK`` or
+    Slurm's ``SLURM_PROCID`` / ``SLURM_NTASKS``. Raises ``ValueError`` naming
+    what is missing or inconsistent (e.g. a rank >= world size). A missing
+    agent is not an error: the client connects in the background.
+    """
+    global _client, _pid
+    with _lock:
+        if _client is not None and _pid == os.getpid():
+            return _client
+        pairs = sorted((str(k), str(v)) for k, v in (labels or {}).items())
+        _client = _native.Client(
+            agent=agent,
+            job_id=job_id,
+            rank=rank,
+            world_size=world_size,
+            local_rank=local_rank,
+            run_id=run_id,
+            labels=pairs,
+            queue_events=queue_events,
+        )
+        _pid = os.getpid()
+        atexit.register(_at_exit)
+        return _client
+
+
+def client() -> Optional[_native.Client]:
+    """This process's client, or None before :func:`init` (or in a forked child)."""
+    c = _client
+    return c if c is not None and _pid == os.getpid() else None
+
+
+def is_initialized() -> bool:
+    return client() is not None
+
+
+def call(fn: Callable[..., bool], *args: Any, stacklevel: int = 4) -> bool:
+    """Run a native recording call; a refused call becomes a warning."""
+    try:
+        return fn(*args)
+    except ValueError as e:
+        _warn(str(e), stacklevel)
+        return False
+
+
+@contextlib.contextmanager
+def step(n: int) -> Iterator[None]:
+    """Mark training step ``n`` (its begin and end on this rank)."""
+    global user_marks_steps
+    if not isinstance(n, int) or isinstance(n, bool):
+        raise TypeError(f"rankscope.step(n): n must be an int, got {type(n).__name__}")
+    user_marks_steps = True
+    c = client()
+    if c is None:
+        _warn("rankscope.step: rankscope.init() was not called; the step is not recorded")
+        yield
+        return
+    call(c.step_begin, n)
+    try:
+        yield
+    finally:
+        call(c.step_end, n)
+
+
+@contextlib.contextmanager
+def span(name: str, category: Optional[str] = None) -> Iterator[None]:
+    """Time a phase of the step on this thread (host time).
+
+    ``category`` is one of :data:`CATEGORIES`; by default the name when it
+    is one (``span("dataloader")``), else ``"other"``.
+    """
+    if not isinstance(name, str):
+        raise TypeError(f"rankscope.span(name): name must be a str, got {type(name).__name__}")
+    cat = category if category is not None else (name if name in CATEGORIES else "other")
+    if cat not in CATEGORIES:
+        raise ValueError(f"rankscope.span: unknown category {cat!r}; expected one of {sorted(CATEGORIES)}")
+    c = client()
+    start = time.time_ns()
+    try:
+        yield
+    finally:
+        if c is not None:
+            call(c.span, cat, name, start, time.time_ns())
+
+
+_EMPTY_STATS = {
+    "sent": 0,
+    "dropped": 0,
+    "dropped_queue_full": 0,
+    "dropped_by_agent": 0,
+    "dropped_disconnected": 0,
+    "rejected": 0,
+    "last_rejection": None,
+    "invalid_calls": 0,
+    "names_dropped": 0,
+    "connected": False,
+    "reconnects": 0,
+    "last_error": None,
+}
+
+
+def stats() -> dict[str, Any]:
+    """Counters: ``sent`` (accepted by the agent), ``dropped`` (with
+    ``dropped_queue_full``, ``dropped_by_agent``, ``dropped_disconnected``),
+    ``rejected`` (+ ``last_rejection``), ``invalid_calls``, ``connected``,
+    ``reconnects``, ``last_error``, and ``initialized``."""
+    c = client()
+    out = dict(c.stats()) if c is not None else dict(_EMPTY_STATS)
+    out["initialized"] = c is not None
+    return out
+
+
+def flush(timeout_s: float = 5.0) -> bool:
+    """Wait until the agent acknowledged everything recorded so far."""
+    c = client()
+    return c.flush(int(timeout_s * 1000)) if c is not None else False
+
+
+def shutdown(timeout_s: float = 2.0) -> None:
+    """Flush, close the stream (the agent records that this rank ended)."""
+    c = client()
+    if c is not None:
+        c.shutdown(int(timeout_s * 1000))
+
+
+def _at_exit() -> None:
+    try:
+        # Let the torch integration close an open step first.
+        for hook in list(exit_hooks):
+            hook()
+        shutdown(float(os.environ.get("RANKSCOPE_EXIT_FLUSH_S", "5")))
+    except Exception:  # never raise at interpreter exit
+        pass
+
+
+#: Called (in order) at exit before the client shuts down.
+exit_hooks: list[Callable[[], None]] = []

@@ -1,0 +1,79 @@
+"""A plain DDP training script (gloo, CPU) with no rankscope code in it.
+
+Run by torchrun. Options (argv): --steps N, --slow-rank R, --slow-kind
+compute|input|none, --slow-factor F (compute: the slow rank runs its forward
+F times, input: its batches take F x 20 ms to load), --info FILE (rank 0
+writes DDP's gradient bucket sizes there, as DDP reports them).
+"""
+
+import argparse
+import json
+import os
+import time
+
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+from torch.utils.data import DataLoader, Dataset
+
+
+class Batches(Dataset):
+    def __init__(self, n: int, slow_s: float) -> None:
+        self.n, self.slow_s = n, slow_s
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int):
+        if self.slow_s:
+            time.sleep(self.slow_s)  # a slow input pipeline (remote storage, decoding)
+        g = torch.Generator().manual_seed(i)
+        return torch.randn(64, 256, generator=g), torch.randn(64, 16, generator=g)
+
+
+class Net(torch.nn.Module):
+    def __init__(self, extra_passes: int) -> None:
+        super().__init__()
+        self.a = torch.nn.Linear(256, 1024)
+        self.b = torch.nn.Linear(1024, 1024)
+        self.c = torch.nn.Linear(1024, 16)
+        self.extra_passes = extra_passes
+
+    def forward(self, x):
+        h = torch.relu(self.a(x))
+        for _ in range(self.extra_passes):  # extra compute on the slow rank
+            h = h + 0.0 * torch.relu(self.b(h))
+        return self.c(torch.relu(self.b(h)))
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("--steps", type=int, default=20)
+    p.add_argument("--slow-rank", type=int, default=-1)
+    p.add_argument("--slow-kind", default="none")
+    p.add_argument("--slow-factor", type=float, default=4.0)
+    p.add_argument("--info", default="")
+    a = p.parse_args()
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo")
+    rank = dist.get_rank()
+    slow = rank == a.slow_rank
+    extra = int(a.slow_factor * 8) if slow and a.slow_kind == "compute" else 0
+    load_s = a.slow_factor * 0.02 if slow and a.slow_kind == "input" else 0.0
+    model = DDP(Net(extra), bucket_cap_mb=1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    loader = DataLoader(Batches(a.steps, load_s), batch_size=None, shuffle=False)
+    for x, y in loader:
+        opt.zero_grad()
+        loss = torch.nn.functional.mse_loss(model(x), y)
+        loss.backward()
+        opt.step()
+    if rank == 0 and a.info:
+        data = model._get_ddp_logging_data()
+        with open(a.info, "w") as f:
+            json.dump({"bucket_sizes": str(data.get("bucket_sizes", "")), "world_size": dist.get_world_size()}, f)
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
