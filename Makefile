@@ -4,7 +4,14 @@ CARGO ?= cargo
 BIN := target/release
 DEMO_JOB ?= demo-$(shell date +%s)
 
-.PHONY: deps build demo up down status test lint fmt clean-state bench
+.PHONY: deps build demo up down status test lint fmt clean-state bench py
+
+## The Python environment of the rank SDK: a venv (RANKSCOPE_VENV, default .venv)
+## with PyPI torch (CPU is enough), pytest, maturin and the `rankscope` package
+## built from python/ (pyo3 + maturin). Created once; later runs only rebuild
+## the package.
+VENV ?= $(or $(RANKSCOPE_VENV),$(CURDIR)/.venv)
+PY_DEPS := torch numpy pytest 'maturin>=1.9.4,<2'
 
 ## Install what a fresh Debian/Ubuntu machine lacks: ClickHouse server, curl,
 ## openssl (deploy/tls/gen-certs.sh; the TLS tests make their certificates with it) and
@@ -36,9 +43,20 @@ demo: up
 	$(BIN)/rankscope steps --job $(DEMO_JOB) --last 10
 	$(BIN)/rankscope stragglers --job $(DEMO_JOB)
 
-## Every test, against real ClickHouse servers the suite starts itself.
-test: deps
-	$(CARGO) test --workspace --locked
+py:
+	@test -x $(VENV)/bin/python || python3 -m venv $(VENV)
+	@$(VENV)/bin/python -c 'import torch, pytest, maturin' 2>/dev/null || \
+		{ echo "installing $(PY_DEPS) into $(VENV) (torch is large; once)"; \
+		  $(VENV)/bin/pip install -q --disable-pip-version-check $(PY_DEPS); }
+	cd python && VIRTUAL_ENV=$(VENV) PATH=$(VENV)/bin:$$PATH maturin develop --release --locked -q
+	@$(VENV)/bin/python -c 'import rankscope, torch'
+
+## Every test, against real ClickHouse servers the suite starts itself, real
+## PyTorch processes (the venv of `make py`) and a C program over the C ABI.
+test: deps py
+	$(CARGO) build --locked -p rankscope-sdk --lib
+	RANKSCOPE_VENV=$(VENV) $(CARGO) test --workspace --locked --exclude rankscope-python
+	RANKSCOPE_BIN_DIR=$(CURDIR)/target/debug $(VENV)/bin/python -m pytest -q python/tests
 
 lint:
 	$(CARGO) fmt --all -- --check

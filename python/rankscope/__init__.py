@@ -79,12 +79,13 @@ def init(
     local_rank: Optional[int] = None,
     run_id: Optional[str] = None,
     labels: Optional[Mapping[str, str]] = None,
-    queue_events: int = 65536,
+    queue_events: Optional[int] = None,
 ) -> _native.Client:
     """Start this process's client (idempotent).
 
     Unset values come from the environment: ``RANKSCOPE_AGENT`` (else the
-    agent's default Unix socket), ``RANKSCOPE_JOB_ID`` / ``SLURM_JOB_ID`` /
+    agent's default Unix socket), ``RANKSCOPE_QUEUE_EVENTS`` (default 65536),
+    ``RANKSCOPE_JOB_ID`` / ``SLURM_JOB_ID`` /
     ``TORCHELASTIC_RUN_ID``, ``RANK`` / ``WORLD_SIZE`` / ``LOCAL_RANK`` or
     Slurm's ``SLURM_PROCID`` / ``SLURM_NTASKS``. Raises ``ValueError`` naming
     what is missing or inconsistent (e.g. a rank >= world size). A missing
@@ -103,7 +104,7 @@ def init(
             local_rank=local_rank,
             run_id=run_id,
             labels=pairs,
-            queue_events=queue_events,
+            queue_events=queue_events if queue_events is not None else int(os.environ.get("RANKSCOPE_QUEUE_EVENTS", "65536")),
         )
         _pid = os.getpid()
         atexit.register(_at_exit)
@@ -135,17 +136,20 @@ def step(n: int) -> Iterator[None]:
     global user_marks_steps
     if not isinstance(n, int) or isinstance(n, bool):
         raise TypeError(f"rankscope.step(n): n must be an int, got {type(n).__name__}")
-    user_marks_steps = True
+    if not user_marks_steps:
+        user_marks_steps = True
+        for hook in list(user_step_hooks):
+            hook()  # the torch integration ends a step it opened itself
     c = client()
     if c is None:
         _warn("rankscope.step: rankscope.init() was not called; the step is not recorded")
         yield
         return
-    call(c.step_begin, n)
+    call(c.step_begin, n, stacklevel=5)
     try:
         yield
     finally:
-        call(c.step_end, n)
+        call(c.step_end, n, stacklevel=5)
 
 
 @contextlib.contextmanager
@@ -166,7 +170,7 @@ def span(name: str, category: Optional[str] = None) -> Iterator[None]:
         yield
     finally:
         if c is not None:
-            call(c.span, cat, name, start, time.time_ns())
+            call(c.span, cat, name, start, time.time_ns(), stacklevel=5)
 
 
 _EMPTY_STATS = {
@@ -175,6 +179,7 @@ _EMPTY_STATS = {
     "dropped_queue_full": 0,
     "dropped_by_agent": 0,
     "dropped_disconnected": 0,
+    "dropped_unpaired": 0,
     "rejected": 0,
     "last_rejection": None,
     "invalid_calls": 0,
@@ -187,7 +192,8 @@ _EMPTY_STATS = {
 
 def stats() -> dict[str, Any]:
     """Counters: ``sent`` (accepted by the agent), ``dropped`` (with
-    ``dropped_queue_full``, ``dropped_by_agent``, ``dropped_disconnected``),
+    ``dropped_queue_full``, ``dropped_by_agent``, ``dropped_disconnected``,
+    ``dropped_unpaired``),
     ``rejected`` (+ ``last_rejection``), ``invalid_calls``, ``connected``,
     ``reconnects``, ``last_error``, and ``initialized``."""
     c = client()
@@ -215,9 +221,29 @@ def _at_exit() -> None:
         for hook in list(exit_hooks):
             hook()
         shutdown(float(os.environ.get("RANKSCOPE_EXIT_FLUSH_S", "5")))
+        _write_stats_file()
     except Exception:  # never raise at interpreter exit
         pass
 
 
+def _write_stats_file() -> None:
+    """``RANKSCOPE_STATS_FILE`` (``{rank}`` and ``{pid}`` are replaced): this
+    process's final :func:`stats` and identity as JSON, for checking a run
+    launched by ``rankscope run`` without touching its script."""
+    pattern = os.environ.get("RANKSCOPE_STATS_FILE")
+    c = client()
+    if not pattern or c is None:
+        return
+    import json
+
+    ident = c.identity()
+    path = pattern.replace("{rank}", str(ident["rank"])).replace("{pid}", str(os.getpid()))
+    with open(path + ".tmp", "w") as f:
+        json.dump({"stats": stats(), "identity": dict(ident)}, f)
+    os.replace(path + ".tmp", path)
+
+
 #: Called (in order) at exit before the client shuts down.
 exit_hooks: list[Callable[[], None]] = []
+#: Called once when the script first marks a step itself.
+user_step_hooks: list[Callable[[], None]] = []

@@ -128,6 +128,8 @@ class Instrumentation:
             self._install_collectives()
         _rs.exit_hooks.append(self._close_step)
         self._undo.append(lambda: _rs.exit_hooks.remove(self._close_step))
+        _rs.user_step_hooks.append(self._yield_steps)
+        self._undo.append(lambda: _rs.user_step_hooks.remove(self._yield_steps))
 
     # -- identity and steps ------------------------------------------------
 
@@ -170,6 +172,14 @@ class Instrumentation:
         c = _rs.client()
         if c is not None and self._open:
             self._end_step(c, _now())
+
+    def _yield_steps(self) -> None:
+        """The script marks steps from now on: end the step we opened."""
+        c = _rs.client()
+        if c is not None and self._open:
+            _rs.call(c.step_end, self._step, _now())
+            self._step += 1
+            self._open = False
 
     def _tracked(self, optimizer: Any) -> bool:
         if self._opt is None:

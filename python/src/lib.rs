@@ -154,6 +154,7 @@ impl Client {
         d.set_item("dropped_queue_full", s.dropped_queue_full)?;
         d.set_item("dropped_by_agent", s.dropped_by_agent)?;
         d.set_item("dropped_disconnected", s.dropped_disconnected)?;
+        d.set_item("dropped_unpaired", s.dropped_unpaired)?;
         d.set_item("rejected", s.rejected)?;
         d.set_item("last_rejection", s.last_rejection)?;
         d.set_item("invalid_calls", s.invalid_calls)?;

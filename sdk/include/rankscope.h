@@ -75,7 +75,7 @@ typedef struct rankscope_collective {
 
 typedef struct rankscope_stats {
     uint64_t sent;    /* events the agent accepted */
-    uint64_t dropped; /* sum of the three below */
+    uint64_t dropped; /* sum of the drop reasons */
     uint64_t dropped_queue_full;
     uint64_t dropped_by_agent;
     uint64_t dropped_disconnected;
@@ -83,6 +83,7 @@ typedef struct rankscope_stats {
     uint64_t invalid_calls;
     uint64_t reconnects;
     uint32_t connected; /* 1 while a stream is open */
+    uint64_t dropped_unpaired; /* step markers whose partner the queue dropped */
 } rankscope_stats;
 
 /* Returns NULL on error and writes the reason into err (if not NULL). */

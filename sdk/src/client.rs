@@ -73,7 +73,7 @@ pub enum CallError {
     Closed,
 }
 
-/// Counters of one client. `dropped` = the sum of the three drop reasons.
+/// Counters of one client. `dropped` = the sum of the four drop reasons.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Stats {
     /// Events the agent accepted.
@@ -86,6 +86,9 @@ pub struct Stats {
     pub dropped_by_agent: u64,
     /// In flight when the stream broke (not resent, to avoid duplicates).
     pub dropped_disconnected: u64,
+    /// Step markers left out because the queue dropped their partner
+    /// (sending them would make the agent reject the whole message).
+    pub dropped_unpaired: u64,
     /// Events in messages the agent rejected (INVALID_ARGUMENT).
     pub rejected: u64,
     /// The agent's reason for the last rejection.
@@ -109,6 +112,7 @@ pub(crate) struct Shared {
     pub(crate) dropped_queue_full: AtomicU64,
     pub(crate) dropped_by_agent: AtomicU64,
     pub(crate) dropped_disconnected: AtomicU64,
+    pub(crate) dropped_unpaired: AtomicU64,
     pub(crate) rejected: AtomicU64,
     pub(crate) invalid_calls: AtomicU64,
     pub(crate) names_dropped: AtomicU64,
@@ -446,8 +450,26 @@ impl Client {
             return;
         }
         let (done_tx, done_rx) = std::sync::mpsc::sync_channel(1);
-        if self.tx.try_send(Item::Close(done_tx)).is_ok() {
-            let _ = done_rx.recv_timeout(timeout);
+        // A full queue drains once the agent takes it; wait for room (this
+        // runs at exit, not in a step), but not past the timeout.
+        let deadline = std::time::Instant::now() + timeout;
+        let mut item = Item::Close(done_tx);
+        loop {
+            match self.tx.try_send(item) {
+                Ok(()) => {
+                    let left = deadline.saturating_duration_since(std::time::Instant::now());
+                    let _ = done_rx.recv_timeout(left);
+                    break;
+                }
+                Err(mpsc::error::TrySendError::Full(back)) => {
+                    if std::time::Instant::now() >= deadline || self.shared.down.load(Relaxed) {
+                        break;
+                    }
+                    item = back;
+                    std::thread::sleep(Duration::from_millis(2));
+                }
+                Err(mpsc::error::TrySendError::Closed(_)) => break,
+            }
         }
         let handle = self.thread.lock().ok().and_then(|mut t| t.take());
         if let Some(h) = handle {
@@ -464,12 +486,14 @@ impl Client {
         let q = s.dropped_queue_full.load(Relaxed);
         let a = s.dropped_by_agent.load(Relaxed);
         let d = s.dropped_disconnected.load(Relaxed);
+        let u = s.dropped_unpaired.load(Relaxed);
         Stats {
             sent: s.sent.load(Relaxed),
-            dropped: q + a + d,
+            dropped: q + a + d + u,
             dropped_queue_full: q,
             dropped_by_agent: a,
             dropped_disconnected: d,
+            dropped_unpaired: u,
             rejected: s.rejected.load(Relaxed),
             last_rejection: text(&s.last_rejection),
             invalid_calls: s.invalid_calls.load(Relaxed),

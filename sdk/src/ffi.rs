@@ -70,6 +70,7 @@ pub struct RankscopeStats {
     pub invalid_calls: u64,
     pub reconnects: u64,
     pub connected: u32,
+    pub dropped_unpaired: u64,
 }
 
 /// # Safety
@@ -344,6 +345,7 @@ pub unsafe extern "C" fn rankscope_get_stats(c: *const Client, out: *mut Ranksco
             invalid_calls: s.invalid_calls,
             reconnects: s.reconnects,
             connected: u32::from(s.connected),
+            dropped_unpaired: s.dropped_unpaired,
         };
         RANKSCOPE_OK
     })

@@ -36,7 +36,7 @@ pub const WINDOW: usize = 16;
 /// First reconnect delay.
 pub const BACKOFF_MIN: Duration = Duration::from_millis(100);
 /// Longest reconnect delay.
-pub const BACKOFF_MAX: Duration = Duration::from_secs(5);
+pub const BACKOFF_MAX: Duration = Duration::from_secs(1);
 /// How long closing waits for the agent's last acks.
 const CLOSE_TIMEOUT: Duration = Duration::from_secs(5);
 /// gRPC RESOURCE_EXHAUSTED.
@@ -105,6 +105,8 @@ struct Sender {
     waiters: Vec<std::sync::mpsc::SyncSender<bool>>,
     closing: Option<std::sync::mpsc::SyncSender<bool>>,
     streams: u64,
+    /// Step state of what this stream carried: (last step, open step).
+    steps: (Option<u64>, Option<u64>),
 }
 
 impl Sender {
@@ -124,6 +126,7 @@ impl Sender {
             waiters: Vec::new(),
             closing: None,
             streams: 0,
+            steps: (None, None),
         }
     }
 
@@ -180,8 +183,9 @@ impl Sender {
         let mut defined: Vec<bool> = Vec::new();
         let mut in_flight: VecDeque<InFlight> = VecDeque::new();
         let mut next_seq = 1u64;
-        // The identity message opens the stream (and tells the agent who we
-        // are before any event, so its attribution and GPU mapping start).
+        self.steps = (None, None); // the agent starts each stream afresh
+                                   // The identity message opens the stream (and tells the agent who we
+                                   // are before any event, so its attribution and GPU mapping start).
         let hello = proto::RankMessage {
             identity: Some(self.identity.clone()),
             seq: next_seq,
@@ -237,10 +241,14 @@ impl Sender {
             tokio::select! {
                 item = self.rx.recv(), if read_queue => match item {
                     Some(Item::Event(e)) => {
-                        if self.pending.is_empty() {
-                            self.pending_since = Some(Instant::now());
+                        if !self.keeps_steps_paired(&e) {
+                            self.shared.dropped_unpaired.fetch_add(1, Relaxed);
+                        } else {
+                            if self.pending.is_empty() {
+                                self.pending_since = Some(Instant::now());
+                            }
+                            self.pending.push(e);
                         }
-                        self.pending.push(e);
                     }
                     Some(Item::Flush(w)) => self.waiters.push(w),
                     Some(Item::Close(w)) => self.closing = Some(w),
@@ -274,6 +282,36 @@ impl Sender {
                 }
             }
         }
+    }
+
+    /// Whether `e` fits the step markers this stream carried. When the
+    /// queue dropped a step's begin or end, its partner would make the
+    /// agent reject the whole message (an end that does not match the open
+    /// step, or a step ended twice); such a marker is left out (and
+    /// counted) instead. A begin while a step is open is kept: the agent
+    /// and the collector take it as the start of the next step.
+    fn keeps_steps_paired(&mut self, e: &proto::Event) -> bool {
+        let (last, open) = self.steps;
+        match &e.kind {
+            Some(Kind::StepBegin(b)) => {
+                if last.is_some_and(|l| b.step < l || (b.step == l && open.is_some())) {
+                    return false;
+                }
+                self.steps = (Some(b.step), Some(b.step));
+            }
+            Some(Kind::StepEnd(x)) => {
+                let fits = match open {
+                    Some(o) => o == x.step,
+                    None => last.is_none_or(|l| x.step > l),
+                };
+                if !fits {
+                    return false;
+                }
+                self.steps = (Some(x.step), None);
+            }
+            _ => {}
+        }
+        true
     }
 
     /// Builds the next message from `pending`, defining the names it uses.

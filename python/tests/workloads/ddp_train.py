@@ -53,6 +53,7 @@ def main() -> None:
     p.add_argument("--slow-kind", default="none")
     p.add_argument("--slow-factor", type=float, default=4.0)
     p.add_argument("--info", default="")
+    p.add_argument("--progress", default="", help="rank 0 writes the number of finished steps here")
     a = p.parse_args()
     torch.set_num_threads(1)
     dist.init_process_group("gloo")
@@ -63,15 +64,23 @@ def main() -> None:
     model = DDP(Net(extra), bucket_cap_mb=1)
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     loader = DataLoader(Batches(a.steps, load_s), batch_size=None, shuffle=False)
+    done = 0
     for x, y in loader:
         opt.zero_grad()
         loss = torch.nn.functional.mse_loss(model(x), y)
         loss.backward()
         opt.step()
+        done += 1
+        if rank == 0 and a.progress:
+            with open(a.progress + ".tmp", "w") as f:
+                f.write(str(done))
+            os.replace(a.progress + ".tmp", a.progress)
     if rank == 0 and a.info:
-        data = model._get_ddp_logging_data()
+        # The gradient buckets DDP all-reduces every step (after its rebuild).
+        buckets = [b.buffer().numel() * b.buffer().element_size() for b in model.reducer._get_zeros_like_grad_buckets()]
+        grads = sum(p.numel() * p.element_size() for p in model.parameters())
         with open(a.info, "w") as f:
-            json.dump({"bucket_sizes": str(data.get("bucket_sizes", "")), "world_size": dist.get_world_size()}, f)
+            json.dump({"bucket_bytes": sorted(buckets), "grad_bytes": grads}, f)
     dist.destroy_process_group()
 
 
