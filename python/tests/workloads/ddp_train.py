@@ -54,6 +54,7 @@ def main() -> None:
     p.add_argument("--slow-factor", type=float, default=4.0)
     p.add_argument("--info", default="")
     p.add_argument("--progress", default="", help="rank 0 writes the number of finished steps here")
+    p.add_argument("--timing", default="", help="rank 0 writes each step's wall time (s) here, as JSON")
     a = p.parse_args()
     torch.set_num_threads(1)
     dist.init_process_group("gloo")
@@ -65,11 +66,16 @@ def main() -> None:
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     loader = DataLoader(Batches(a.steps, load_s), batch_size=None, shuffle=False)
     done = 0
+    times = []
+    t = time.perf_counter()
     for x, y in loader:
         opt.zero_grad()
         loss = torch.nn.functional.mse_loss(model(x), y)
         loss.backward()
         opt.step()
+        now = time.perf_counter()
+        times.append(now - t)
+        t = now
         done += 1
         if rank == 0 and a.progress:
             with open(a.progress + ".tmp", "w") as f:
@@ -81,6 +87,9 @@ def main() -> None:
         grads = sum(p.numel() * p.element_size() for p in model.parameters())
         with open(a.info, "w") as f:
             json.dump({"bucket_bytes": sorted(buckets), "grad_bytes": grads}, f)
+    if rank == 0 and a.timing:
+        with open(a.timing, "w") as f:
+            json.dump(times, f)
     dist.destroy_process_group()
 
 
