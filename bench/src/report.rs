@@ -48,6 +48,19 @@ pub struct Details {
 /// The collector flush interval of the tuned straggler-latency run, ms.
 pub const TUNED_FLUSH_MS: u64 = 100;
 
+/// The collector's default `writer.flush_interval_ms`, which every run
+/// without an override uses (the report states it from here, not by hand).
+pub fn default_flush_ms() -> u64 {
+    rankscope_collector::Config::default()
+        .writer
+        .flush_interval_ms
+}
+
+/// The collector's default `writer.batch_max_rows`.
+pub fn default_batch_max_rows() -> usize {
+    rankscope_collector::Config::default().writer.batch_max_rows
+}
+
 /// The figures of `bench/results.json`; names and units are issue 6's.
 #[derive(Debug, Clone, Serialize)]
 pub struct Results {

@@ -283,7 +283,10 @@ fn straggler(s: &mut String, d: &Details) {
     );
     lat_row(
         s,
-        "default (`writer.flush_interval_ms` = 1000)",
+        &format!(
+            "default (`writer.flush_interval_ms` = {})",
+            super::default_flush_ms()
+        ),
         &d.straggler_default,
     );
     lat_row(
@@ -398,10 +401,11 @@ fn import(s: &mut String, d: &Details) {
             "Wall time is {:.1}x CPU time on the synthetic trace: `rankscope import` sends one \
              chunk (10,000 events) per file at a time and waits for its acknowledgement, which \
              the collector gives after the writer's next flush (up to `flush_interval_ms` = \
-             1 s), so one file imports at about one chunk per flush however fast the parser \
+             {} ms), so one file imports at about one chunk per flush however fast the parser \
              is. The per-core figure is the import process's own work (read, parse, order, \
              convert, send).\n",
-            syn.elapsed_s / syn.cpu_s
+            syn.elapsed_s / syn.cpu_s,
+            super::default_flush_ms()
         );
     }
     let _ = writeln!(

@@ -104,12 +104,13 @@ fn why(name: &str, d: &Details) -> String {
             );
             format!(
                 "Not computation: {stored:.0} ms pass before the decisive batches are stored (the \
-                 writer holds rows up to `writer.flush_interval_ms` = 1000 ms before one INSERT), \
+                 writer holds rows up to `writer.flush_interval_ms` = {} ms before one INSERT), \
                  the verdict is computed {:.0} ms after that, and writing the verdict rows waits \
                  for the next flush ({:.0} ms). With `writer.flush_interval_ms` = {TUNED_FLUSH_MS} \
                  the median is {tuned:.0} ms: the flush interval (batching for ClickHouse's \
                  ~15 ms per INSERT) is the bottleneck, a configuration trade-off, not the \
                  analytics.",
+                super::default_flush_ms(),
                 det - stored,
                 lat - det
             )
