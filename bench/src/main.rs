@@ -34,7 +34,8 @@ struct Args {
     /// Repository root (NVML stand-in source) [default: where this was built].
     #[arg(long)]
     repo: Option<PathBuf>,
-    /// Kineto trace sets [default: $RANKSCOPE_TRACES or <repo>/../shared/traces].
+    /// Kineto trace sets [default: $RANKSCOPE_TRACES or the vendored
+    /// <repo>/cli/tests/fixtures/kineto].
     #[arg(long, env = "RANKSCOPE_TRACES")]
     traces: Option<PathBuf>,
     /// Small sizes and few repetitions (a smoke test, not for the record).
@@ -144,7 +145,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
     let traces = args
         .traces
         .clone()
-        .unwrap_or_else(|| repo.join("../shared/traces"));
+        .unwrap_or_else(|| repo.join("cli/tests/fixtures/kineto"));
     let bins = Binaries::in_dir(&bin_dir)?;
     if !bulk::client_available() {
         bail!("clickhouse-client is not installed: run `deploy/dev/clickhouse.sh apt clickhouse-client` (or `make bench`)");

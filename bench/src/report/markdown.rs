@@ -382,7 +382,7 @@ fn import(s: &mut String, d: &Details) {
         s,
         "## 6. Trace import\n\n\
          `rankscope import --job <set> --ingest <collector>` once per trace set of \
-         `shared/traces` (each set one job, its files imported in parallel) and once on a \
+         `cli/tests/fixtures/kineto` (each set one job, its files imported in parallel) and once on a \
          synthetic single-rank trace of {} MB uncompressed (`bench/src/synth.rs`: Kineto's \
          layout and event mix: CPU ops, launches, `ac2g` flows, kernels with full args, \
          memcpys, NCCL kernels with collective metadata). The command parses, orders, converts \
