@@ -6,9 +6,10 @@
 //! ingest URL. Out: per invocation an [`ImportRun`]: uncompressed JSON bytes,
 //! wall time (process start to exit, i.e. including storage: the command
 //! ends after the collector acknowledged every batch) and the import
-//! process's own CPU seconds (`wait4` rusage). "Per core" = JSON MB per CPU
-//! second of the import process; the collector's and ClickHouse's work is
-//! reported by the end-to-end section.
+//! process's own CPU seconds (`wait4` rusage), and the wall time until the
+//! job's analytics are final ([`wait_final`]), the headline. "Per core" =
+//! JSON MB per CPU second of the import process; the collector's and
+//! ClickHouse's work is reported by the end-to-end section.
 
 use std::io::Read;
 use std::path::{Path, PathBuf};
@@ -27,6 +28,9 @@ pub struct ImportRun {
     pub json_bytes: u64,
     pub elapsed_s: f64,
     pub cpu_s: f64,
+    /// Start -> the job's analytics are final (the breakdown of its last
+    /// step covers every rank that reached it), wall seconds.
+    pub final_s: f64,
 }
 
 impl ImportRun {
@@ -38,6 +42,11 @@ impl ImportRun {
     /// JSON MB per CPU second of the import process.
     pub fn mb_per_cpu_s(&self) -> f64 {
         self.json_bytes as f64 / 1e6 / self.cpu_s
+    }
+
+    /// Wall-clock JSON MB/s until the job's analytics are final.
+    pub fn mb_per_final_s(&self) -> f64 {
+        self.json_bytes as f64 / 1e6 / self.final_s
     }
 }
 
@@ -149,5 +158,48 @@ pub fn import(
         json_bytes,
         elapsed_s,
         cpu_s: r.cpu_s,
+        final_s: f64::NAN,
     })
+}
+
+/// Waits until `job`'s analytics are final: the breakdown of its last step
+/// (`GET /api/v1/jobs/{job}/steps?last=1`) has a row for every rank that
+/// ended that step. A step is final when all ranks of the job ended it or
+/// `stream.step_timeout_ms` after the first did (a trace set holding only
+/// some ranks of its job waits for the timeout). Returns `started` -> then.
+pub async fn wait_final(
+    http: &crate::http::HttpClient,
+    http_url: &str,
+    job: &str,
+    started: Instant,
+) -> Result<f64, BenchError> {
+    let last = http
+        .get_ok(&format!("{http_url}/api/v1/jobs/{job}/steps?last=1"))
+        .await?
+        .json()?;
+    let rows = last["steps"].as_array().cloned().unwrap_or_default();
+    let step = rows
+        .iter()
+        .filter_map(|r| r["step"].as_u64())
+        .max()
+        .ok_or_else(|| BenchError::Check(format!("{job}: no steps stored")))?;
+    let ranks = rows
+        .iter()
+        .filter(|r| r["step"].as_u64() == Some(step))
+        .count();
+    let url = format!("{http_url}/api/v1/jobs/{job}/breakdown?step={step}");
+    let deadline = Instant::now() + Duration::from_secs(300);
+    loop {
+        let r = http.get(&url).await?;
+        if r.status == 200 && r.json()?["breakdown"].as_array().map_or(0, Vec::len) >= ranks {
+            return Ok(started.elapsed().as_secs_f64());
+        }
+        if Instant::now() >= deadline {
+            return Err(BenchError::Timeout {
+                what: format!("the breakdown of step {step} of {job}"),
+                secs: 300,
+            });
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }

@@ -2,7 +2,7 @@
 //!
 //! In: the release binaries (`rankscope`, `rankscope-agent`,
 //! `rankscope-collector`) next to this one, a ClickHouse server binary and
-//! `clickhouse-client`, the shared Kineto traces, and (when present) the
+//! `clickhouse-client`, the Kineto trace sets (`cli/tests/fixtures/kineto`), and (when present) the
 //! NVML stand-in under `agent/tests/nvml_stub`. Out: [`report::Results`]
 //! (the 13 figures of `bench/results.json`), a human table and
 //! `bench/RESULTS.md`.

@@ -14,7 +14,7 @@ use clap::Parser;
 use rankscope_bench::e2e::{self, Ctx, E2eParams};
 use rankscope_bench::http::HttpClient;
 use rankscope_bench::report::{self, Details, TUNED_FLUSH_MS};
-use rankscope_bench::stack::{Binaries, CollectorProc, Override};
+use rankscope_bench::stack::{AgentProc, Binaries, CollectorProc, Override};
 use rankscope_bench::sys::Machine;
 use rankscope_bench::{bulk, idle, import, profile, query, straggler, synth};
 use rankscope_testkit::ClickHouse;
@@ -34,7 +34,8 @@ struct Args {
     /// Repository root (NVML stand-in source) [default: where this was built].
     #[arg(long)]
     repo: Option<PathBuf>,
-    /// Kineto trace sets [default: $RANKSCOPE_TRACES or <repo>/../shared/traces].
+    /// Kineto trace sets [default: $RANKSCOPE_TRACES or the vendored
+    /// <repo>/cli/tests/fixtures/kineto].
     #[arg(long, env = "RANKSCOPE_TRACES")]
     traces: Option<PathBuf>,
     /// Small sizes and few repetitions (a smoke test, not for the record).
@@ -144,7 +145,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
     let traces = args
         .traces
         .clone()
-        .unwrap_or_else(|| repo.join("../shared/traces"));
+        .unwrap_or_else(|| repo.join("cli/tests/fixtures/kineto"));
     let bins = Binaries::in_dir(&bin_dir)?;
     if !bulk::client_available() {
         bail!("clickhouse-client is not installed: run `deploy/dev/clickhouse.sh apt clickhouse-client` (or `make bench`)");
@@ -180,6 +181,8 @@ async fn run(args: Args) -> anyhow::Result<()> {
         profile: Vec::new(),
         straggler_default: Vec::new(),
         straggler_tuned: Vec::new(),
+        straggler_agent: Vec::new(),
+        straggler_agent_loaded: Vec::new(),
         query: query::QueryRun::default(),
         imports: Vec::new(),
         synthetic_bytes: 0,
@@ -322,6 +325,70 @@ async fn run_straggler(ctx: &Ctx, args: &Args, d: &mut Details) -> anyhow::Resul
             d.straggler_default = trials;
         }
     }
+    run_straggler_e2e(ctx, args, d).await
+}
+
+/// Straggler latency end to end (ranks -> agent -> collector -> API), on an
+/// idle stack and while another agent streams the end-to-end job into the
+/// same collector; default configurations.
+async fn run_straggler_e2e(ctx: &Ctx, args: &Args, d: &mut Details) -> anyhow::Result<()> {
+    let db = "bench_straggler_e2e";
+    ctx.ch.query(&format!("DROP DATABASE IF EXISTS {db}"))?;
+    let mut c = CollectorProc::start(&ctx.bins, &ctx.ch.http_url, db, &ctx.dir, &[]).await?;
+    let mut agent =
+        AgentProc::start(&ctx.bins, &c.grpc_url, &ctx.dir, "straggler", &[], &[]).await?;
+    note(&format!(
+        "straggler latency (rank streams -> agent -> collector, idle): {} trials",
+        args.straggler_trials
+    ));
+    d.straggler_agent = straggler::run_via_agent(
+        &agent.url,
+        &c.http_url,
+        &ctx.http,
+        args.straggler_trials,
+        "agent",
+    )
+    .await?;
+    // The load: the end-to-end job at full speed through a second agent
+    // (another node), long enough to outlast the trials; stopped after them.
+    let mut load_agent =
+        AgentProc::start(&ctx.bins, &c.grpc_url, &ctx.dir, "straggler-load", &[], &[]).await?;
+    let mut cmd = std::process::Command::new(ctx.bins.rankscope());
+    cmd.args([
+        "simulate",
+        "--agent",
+        &load_agent.url,
+        "--job",
+        "bench-straggler-load",
+    ])
+    .args(["--ranks", &args.ranks.to_string()])
+    .args(["--steps", "1000000"])
+    .args(["--layers", &args.layers.to_string()])
+    .env("RUST_BACKTRACE", "0")
+    .stdin(std::process::Stdio::null())
+    .stdout(std::process::Stdio::null())
+    .stderr(std::process::Stdio::null());
+    let mut load = rankscope_bench::sys::spawn(&mut cmd)?;
+    // Let the load reach its steady state before the first trial.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    note(&format!(
+        "straggler latency (end to end, under the end-to-end ingest load): {} trials",
+        args.straggler_trials
+    ));
+    let loaded = straggler::run_via_agent(
+        &agent.url,
+        &c.http_url,
+        &ctx.http,
+        args.straggler_trials,
+        "agent-loaded",
+    )
+    .await;
+    let _ = rankscope_bench::sys::terminate(&mut load, Duration::from_secs(20));
+    load_agent.stop();
+    agent.stop();
+    c.stop();
+    ctx.ch.query(&format!("DROP DATABASE IF EXISTS {db}"))?;
+    d.straggler_agent_loaded = loaded?;
     Ok(())
 }
 
@@ -349,7 +416,8 @@ async fn run_import_idle(
             for set in &sets {
                 let job = format!("bench-import-{run}-{}", set.name);
                 let log = ctx.dir.join(format!("import-{run}-{}.log", set.name));
-                runs.push(import::import(
+                let started = Instant::now();
+                let mut r = import::import(
                     &ctx.bins,
                     &c.grpc_url,
                     &job,
@@ -357,24 +425,30 @@ async fn run_import_idle(
                     &set.files,
                     set.json_bytes,
                     &log,
-                )?);
+                )?;
+                r.final_s = import::wait_final(&ctx.http, &c.http_url, &job, started).await?;
+                runs.push(r);
             }
             let log = ctx.dir.join(format!("import-{run}-synthetic.log"));
-            let r = import::import(
+            let started = Instant::now();
+            let job = format!("bench-import-{run}-synthetic");
+            let mut r = import::import(
                 &ctx.bins,
                 &c.grpc_url,
-                &format!("bench-import-{run}-synthetic"),
+                &job,
                 "synthetic",
                 std::slice::from_ref(&synth_path),
                 synth.bytes,
                 &log,
             )?;
+            r.final_s = import::wait_final(&ctx.http, &c.http_url, &job, started).await?;
             note(&format!(
-                "import run {}/{}: synthetic {:.0} MB in {:.1} s ({:.1} MB per CPU s)",
+                "import run {}/{}: synthetic {:.0} MB in {:.1} s, analytics final at {:.1} s ({:.1} MB per CPU s)",
                 run + 1,
                 args.import_runs,
                 synth.bytes as f64 / 1e6,
                 r.elapsed_s,
+                r.final_s,
                 r.mb_per_cpu_s()
             ));
             runs.push(r);

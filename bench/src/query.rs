@@ -17,8 +17,9 @@
 //!
 //! The stragglers route reads only `straggler_verdicts FINAL` of the job, so
 //! its cost follows the number of verdict versions; the breakdown route reads
-//! one step's rows of `step_breakdown FINAL`. Two warm-up requests per route
-//! are not counted.
+//! one step's rows of `step_breakdown FINAL`. The first request per route
+//! (cold: the first read after the load) is recorded apart; it and one more
+//! are not counted among the warm ones.
 
 use std::time::Duration;
 
@@ -42,8 +43,13 @@ pub const QUERIED_STEP: u64 = 50;
 /// Timings of both routes.
 #[derive(Debug, Clone, Default, serde::Serialize)]
 pub struct QueryRun {
+    /// Warm: after two uncounted requests.
     pub breakdown_ms: Vec<f64>,
     pub stragglers_ms: Vec<f64>,
+    /// Cold: the first request of each route after the load (fresh
+    /// collector, nothing read yet).
+    pub breakdown_cold_ms: f64,
+    pub stragglers_cold_ms: f64,
     /// Rows the breakdown answer holds (= ranks).
     pub breakdown_rows: usize,
     /// Verdicts the stragglers answer holds.
@@ -99,6 +105,8 @@ pub async fn run(ctx: &Ctx, reps: usize) -> Result<QueryRun, BenchError> {
         let r = ctx.http.get_ok(&breakdown_url).await?;
         let s = ctx.http.get_ok(&stragglers_url).await?;
         if i == 0 {
+            out.breakdown_cold_ms = r.elapsed.as_secs_f64() * 1e3;
+            out.stragglers_cold_ms = s.elapsed.as_secs_f64() * 1e3;
             out.breakdown_rows = r.json()?["breakdown"].as_array().map_or(0, Vec::len);
             out.breakdown_response_bytes = r.body.len();
             out.verdicts = s.json()?["stragglers"].as_array().map_or(0, Vec::len);

@@ -22,6 +22,14 @@
 //! recorded: when the last batch was acknowledged (rows stored) and the
 //! verdict's `updated_ns` (when the collector computed it), which split the
 //! latency into ingest storage, analysis and result storage.
+//!
+//! End to end ([`run_via_agent`]): the same jobs, but the driver plays the
+//! 1,024 ranks and streams each rank's steps over its own
+//! `RankIngest.StreamEvents` stream to a real `rankscope-agent`, which
+//! batches (`batch_max_delay_ms`) and forwards to the collector: rank ->
+//! agent -> collector -> verdict in the API. `t0` is when the last rank's
+//! decisive-step message (holding its StepEnd) was handed to its stream;
+//! *stored* is not observable on this path (the agent's acks are internal).
 
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -104,13 +112,9 @@ pub async fn run(
 
 type Client = proto::collector_ingest_client::CollectorIngestClient<Channel>;
 
-async fn trial(
-    clients: &[Client],
-    http_url: &str,
-    http: &HttpClient,
-    job: &str,
-) -> Result<StragglerTrial, BenchError> {
-    let cfg = SimConfig {
+/// The trial job: [`RANKS`] ranks, [`SLOW_RANK`] 1.5x slower, one-layer steps.
+fn job_config(job: &str) -> SimConfig {
+    SimConfig {
         job: job.to_owned(),
         ranks: RANKS,
         ranks_per_node: RANKS_PER_NODE,
@@ -123,7 +127,16 @@ async fn trial(
         }],
         start_ns: now_ns().saturating_sub(10_000_000_000),
         ..SimConfig::default()
-    };
+    }
+}
+
+async fn trial(
+    clients: &[Client],
+    http_url: &str,
+    http: &HttpClient,
+    job: &str,
+) -> Result<StragglerTrial, BenchError> {
+    let cfg = job_config(job);
     let steps: Vec<_> = plan_iter(&cfg).collect();
     let nodes = cfg.nodes();
     let session = (now_ns() | 1) ^ 0x5bd1_e995;
@@ -179,6 +192,24 @@ async fn trial(
         .map(|r| r.events.len() as u64)
         .sum();
     let (t0, t0_wall_ns, acked, retries) = send_all(clients, decisive).await?;
+    let (latency, updated_ns) = wait_verdict(http, http_url, job, t0).await?;
+    Ok(StragglerTrial {
+        latency_ms: latency.as_secs_f64() * 1e3,
+        stored_ms: (acked - t0).as_secs_f64() * 1e3,
+        detected_ms: (updated_ns as f64 - t0_wall_ns as f64) / 1e6,
+        step_events,
+        retries,
+    })
+}
+
+/// Polls the stragglers route until an active verdict names [`SLOW_RANK`];
+/// returns the time since `t0` and the verdict's `updated_ns`.
+async fn wait_verdict(
+    http: &HttpClient,
+    http_url: &str,
+    job: &str,
+    t0: Instant,
+) -> Result<(Duration, u64), BenchError> {
     let url = format!("{http_url}/api/v1/jobs/{job}/stragglers");
     let deadline = t0 + Duration::from_secs(60);
     loop {
@@ -191,15 +222,7 @@ async fn trial(
                 })
             });
             if let Some(s) = found {
-                let latency = t0.elapsed();
-                let updated_ns = s["updated_ns"].as_u64().unwrap_or(0);
-                return Ok(StragglerTrial {
-                    latency_ms: latency.as_secs_f64() * 1e3,
-                    stored_ms: (acked - t0).as_secs_f64() * 1e3,
-                    detected_ms: (updated_ns as f64 - t0_wall_ns as f64) / 1e6,
-                    step_events,
-                    retries,
-                });
+                return Ok((t0.elapsed(), s["updated_ns"].as_u64().unwrap_or(0)));
             }
         }
         if Instant::now() >= deadline {
@@ -210,6 +233,109 @@ async fn trial(
         }
         tokio::time::sleep(POLL).await;
     }
+}
+
+/// Like [`run`], but every rank streams to the agent at `agent_url`
+/// (`http://127.0.0.1:<port>`), which forwards to the collector.
+pub async fn run_via_agent(
+    agent_url: &str,
+    http_url: &str,
+    http: &HttpClient,
+    trials: usize,
+    tag: &str,
+) -> Result<Vec<StragglerTrial>, BenchError> {
+    // 1,024 rank streams over a few HTTP/2 connections.
+    let mut channels = Vec::new();
+    for _ in 0..8 {
+        channels.push(
+            Channel::from_shared(agent_url.to_owned())
+                .map_err(|e| BenchError::Grpc {
+                    what: format!("connect {agent_url}"),
+                    detail: e.to_string(),
+                })?
+                .tcp_nodelay(true)
+                .connect()
+                .await
+                .map_err(|e| BenchError::Grpc {
+                    what: format!("connect {agent_url}"),
+                    detail: e.to_string(),
+                })?,
+        );
+    }
+    let mut out = Vec::new();
+    for t in 0..trials {
+        let job = format!("bench-straggler-{tag}-{t}-{}", now_ns() % 1_000_000_007);
+        out.push(agent_trial(&channels, http_url, http, &job).await?);
+    }
+    Ok(out)
+}
+
+async fn agent_trial(
+    channels: &[Channel],
+    http_url: &str,
+    http: &HttpClient,
+    job: &str,
+) -> Result<StragglerTrial, BenchError> {
+    use rankscope_cli::simulate::client::stream::MessageBuilder;
+    let cfg = job_config(job);
+    let steps: Vec<_> = plan_iter(&cfg).collect();
+    let d = DECISIVE_STEP as usize;
+    let mut streams = Vec::new();
+    let mut builders = Vec::new();
+    for r in 0..RANKS {
+        let (tx, rx) = tokio::sync::mpsc::channel::<proto::RankMessage>(4);
+        let mut client = proto::rank_ingest_client::RankIngestClient::new(
+            channels[r as usize % channels.len()].clone(),
+        )
+        .max_encoding_message_size(64 << 20);
+        let acks = client
+            .stream_events(tokio_stream::wrappers::ReceiverStream::new(rx))
+            .await
+            .map_err(|s| BenchError::Grpc {
+                what: "RankIngest.StreamEvents".into(),
+                detail: format!("{:?}: {}", s.code(), s.message()),
+            })?
+            .into_inner();
+        // Acks are read (an agent never waits for a rank that does not).
+        tokio::spawn(async move {
+            let mut acks = acks;
+            while let Ok(Some(_)) = acks.message().await {}
+        });
+        streams.push(tx);
+        builders.push(MessageBuilder::new(identity(&cfg, r), usize::MAX));
+    }
+    let message = |b: &mut MessageBuilder, r: u32, from: usize, to: usize| {
+        for s in &steps[from..to] {
+            for e in &s.ranks[r as usize].events {
+                let _ = b.push(e.clone());
+            }
+        }
+        b.take()
+    };
+    let closed = |_| BenchError::Check("a rank stream closed".into());
+    for r in 0..RANKS {
+        let m = message(&mut builders[r as usize], r, 0, d);
+        streams[r as usize].send(m).await.map_err(closed)?;
+    }
+    wait_breakdown(http, http_url, job, DECISIVE_STEP - 1).await?;
+
+    let decisive: Vec<_> = (0..RANKS)
+        .map(|r| message(&mut builders[r as usize], r, d, d + 1))
+        .collect();
+    let step_events = decisive.iter().map(|m| m.events.len() as u64).sum();
+    for (r, m) in decisive.into_iter().enumerate() {
+        streams[r].send(m).await.map_err(closed)?;
+    }
+    let (t0, t0_wall_ns) = (Instant::now(), now_ns());
+    let (latency, updated_ns) = wait_verdict(http, http_url, job, t0).await?;
+    drop(streams);
+    Ok(StragglerTrial {
+        latency_ms: latency.as_secs_f64() * 1e3,
+        stored_ms: f64::NAN,
+        detected_ms: (updated_ns as f64 - t0_wall_ns as f64) / 1e6,
+        step_events,
+        retries: 0,
+    })
 }
 
 /// Sends every batch concurrently, retrying UNAVAILABLE answers with the

@@ -3,7 +3,7 @@
 //! In: a minimum size in bytes. Out: one uncompressed `.json` trace of one
 //! rank (world size 1) at least that large, written with a `BufWriter`.
 //!
-//! Shape follows the real traces in `shared/traces` (e.g.
+//! Shape follows the real traces in `cli/tests/fixtures/kineto` (e.g.
 //! `hta_negative_queue_rank0_a100`): CPU-side events first in time order
 //! (`ProfilerStep#N` annotations and `cpu_op`s with `Input Dims` / `Input
 //! type` args), then the launches and GPU activity interleaved in time

@@ -1,13 +1,12 @@
-//! Every real trace set in the shared folder imports without error, the
-//! output satisfies the stream and breakdown invariants, and each set's
-//! particularity (see its README) comes out right. Skips with a note when
-//! the shared folder is absent.
+//! Every real trace set (vendored in `tests/fixtures/kineto`) imports
+//! without error, the output satisfies the stream and breakdown invariants,
+//! and each set's particularity (see its README) comes out right.
 
 mod import_common;
 
 use std::path::Path;
 
-use import_common::{check_invariants, import_checked, segments, shared_traces, Stream};
+use import_common::{check_invariants, import_checked, segments, trace_sets, Stream};
 use rankscope_cli::import::{self, ImportOptions};
 use rankscope_proto::v1 as proto;
 
@@ -53,7 +52,7 @@ fn step_begin_ns(s: &Stream) -> u64 {
 
 #[test]
 fn every_set_imports_with_invariants() {
-    let Some(root) = shared_traces() else { return };
+    let root = trace_sets();
     let mut sets: Vec<_> = std::fs::read_dir(&root)
         .expect("read traces")
         .map(|e| e.expect("entry").path())
@@ -61,6 +60,21 @@ fn every_set_imports_with_invariants() {
         .collect();
     sets.sort();
     assert!(sets.len() >= 7, "{sets:?}");
+    for name in [
+        "param_dlrm_8rank_v100",
+        "hta_nccl_parser_rank0_a100",
+        "tracelens_b200_eager_rank0",
+        "tracelens_mi300_resnet_rank0",
+        "hta_df_index_resolver_rank1_v100",
+        "hta_trace_filter_2rank_sm80",
+        "hta_negative_queue_rank0_a100",
+    ] {
+        assert!(
+            root.join(name).is_dir(),
+            "{name} missing from {}",
+            root.display()
+        );
+    }
     for dir in sets {
         let name = dir
             .file_name()

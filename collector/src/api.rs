@@ -9,7 +9,6 @@
 //! status on failure). Reads go to ClickHouse through [`Store`]; the API holds
 //! no state of its own.
 
-use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 
 use axum::extract::{Path, Query, State};
@@ -23,22 +22,17 @@ mod alerts;
 mod analytics;
 mod telemetry;
 
-use crate::metrics::Metrics;
-use crate::store::{JobRow, StepTimeRow, Store, WriterHandle};
+use crate::store::{JobRow, StepTimeRow, Store};
 
 /// Shared state of the handlers.
 #[derive(Clone)]
 pub struct ApiState {
     /// Bearer token required on `/api/*` (empty: none).
     pub auth_token: String,
-    /// TLS state, when the listeners serve TLS (for its counters).
-    pub tls: Option<std::sync::Arc<crate::tls::TlsState>>,
     /// Read access to ClickHouse.
     pub store: Store,
-    /// Pipeline counters.
-    pub metrics: Arc<Metrics>,
-    /// The writer, for its counters.
-    pub writer: WriterHandle,
+    /// Every exported counter (and the ingest and writer histograms).
+    pub counters: crate::counters::Counters,
     /// Latest analytics values as gauges.
     pub gauges: Arc<crate::gauges::JobGauges>,
 }
@@ -135,34 +129,19 @@ async fn healthz(State(st): State<ApiState>) -> Response {
 }
 
 async fn metrics(State(st): State<ApiState>) -> Response {
-    let w = st.writer.metrics();
-    let extra = [
-        (
-            "rankscope_collector_clickhouse_inserts_total",
-            "INSERT statements ClickHouse accepted.",
-            w.inserts.load(Relaxed),
-        ),
-        (
-            "rankscope_collector_clickhouse_insert_failures_total",
-            "INSERT statements that failed.",
-            w.insert_failures.load(Relaxed),
-        ),
-        (
-            "rankscope_collector_clickhouse_rows_written_total",
-            "Rows ClickHouse accepted (all tables).",
-            w.rows_written.load(Relaxed),
-        ),
-    ];
-    let mut out = st.metrics.render(&extra);
-    w.insert_latency.render(
+    let mut out = String::new();
+    crate::counters::render(&st.counters.families(), &mut out);
+    st.counters.ingest.batch_latency.render(
+        &mut out,
+        "rankscope_collector_batch_latency_seconds",
+        "Time from receiving an agent batch to acknowledging it after ClickHouse stored it.",
+    );
+    st.counters.writer.metrics().insert_latency.render(
         &mut out,
         "rankscope_collector_clickhouse_insert_latency_seconds",
         "Duration of successful ClickHouse INSERT statements.",
     );
     st.gauges.render(&mut out);
-    if let Some(tls) = &st.tls {
-        tls.counters.render(&mut out);
-    }
     ([("content-type", "text/plain; version=0.0.4")], out).into_response()
 }
 

@@ -15,6 +15,7 @@ pub mod api;
 mod civil;
 pub mod config;
 pub mod convert;
+pub mod counters;
 pub mod dedupe;
 pub mod gauges;
 pub mod limits;
@@ -159,20 +160,6 @@ pub async fn start(cfg: Config) -> Result<Collector, StartError> {
         writer.clone(),
         wait_for(shutdown_rx.clone()),
     )?;
-    let otel = if cfg.otlp_endpoint.is_empty() {
-        None
-    } else {
-        Some(
-            otel::Otel::start(
-                &cfg.otlp_endpoint,
-                Duration::from_millis(cfg.otlp_export_interval_ms),
-                gauges.clone(),
-                metrics.clone(),
-                writer.clone(),
-            )
-            .map_err(|e| StartError::Otel(e.to_string()))?,
-        )
-    };
     let (stream, stream_task) = stream::spawn_stream(
         cfg.stream.clone(),
         policy,
@@ -185,6 +172,26 @@ pub async fn start(cfg: Config) -> Result<Collector, StartError> {
         wait_for(shutdown_rx.clone()),
     );
 
+    let counters = counters::Counters {
+        ingest: metrics.clone(),
+        writer: writer.clone(),
+        stream: stream.clone(),
+        alerts: alerts.clone(),
+        tls: tls.clone(),
+    };
+    let otel = if cfg.otlp_endpoint.is_empty() {
+        None
+    } else {
+        Some(
+            otel::Otel::start(
+                &cfg.otlp_endpoint,
+                Duration::from_millis(cfg.otlp_export_interval_ms),
+                gauges.clone(),
+                counters.clone(),
+            )
+            .map_err(|e| StartError::Otel(e.to_string()))?,
+        )
+    };
     let grpc = bind(&cfg.grpc_listen_addr).await?;
     let http = bind(&cfg.http_listen_addr).await?;
     let grpc_addr = grpc.local_addr().map_err(|source| StartError::Bind {
@@ -254,10 +261,8 @@ pub async fn start(cfg: Config) -> Result<Collector, StartError> {
     let api_task = {
         let state = api::ApiState {
             auth_token: cfg.auth_token.clone(),
-            tls: tls.clone(),
             store: store.clone(),
-            metrics: metrics.clone(),
-            writer: writer.clone(),
+            counters,
             gauges: gauges.clone(),
         };
         let stop = wait_for(shutdown_rx.clone());

@@ -1,9 +1,10 @@
-//! Pipeline counters of the collector, rendered in the Prometheus text format
-//! on `GET /metrics`.
+//! Ingest counters of the collector and the latency [`Histogram`].
 //!
-//! In: increments from the ingest service and the writer. Out: a text
-//! exposition. Counters only ever increase; labelled counters keep one series
-//! per label value (labels are fixed reason strings, never user input).
+//! In: increments from the ingest service (and the writer, for its
+//! histogram). Out: values read by `counters` (which names and exports every
+//! counter, on `GET /metrics` and over OTLP) and histogram text for
+//! `/metrics`. Counters only ever increase; rejections keep one value per
+//! reason (fixed reason strings, never user input).
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -39,70 +40,6 @@ impl Metrics {
     /// Rejected batches by reason.
     pub fn rejected(&self) -> BTreeMap<&'static str, u64> {
         self.rejected.lock().map(|m| m.clone()).unwrap_or_default()
-    }
-
-    /// Renders the counters (plus `extra` series) as Prometheus text.
-    pub fn render(&self, extra: &[(&str, &str, u64)]) -> String {
-        let mut out = String::new();
-        let plain = [
-            (
-                "rankscope_collector_batches_received_total",
-                "Agent batches received.",
-                &self.batches_received,
-            ),
-            (
-                "rankscope_collector_batches_stored_total",
-                "Agent batches stored and acknowledged.",
-                &self.batches_stored,
-            ),
-            (
-                "rankscope_collector_batches_duplicate_total",
-                "Duplicate agent batches acknowledged without writing.",
-                &self.batches_duplicate,
-            ),
-            (
-                "rankscope_collector_batches_retry_total",
-                "Agent batches answered UNAVAILABLE.",
-                &self.batches_retry,
-            ),
-            (
-                "rankscope_collector_events_stored_total",
-                "Event rows stored in ClickHouse.",
-                &self.events_stored,
-            ),
-        ];
-        for (name, help, v) in plain {
-            counter(&mut out, name, help, &[("", v.load(Relaxed))]);
-        }
-        let rejected: Vec<(&str, u64)> = self.rejected().into_iter().collect();
-        counter(
-            &mut out,
-            "rankscope_collector_rejected_batches_total",
-            "Agent batches rejected as invalid, by reason.",
-            &rejected.iter().map(|(r, v)| (*r, *v)).collect::<Vec<_>>(),
-        );
-        for (name, help, v) in extra {
-            counter(&mut out, name, help, &[("", *v)]);
-        }
-        self.batch_latency.render(
-            &mut out,
-            "rankscope_collector_batch_latency_seconds",
-            "Time from receiving an agent batch to acknowledging it after ClickHouse stored it.",
-        );
-        out
-    }
-}
-
-/// Writes one counter family; a non-empty first tuple element is the
-/// `reason` label value.
-fn counter(out: &mut String, name: &str, help: &str, series: &[(&str, u64)]) {
-    let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter");
-    for (reason, v) in series {
-        if reason.is_empty() {
-            let _ = writeln!(out, "{name} {v}");
-        } else {
-            let _ = writeln!(out, "{name}{{reason=\"{reason}\"}} {v}");
-        }
     }
 }
 
@@ -178,18 +115,5 @@ mod tests {
         assert!(out.contains("x_seconds_bucket{le=\"+Inf\"} 3\n"));
         assert!(out.contains("x_seconds_count 3\n"));
         assert!((h.sum_s() - 20.0305).abs() < 1e-9);
-    }
-
-    #[test]
-    fn counters_render_with_reasons() {
-        let m = Metrics::default();
-        m.reject("rank_out_of_range");
-        m.reject("rank_out_of_range");
-        m.batches_received.fetch_add(3, Relaxed);
-        let out = m.render(&[]);
-        assert!(out.contains("rankscope_collector_batches_received_total 3\n"));
-        assert!(out.contains(
-            "rankscope_collector_rejected_batches_total{reason=\"rank_out_of_range\"} 2\n"
-        ));
     }
 }

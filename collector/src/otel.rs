@@ -1,15 +1,15 @@
 //! OpenTelemetry export (OTLP/gRPC) of the job metrics the collector computes
 //! and of its own pipeline telemetry.
 //!
-//! In: the [`JobGauges`] registry, the pipeline counters ([`Metrics`],
-//! writer and analytics counters). Out: OTLP metric exports to
+//! In: the [`JobGauges`] registry and every pipeline counter ([`Counters`]:
+//! ingest, writer, live analytics, alerting and its sinks, TLS). Out: OTLP metric exports to
 //! `otlp_endpoint` every `otlp_export_interval_ms`, through the
 //! opentelemetry SDK's periodic reader (its own thread). Instruments are
 //! observable: each export reads the current values, so nothing on the ingest
 //! path waits for or calls into OpenTelemetry. Names and labels are the ones
-//! `GET /metrics` shows (see `gauges` and `metrics`).
+//! `GET /metrics` shows (see `gauges` and `counters`), labels included
+//! (`reason`, `sink`, `listener`, `result`).
 
-use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -19,9 +19,8 @@ use opentelemetry_otlp::{MetricExporter, WithExportConfig};
 use opentelemetry_sdk::metrics::{PeriodicReader, SdkMeterProvider};
 use opentelemetry_sdk::Resource;
 
+use crate::counters::Counters;
 use crate::gauges::JobGauges;
-use crate::metrics::Metrics;
-use crate::store::WriterHandle;
 
 /// Why the exporter could not start.
 #[derive(Debug, thiserror::Error)]
@@ -57,8 +56,7 @@ impl Otel {
         endpoint: &str,
         interval: Duration,
         gauges: Arc<JobGauges>,
-        metrics: Arc<Metrics>,
-        writer: WriterHandle,
+        counters: Counters,
     ) -> Result<Self, OtelError> {
         let exporter = MetricExporter::builder()
             .with_tonic()
@@ -98,10 +96,23 @@ impl Otel {
                 })
                 .build();
         }
-        for (name, read) in pipeline_counters(metrics, writer) {
+        for family in counters.families() {
+            let (name, counters) = (family.name, counters.clone());
             meter
                 .u64_observable_counter(name)
-                .with_callback(move |obs| obs.observe(read(), &[]))
+                .with_description(family.help)
+                .with_callback(move |obs| {
+                    let Some(f) = counters.families().into_iter().find(|f| f.name == name) else {
+                        return;
+                    };
+                    for (labels, v) in f.series {
+                        let attrs: Vec<KeyValue> = labels
+                            .into_iter()
+                            .map(|(k, v)| KeyValue::new(k, v))
+                            .collect();
+                        obs.observe(v, &attrs);
+                    }
+                })
                 .build();
         }
         tracing::info!(
@@ -118,54 +129,4 @@ impl Otel {
             tracing::warn!(error = %e, "OTLP exporter shutdown failed");
         }
     }
-}
-
-type Reader = Box<dyn Fn() -> u64 + Send + Sync>;
-
-/// The pipeline counters, by the names `/metrics` uses.
-fn pipeline_counters(m: Arc<Metrics>, w: WriterHandle) -> Vec<(&'static str, Reader)> {
-    let mut out: Vec<(&'static str, Reader)> = Vec::new();
-    macro_rules! counter {
-        ($name:expr, $src:ident, $field:ident) => {{
-            let src = $src.clone();
-            out.push(($name, Box::new(move || src.$field.load(Relaxed))));
-        }};
-    }
-    counter!(
-        "rankscope_collector_batches_received_total",
-        m,
-        batches_received
-    );
-    counter!(
-        "rankscope_collector_batches_stored_total",
-        m,
-        batches_stored
-    );
-    counter!(
-        "rankscope_collector_batches_duplicate_total",
-        m,
-        batches_duplicate
-    );
-    counter!("rankscope_collector_batches_retry_total", m, batches_retry);
-    counter!("rankscope_collector_events_stored_total", m, events_stored);
-    let m2 = m.clone();
-    out.push((
-        "rankscope_collector_rejected_batches_total",
-        Box::new(move || m2.rejected().values().sum()),
-    ));
-    let w1 = w.clone();
-    out.push((
-        "rankscope_collector_clickhouse_rows_written_total",
-        Box::new(move || w1.metrics().rows_written.load(Relaxed)),
-    ));
-    let w2 = w.clone();
-    out.push((
-        "rankscope_collector_clickhouse_inserts_total",
-        Box::new(move || w2.metrics().inserts.load(Relaxed)),
-    ));
-    out.push((
-        "rankscope_collector_clickhouse_insert_failures_total",
-        Box::new(move || w.metrics().insert_failures.load(Relaxed)),
-    ));
-    out
 }

@@ -180,6 +180,7 @@ impl Default for StreamConfig {
 pub struct StreamMetrics {
     pub dropped_batches: AtomicU64,
     pub steps_finalized: AtomicU64,
+    /// Steps finalized by the step timeout before every rank ended them.
     pub partial_steps: AtomicU64,
     pub verdict_changes: AtomicU64,
     pub hang_suspects: AtomicU64,
@@ -279,6 +280,8 @@ struct JobEntry {
     first_seen: HashMap<(u32, u64), u64>,
     /// Time spans of recent steps (the windows of GPU evidence).
     spans: evidence::StepSpans,
+    /// The assembler's `partial_steps` already added to the counter.
+    partial_steps_counted: u64,
 }
 
 /// GPUs without samples for this long leave the evidence history.
@@ -336,6 +339,7 @@ impl Stream {
                     last_input_ns: now,
                     first_seen: HashMap::new(),
                     spans: evidence::StepSpans::default(),
+                    partial_steps_counted: 0,
                 });
                 entry.last_input_ns = now;
                 let mut out = JobOutput::default();
@@ -432,9 +436,11 @@ fn collect(
     metrics
         .steps_finalized
         .fetch_add(finalized.len() as u64, Relaxed);
+    let partial = entry.assembler.partial_steps;
     metrics
         .partial_steps
-        .store(entry.assembler.partial_steps, Relaxed);
+        .fetch_add(partial.saturating_sub(entry.partial_steps_counted), Relaxed);
+    entry.partial_steps_counted = partial;
     for s in out.steps {
         let end = s.step_start_ns.saturating_add(s.step_time_ns);
         entry.spans.record(s.step, s.step_start_ns, end);

@@ -74,39 +74,44 @@ pub struct TlsCounters {
 }
 
 impl TlsCounters {
-    /// Appends the counters as Prometheus text.
-    pub fn render(&self, out: &mut String) {
-        use std::fmt::Write as _;
-        let name = "rankscope_collector_tls_handshake_failures_total";
-        let _ = writeln!(
-            out,
-            "# HELP {name} TLS handshakes that failed (e.g. an agent without a valid client certificate), by listener.\n# TYPE {name} counter"
-        );
-        for (l, v) in [
-            ("grpc", &self.handshake_failures_grpc),
-            ("http", &self.handshake_failures_http),
-        ] {
-            let _ = writeln!(out, "{name}{{listener=\"{l}\"}} {}", v.load(Relaxed));
-        }
-        let name = "rankscope_collector_tls_handshakes_total";
-        let _ = writeln!(
-            out,
-            "# HELP {name} Completed TLS handshakes (new connections), by listener.\n# TYPE {name} counter"
-        );
-        for (l, v) in [
-            ("grpc", &self.handshakes_grpc),
-            ("http", &self.handshakes_http),
-        ] {
-            let _ = writeln!(out, "{name}{{listener=\"{l}\"}} {}", v.load(Relaxed));
-        }
-        let name = "rankscope_collector_tls_reloads_total";
-        let _ = writeln!(
-            out,
-            "# HELP {name} Certificate reloads, by result.\n# TYPE {name} counter"
-        );
-        for (r, v) in [("ok", &self.reloads), ("error", &self.reload_failures)] {
-            let _ = writeln!(out, "{name}{{result=\"{r}\"}} {}", v.load(Relaxed));
-        }
+    /// The counters as families (for `/metrics` and OTLP).
+    pub fn families(&self) -> Vec<crate::counters::Family> {
+        use crate::counters::Family;
+        let series = |pairs: [(&'static str, &AtomicU64); 2], label: &'static str| {
+            pairs
+                .iter()
+                .map(|(l, v)| (vec![(label, (*l).to_owned())], v.load(Relaxed)))
+                .collect()
+        };
+        vec![
+            Family {
+                name: "rankscope_collector_tls_handshake_failures_total",
+                help: "TLS handshakes that failed (e.g. an agent without a valid client certificate), by listener.",
+                series: series(
+                    [
+                        ("grpc", &self.handshake_failures_grpc),
+                        ("http", &self.handshake_failures_http),
+                    ],
+                    "listener",
+                ),
+            },
+            Family {
+                name: "rankscope_collector_tls_handshakes_total",
+                help: "Completed TLS handshakes (new connections), by listener.",
+                series: series(
+                    [("grpc", &self.handshakes_grpc), ("http", &self.handshakes_http)],
+                    "listener",
+                ),
+            },
+            Family {
+                name: "rankscope_collector_tls_reloads_total",
+                help: "Certificate reloads, by result.",
+                series: series(
+                    [("ok", &self.reloads), ("error", &self.reload_failures)],
+                    "result",
+                ),
+            },
+        ]
     }
 
     fn handshake_done(&self, l: Listener) {

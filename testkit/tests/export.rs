@@ -62,7 +62,7 @@ impl MetricsService for Sink {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn otlp_receiver_gets_straggler_gauge_and_step_times_with_labels() {
+async fn otlp_receiver_gets_straggler_gauge_step_times_and_labelled_counters() {
     let (tx, mut rx) = mpsc::unbounded_channel();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
@@ -87,12 +87,22 @@ async fn otlp_receiver_gets_straggler_gauge_and_step_times_with_labels() {
     simulate::run(&sim, &stack.agent_url())
         .await
         .expect("simulate");
+    // A rejected batch: OTLP carries its reason as /metrics does.
+    let mut bad = small_batch("otel-job", 1);
+    bad.ranks[0].identity.as_mut().unwrap().world_size = 1;
+    stack.ingest(bad).await.expect_err("rank 1 of 1 is refused");
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
     let (mut straggler, mut step_time, mut pipeline) = (None, None, None);
-    while straggler.is_none() || step_time.is_none() || pipeline.is_none() {
+    let (mut rejected, mut sink_sent) = (None, None);
+    while straggler.is_none()
+        || step_time.is_none()
+        || pipeline.is_none()
+        || rejected.is_none()
+        || sink_sent.is_none()
+    {
         let left = deadline.saturating_duration_since(std::time::Instant::now());
         let Ok(Some((name, attrs, v))) = tokio::time::timeout(left, rx.recv()).await else {
-            panic!("OTLP export incomplete: straggler {straggler:?} step {step_time:?} pipeline {pipeline:?}");
+            panic!("OTLP export incomplete: straggler {straggler:?} step {step_time:?} pipeline {pipeline:?} rejected {rejected:?} sink {sink_sent:?}");
         };
         let job = attrs.get("job").map(String::as_str);
         match name.as_str() {
@@ -103,9 +113,21 @@ async fn otlp_receiver_gets_straggler_gauge_and_step_times_with_labels() {
                 step_time = Some(attrs)
             }
             "rankscope_collector_events_stored_total" if v > 0.0 => pipeline = Some(v),
+            "rankscope_collector_rejected_batches_total"
+                if attrs.get("reason").map(String::as_str) == Some("rank_out_of_range") =>
+            {
+                rejected = Some(v)
+            }
+            // The straggler's firing went to the log sink.
+            "rankscope_collector_alert_sink_sent_total"
+                if attrs.get("sink").map(String::as_str) == Some("log") && v >= 1.0 =>
+            {
+                sink_sent = Some(v)
+            }
             _ => {}
         }
     }
+    assert_eq!(rejected, Some(1.0));
     let s = straggler.unwrap();
     assert_eq!(s["rank"], "4");
     assert_eq!(s["node"], "sim-node-0");

@@ -9,6 +9,7 @@ mod closed;
 mod delivery;
 mod listen;
 mod retry;
+mod runtime;
 mod shutdown;
 mod support;
 mod workload;

@@ -330,6 +330,67 @@ async fn a_driver_that_comes_up_later_is_picked_up_without_a_restart() {
     agent.shutdown().await;
 }
 
+/// A child process killed and reaped when dropped.
+struct Child(std::process::Child);
+
+impl Drop for Child {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[tokio::test]
+async fn a_rank_whose_environment_sets_cuda_visible_devices_is_mapped_by_it() {
+    // The rank processes are in no GPU's process list (as behind a pid
+    // namespace): the agent reads their /proc/<pid>/environ.
+    let stub = Stub::new("device_count 3");
+    let (collector, agent) = gpu_agent(&stub).await;
+    let st = &collector.state;
+    let rank_process = |cvd: &str| {
+        Child(
+            std::process::Command::new("sleep")
+                .arg("600")
+                .env("CUDA_VISIBLE_DEVICES", cvd)
+                .spawn()
+                .expect("spawn a rank process"),
+        )
+    };
+    // (rank, local rank, CUDA_VISIBLE_DEVICES, the GPU it must land on):
+    // a single entry wins over the local rank; in a list the local rank
+    // picks the entry; a UUID names the GPU.
+    let cases = [
+        (5, 0, "2", 2),
+        (6, 1, "2,0,1", 0),
+        (7, 2, "GPU-00000000-0000-0000-0000-000000000001", 1),
+    ];
+    let mut procs = Vec::new();
+    let mut streams = Vec::new();
+    for (rank, local, cvd, _) in cases {
+        let p = rank_process(cvd);
+        let mut r = Rank::over_tcp(agent.tcp_addr).await;
+        let ack = r.call(hello(identity("cvd", rank, local, p.0.id()))).await;
+        assert_eq!(ack.code, 0, "{}", ack.message);
+        procs.push(p);
+        streams.push(r);
+    }
+    for (rank, _, _, gpu) in cases {
+        gpu_sample(st, &format!("rank {rank} on GPU {gpu}"), |s| {
+            s.gpu_index == gpu && s.ranks.iter().any(|r| r.rank == rank)
+        })
+        .await;
+    }
+    // Never on another GPU (the local-rank fallback would put each elsewhere).
+    for s in gpu_samples(st) {
+        for r in &s.ranks {
+            let (_, _, _, gpu) = cases.iter().find(|c| c.0 == r.rank).expect("a known rank");
+            assert_eq!(s.gpu_index, *gpu, "rank {} on GPU {}", r.rank, s.gpu_index);
+        }
+    }
+    drop(streams);
+    agent.shutdown().await;
+}
+
 #[tokio::test]
 async fn gpus_are_mapped_to_ranks_by_pid_then_local_rank() {
     let stub = Stub::new("device_count 3\ngpu 1 process 5000 1048576");

@@ -238,13 +238,17 @@ fn lat_row(s: &mut String, name: &str, t: &[StragglerTrial]) {
     let (lo, hi) = min_max(&lat);
     let _ = writeln!(
         s,
-        "| {name} | {} | {:.0} | {:.0} | {:.0} - {:.0} | {:.0} | {:.0} | {:.0} | {} |",
+        "| {name} | {} | {:.0} | {:.0} | {:.0} - {:.0} | {} | {:.0} | {:.0} | {} |",
         t.len(),
         percentile(&lat, 50.0),
         percentile(&lat, 99.0),
         lo,
         hi,
-        median(&stored),
+        if stored.iter().all(|x| x.is_nan()) {
+            "n/a".to_owned()
+        } else {
+            format!("{:.0}", median(&stored))
+        },
         median(&det),
         median(&lat) - median(&det),
         t.iter().map(|x| x.retries).sum::<u64>()
@@ -272,23 +276,42 @@ fn straggler(s: &mut String, d: &Details) {
          *stored* = t0 -> the last batch's ack (rows in ClickHouse, the stream gets the batch \
          right after), *computed* = t0 -> the verdict's `updated_ns` (set by the collector \
          when it raised the verdict, same clock), and the rest is writing the result rows and \
-         the poll.\n",
+         the poll.\n\n\
+         **End to end** (the JSON figures): the same jobs, but the driver plays the 1,024 ranks \
+         and streams each rank's steps over its own `RankIngest.StreamEvents` stream to a real \
+         `rankscope-agent` (default configuration: it batches for up to \
+         `batch_max_delay_ms` before forwarding), so the path is rank -> agent -> collector -> \
+         verdict in the API; `t0` is when the last rank's decisive-step message was handed to \
+         its stream (*stored* is not observable there). *Under load*: meanwhile a second agent \
+         (another node) streams the end-to-end job of section 1 (`rankscope simulate --ranks \
+         {} --layers {}`, as fast as acknowledged) into the same collector.\n",
         crate::straggler::SLOW_RANK,
         h(events as f64),
-        crate::straggler::POLL.as_millis()
+        crate::straggler::POLL.as_millis(),
+        d.e2e_params.ranks,
+        d.e2e_params.layers
     );
     let _ = writeln!(
         s,
-        "| collector config | trials | p50 ms | p99 ms | range ms | stored ms | computed ms | result write + poll ms | retried batches |\n|---|---|---|---|---|---|---|---|---|"
+        "| path, collector config | trials | p50 ms | p99 ms | range ms | stored ms | computed ms | result write + poll ms | retried batches |\n|---|---|---|---|---|---|---|---|---|"
+    );
+    lat_row(s, "end to end, idle, defaults", &d.straggler_agent);
+    lat_row(
+        s,
+        "end to end, under the end-to-end ingest load, defaults",
+        &d.straggler_agent_loaded,
     );
     lat_row(
         s,
-        "default (`writer.flush_interval_ms` = 1000)",
+        &format!(
+            "collector only, default (`writer.flush_interval_ms` = {})",
+            super::default_flush_ms()
+        ),
         &d.straggler_default,
     );
     lat_row(
         s,
-        &format!("`writer.flush_interval_ms` = {TUNED_FLUSH_MS}"),
+        &format!("collector only, `writer.flush_interval_ms` = {TUNED_FLUSH_MS}"),
         &d.straggler_tuned,
     );
     let retried: u64 = d
@@ -308,7 +331,7 @@ fn straggler(s: &mut String, d: &Details) {
     }
     let _ = writeln!(
         s,
-        "\nThe JSON figures are the default-configuration row. Percentiles are nearest-rank: \
+        "\nThe JSON figures are the end-to-end idle row. Percentiles are nearest-rank: \
          with {n} trials p99 is the {}-th smallest value{}.\n",
         ((0.99 * n as f64).ceil() as usize).max(1),
         if n < 100 {
@@ -330,7 +353,9 @@ fn query(s: &mut String, d: &Details) {
          `straggler_verdicts` version the live tracker would write for the 16,384-rank job (1 % \
          of the ranks stragglers from step 3 on, updated at every step; 6 % with one short \
          episode): {} rows in {:.1} s, {} verdict versions for {} verdicts. Round trip of the \
-         HTTP API on a kept-alive connection, {} requests per route after two warm-ups; the \
+         HTTP API on a kept-alive connection: *cold* is the first request of each route after \
+         the load (a fresh collector, nothing read yet), then {} warm requests per route after \
+         two uncounted ones; the \
          same SQL sent straight to ClickHouse's HTTP interface is shown for comparison (the \
          rest is the collector: ClickHouse client, JSON).\n",
         h(q.loaded_rows as f64),
@@ -341,12 +366,12 @@ fn query(s: &mut String, d: &Details) {
     );
     let _ = writeln!(
         s,
-        "| route | answer | API median ms | API p90 ms | API max ms | SQL alone median ms |\n|---|---|---|---|---|---|"
+        "| route | answer | API cold ms | API warm median ms | API p90 ms | API max ms | SQL alone median ms |\n|---|---|---|---|---|---|---|"
     );
-    let row = |s: &mut String, name: &str, answer: String, v: &[f64], sql: &[f64]| {
+    let row = |s: &mut String, name: &str, answer: String, cold: f64, v: &[f64], sql: &[f64]| {
         let _ = writeln!(
             s,
-            "| {name} | {answer} | {:.1} | {:.1} | {:.1} | {:.1} |",
+            "| {name} | {answer} | {cold:.1} | {:.1} | {:.1} | {:.1} | {:.1} |",
             median(v),
             percentile(v, 90.0),
             min_max(v).1,
@@ -361,6 +386,7 @@ fn query(s: &mut String, d: &Details) {
             q.breakdown_rows,
             q.breakdown_response_bytes / 1000
         ),
+        q.breakdown_cold_ms,
         &q.breakdown_ms,
         &q.sql_breakdown_ms,
     );
@@ -368,6 +394,7 @@ fn query(s: &mut String, d: &Details) {
         s,
         "`stragglers`, 16,384 ranks x 100 steps",
         format!("{} verdicts", q.verdicts),
+        q.stragglers_cold_ms,
         &q.stragglers_ms,
         &q.sql_stragglers_ms,
     );
@@ -379,15 +406,22 @@ fn import(s: &mut String, d: &Details) {
         s,
         "## 6. Trace import\n\n\
          `rankscope import --job <set> --ingest <collector>` once per trace set of \
-         `shared/traces` (each set one job, its files imported in parallel) and once on a \
+         `cli/tests/fixtures/kineto` (each set one job, its files imported in parallel) and once on a \
          synthetic single-rank trace of {} MB uncompressed (`bench/src/synth.rs`: Kineto's \
          layout and event mix: CPU ops, launches, `ac2g` flows, kernels with full args, \
          memcpys, NCCL kernels with collective metadata). The command parses, orders, converts \
-         and sends every event and exits once the collector acknowledged it (stored). MB = \
-         10^6 bytes of uncompressed JSON; *per core* = MB / CPU seconds of the import process; \
-         `import_mb_per_s` is all sets plus the synthetic trace, per core, median of {} runs.\n",
+         and sends every event and exits once the collector acknowledged it (stored); the \
+         clock then runs on until the job's analytics are final (the breakdown of its last \
+         step is queryable for every rank that ended it). MB = 10^6 bytes of uncompressed \
+         JSON. `import_mb_per_s` is the wall-clock figure: all sets plus the synthetic trace, \
+         MB / seconds from each import's start until its analytics were final, median of {} \
+         runs. A step is final when every rank of the job ended it or \
+         `stream.step_timeout_ms` ({} ms) after the first did, so a set that holds only some \
+         ranks of its job (most of the real ones) waits for that timeout. *Per core* = MB / \
+         CPU seconds of the import process, the importer's own work, as detail.\n",
         h(d.synthetic_bytes as f64 / 1e6),
-        d.imports.len()
+        d.imports.len(),
+        rankscope_collector::Config::default().stream.step_timeout_ms
     );
     let Some(first) = d.imports.first() else {
         return;
@@ -398,33 +432,42 @@ fn import(s: &mut String, d: &Details) {
             "Wall time is {:.1}x CPU time on the synthetic trace: `rankscope import` sends one \
              chunk (10,000 events) per file at a time and waits for its acknowledgement, which \
              the collector gives after the writer's next flush (up to `flush_interval_ms` = \
-             1 s), so one file imports at about one chunk per flush however fast the parser \
+             {} ms), so one file imports at about one chunk per flush however fast the parser \
              is. The per-core figure is the import process's own work (read, parse, order, \
              convert, send).\n",
-            syn.elapsed_s / syn.cpu_s
+            syn.elapsed_s / syn.cpu_s,
+            super::default_flush_ms()
         );
     }
     let _ = writeln!(
         s,
-        "| trace | files | JSON MB | wall s | MB/s | CPU s | MB/s per core |\n|---|---|---|---|---|---|---|"
+        "| trace | files | JSON MB | until final s | MB/s until final | import exits s | CPU s | MB/s per core |\n|---|---|---|---|---|---|---|---|"
     );
     for (i, r) in first.iter().enumerate() {
         let runs: Vec<_> = d.imports.iter().filter_map(|run| run.get(i)).collect();
+        let fin = median(&runs.iter().map(|x| x.final_s).collect::<Vec<_>>());
         let wall = median(&runs.iter().map(|x| x.elapsed_s).collect::<Vec<_>>());
         let cpu = median(&runs.iter().map(|x| x.cpu_s).collect::<Vec<_>>());
         let mb = r.json_bytes as f64 / 1e6;
         let _ = writeln!(
             s,
-            "| {} | {} | {:.1} | {:.2} | {:.1} | {:.2} | {:.1} |",
+            "| {} | {} | {:.1} | {:.2} | {:.1} | {:.2} | {:.2} | {:.1} |",
             r.name,
             r.files,
             mb,
+            fin,
+            mb / fin,
             wall,
-            mb / wall,
             cpu,
             mb / cpu
         );
     }
+    let _ = writeln!(
+        s,
+        "\nAll sets: {:.1} MB/s until final (the JSON figure), {:.1} MB per importer CPU second.",
+        median(&d.import_mb_per_final_s()),
+        median(&d.import_mb_per_cpu_s())
+    );
     s.push('\n');
 }
 

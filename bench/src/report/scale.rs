@@ -124,39 +124,78 @@ pub fn section(d: &Details) -> String {
     for (q, a, v) in rows {
         let _ = writeln!(s, "| {q} | {a} | {v} |");
     }
+    let flush_ms = super::default_flush_ms();
+    let max_rows = super::default_batch_max_rows();
     let _ = writeln!(
         s,
         "\nThe INSERT rate stays low: each collector's writer flushes once per \
-         `flush_interval_ms` (1 s) or per `batch_max_rows` (100,000 rows), so the {} \
-         collectors together make about {:.0} INSERTs per second per event table at 2.7 M \
-         rows/s, in line with ClickHouse's guidance of large, infrequent inserts.\n",
+         `writer.flush_interval_ms` ({flush_ms} ms) or per `writer.batch_max_rows` ({} rows), \
+         whichever comes first, so the {} collectors together make about {:.0} INSERTs per \
+         second per event table at 2.7 M rows/s, in line with ClickHouse's guidance of \
+         large, infrequent inserts.\n",
+        h(max_rows as f64),
         coll_hosts + 1.0,
-        (r / 100_000.0).max(coll_hosts + 1.0)
+        (r / max_rows as f64).max((coll_hosts + 1.0) * 1000.0 / flush_ms.max(1) as f64)
     );
-    s.push_str(SCALE_OUT);
+    s.push_str(&scale_out());
     s
 }
 
-const SCALE_OUT: &str = "\
+/// How collectors and storage scale out, with the sharding keys taken from
+/// the collector's cluster-mode rewriter (`store::cluster::sharding_key`).
+fn scale_out() -> String {
+    use rankscope_collector::store::cluster::sharding_key;
+    let cols = |c: &[&str]| c.iter().map(|c| (*c).to_owned()).collect::<Vec<_>>();
+    let job_key = sharding_key("steps", &cols(&["job_id", "run_id", "rank", "node"]))
+        .unwrap_or_else(|e| e.to_string());
+    let node_key = sharding_key("gpu_samples", &cols(&["node", "gpu_index"]))
+        .unwrap_or_else(|e| e.to_string());
+    format!(
+        "{COLLECTORS}**How storage scales out.** In cluster mode (`clickhouse_cluster`) every \
+         table is a `Distributed` table over `ReplicatedMergeTree` shards, sharded by \
+         `{job_key}` when it has a `job_id` (node telemetry by `{node_key}`): all rows of one \
+         job land on one shard, so a re-computed analytics row meets the version it replaces \
+         and `FINAL` stays exact. Shards therefore add capacity across jobs, not within one: \
+         the shard count above serves the cluster's many jobs, while a single job producing \
+         all 2.7 M rows/s would need one shard to take them (ClickHouse 18.16 inserts 1.3-2.2 M \
+         rows/s per server), the same one-owner limit as the collector's step assembly. \
+         Replicas give failover, and retention keeps dropping whole day partitions (on the \
+         `_local` tables, `ON CLUSTER`). The collectors insert through the `Distributed` \
+         tables with `insert_distributed_sync = 1`, so an acknowledged batch is on its shard.\n\n"
+    )
+}
+
+const COLLECTORS: &str = "\
 **How collectors scale out.** Ingest is stateless: validation, conversion, duplicate \
 detection (keyed by the agent's `(agent_id, agent_session, seq)`, seeded from \
 `ingest_batches` when a collector first sees a session) and the ClickHouse write need \
-no shared state, so agents can be spread over any number of collectors behind an L4/gRPC \
-load balancer. Only live step assembly (per-step breakdown, collective matching, \
-straggler verdicts) needs all of a job's ranks in one place: the balancer keeps \
-**per-job affinity** (hash of `job_id`, sent by the agent as gRPC metadata or encoded \
-in the collector address it is given), and a collector restart loses only the \
-unfinalized steps in memory (the raw events are stored). One 16,384-rank job is a \
-single affinity key, so its whole 2.7 M events/s would land on one collector: the \
-collector CPU above (a few cores) fits one host, but the per-job assembly runs in one \
-task. The next step for jobs of this size is to split the assembly in two levels: \
-ingest collectors reduce each rank-step to its breakdown and collective timings (which \
-need only that rank's events), and only those per-(step, rank) summaries, 16,384 per \
-step instead of millions of events, go to the job's owner for cross-rank matching and \
-the straggler statistics.\n\n\
-**How storage scales out.** ClickHouse shards by `cityHash64(job_id, rank)` (a \
-`Distributed` table over the same MergeTree schemas) so a job's inserts spread over \
-all shards while per-rank timelines stay on one shard; `ReplicatedMergeTree` with two \
-replicas per shard gives failover, and retention keeps dropping whole day partitions. \
-The collectors insert into the local shard tables (or through the `Distributed` table \
-with `insert_distributed_sync`), keeping the acknowledge-after-store guarantee.\n\n";
+no shared state. Only live step assembly (per-step breakdown, collective matching, \
+straggler verdicts) needs all of a job's ranks in one collector, and nothing routes by \
+job today: an agent sends every batch to its one `collector_url`, with no job metadata \
+(one batch can hold ranks of several jobs). So every agent serving a job's ranks must be \
+given the same collector; more collectors serve disjoint sets of nodes and their jobs, \
+and a collector restart loses only the unfinalized steps in memory (the raw events are \
+stored). One 16,384-rank job is thus one collector: its whole 2.7 M events/s would land \
+on it, and while the collector CPU above (a few cores) fits one host, the per-job \
+assembly runs in one task. What jobs of this size need next: agents that tag batches \
+with their job (gRPC metadata) so a balancer can keep per-job affinity across \
+collectors, and assembly in two levels: ingest collectors reduce each rank-step to its \
+breakdown and collective timings (which need only that rank's events), and only those \
+per-(step, rank) summaries, 16,384 per step instead of millions of events, go to the \
+job's owner for cross-rank matching and the straggler statistics.\n\n";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn scale_out_states_the_sharding_key_the_collector_uses() {
+        let text = scale_out();
+        println!("{text}");
+        assert!(text.contains("sharded by `cityHash64(job_id)`"), "{text}");
+        assert!(text.contains("`cityHash64(node)`"), "{text}");
+        assert!(!text.contains("job_id, rank)"), "{text}");
+        assert!(text.contains("no job metadata"), "{text}");
+        assert!(text.contains("insert_distributed_sync = 1"), "{text}");
+    }
+}

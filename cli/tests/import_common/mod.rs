@@ -21,21 +21,18 @@ pub fn fixture(rel: &str) -> PathBuf {
         .join(rel)
 }
 
-/// The shared real-trace sets (`$RANKSCOPE_TRACES` or `../../shared/traces`
-/// from the crate), or `None` with a printed note when absent.
-pub fn shared_traces() -> Option<PathBuf> {
+/// The real trace sets: `$RANKSCOPE_TRACES` when set (another collection),
+/// else the vendored copy in `cli/tests/fixtures/kineto` (see its README).
+pub fn trace_sets() -> PathBuf {
     let dir = std::env::var_os("RANKSCOPE_TRACES")
         .map(PathBuf::from)
-        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/traces"));
-    if dir.is_dir() {
-        Some(dir)
-    } else {
-        eprintln!(
-            "note: {} is absent; skipping the tests over the shared trace sets",
-            dir.display()
-        );
-        None
-    }
+        .unwrap_or_else(|| fixture(""));
+    assert!(
+        dir.is_dir(),
+        "trace sets: {} is not a folder",
+        dir.display()
+    );
+    dir
 }
 
 /// One imported file, as the chunks delivered it.
