@@ -4,7 +4,7 @@ CARGO ?= cargo
 BIN := target/release
 DEMO_JOB ?= demo-$(shell date +%s)
 
-.PHONY: deps build demo up down status test lint fmt clean-state bench py
+.PHONY: deps build demo up down status test lint fmt clean-state bench bench-sdk py
 
 ## The Python environment of the rank SDK: a venv (RANKSCOPE_VENV, default .venv)
 ## with PyPI torch (CPU is enough), pytest, maturin and the `rankscope` package
@@ -75,3 +75,9 @@ clean-state: down
 bench: deps build
 	@command -v clickhouse-client >/dev/null || deploy/dev/clickhouse.sh apt clickhouse-client
 	$(BIN)/rankscope-bench --out-dir bench
+	$(MAKE) bench-sdk
+
+## Rank SDK: caller cost per event (Rust, Python) and DDP overhead of
+## `rankscope run` (4 gloo ranks, interleaved runs); writes bench/RESULTS-sdk.md.
+bench-sdk: build py
+	$(VENV)/bin/python bench/sdk/run.py --bin-dir $(BIN) --out-dir bench
