@@ -114,6 +114,20 @@ pub struct Config {
     /// (bench/RESULTS-agent-telemetry.md). The default, 2, keeps the agent off
     /// most of a many-core node's CPUs while relaying at full speed.
     pub worker_threads: usize,
+    /// Abstract Unix socket on which the agent serves libkineto's daemon
+    /// protocol (what Dynolog serves; processes started with
+    /// `KINETO_USE_DAEMON=1` poll it), for on-demand traces; empty disables.
+    /// If another daemon holds the name, the agent logs it and goes on.
+    pub kineto_daemon_name: String,
+    /// Where traced processes write their trace files (default: `traces/`
+    /// next to the default Unix socket).
+    pub trace_dir: String,
+    /// Trace files larger than this are not imported (reported failed).
+    pub trace_max_file_bytes: u64,
+    /// Keep trace files after they were imported.
+    pub keep_traces: bool,
+    /// A trace request is offered to polling processes this long, in ms.
+    pub trace_request_ttl_ms: u64,
 }
 
 impl Default for Config {
@@ -147,6 +161,14 @@ impl Default for Config {
             nvml_library_path: String::new(),
             nvml_retry_interval_ms: 30_000,
             worker_threads: 2,
+            kineto_daemon_name: "dynolog".to_owned(),
+            trace_dir: default_unix_socket_path()
+                .with_file_name("traces")
+                .to_string_lossy()
+                .into_owned(),
+            trace_max_file_bytes: 512 * 1024 * 1024,
+            keep_traces: false,
+            trace_request_ttl_ms: 600_000,
         }
     }
 }

@@ -42,6 +42,7 @@ mod channel;
 pub mod config;
 pub mod http;
 mod ingest;
+pub mod kineto;
 pub mod metrics;
 pub mod sample;
 mod serve;
@@ -118,6 +119,7 @@ pub struct AgentHandle {
     uplink: JoinHandle<()>,
     sampler: Option<sample::Sampler>,
     flush_timeout: Duration,
+    kineto: Arc<kineto::KinetoDaemon>,
 }
 
 /// Starts an agent: binds its listeners, then runs ingest, batcher and uplink
@@ -204,6 +206,16 @@ pub async fn start(config: Config) -> Result<AgentHandle, AgentError> {
     )
     .map_err(AgentError::Sampler)?;
 
+    let kineto = Arc::new(kineto::KinetoDaemon::start(
+        kineto::DaemonConfig {
+            name: config.kineto_daemon_name.clone(),
+            trace_dir: PathBuf::from(&config.trace_dir),
+            max_trace_bytes: config.trace_max_file_bytes,
+            keep_traces: config.keep_traces,
+            request_ttl_ms: config.trace_request_ttl_ms,
+        },
+        Arc::clone(&ranks),
+    ));
     let ingest = Arc::new(Ingest::new(
         config.node.clone(),
         Arc::clone(&queue),
@@ -214,12 +226,13 @@ pub async fn start(config: Config) -> Result<AgentHandle, AgentError> {
     ));
     let svc = IngestService(Arc::clone(&ingest));
     let (server_stop, stop_rx) = watch::channel(false);
-    let mut servers = vec![serve::spawn_tcp(
+    let mut servers = Vec::new();
+    servers.push(serve::spawn_tcp(
         tcp,
         &svc,
         config.max_message_bytes,
         stop_rx.clone(),
-    )];
+    ));
     let unix_path = unix.map(|(listener, path)| {
         servers.push(serve::spawn_unix(
             listener,
@@ -283,10 +296,27 @@ pub async fn start(config: Config) -> Result<AgentHandle, AgentError> {
         uplink,
         sampler,
         flush_timeout: Duration::from_millis(config.shutdown_flush_timeout_ms),
+        kineto,
     })
 }
 
 impl AgentHandle {
+    /// Offers a trace request to the libkineto processes polling this
+    /// agent (see [`kineto`]).
+    pub fn request_trace(&self, req: kineto::TraceRequest) {
+        self.kineto.request(req);
+    }
+
+    /// Every (rank, trace) this agent delivered, and its state.
+    pub fn traces(&self) -> Vec<kineto::RankTrace> {
+        self.kineto.traces()
+    }
+
+    /// Whether the Kineto daemon endpoint is bound and served.
+    pub fn kineto_listening(&self) -> bool {
+        self.kineto.is_listening()
+    }
+
     /// The agent's counters now.
     pub fn metrics(&self) -> MetricsSnapshot {
         let queued = self
@@ -306,6 +336,8 @@ impl AgentHandle {
         let streams_ended = tokio::time::timeout_at(deadline, self.ingest.stop())
             .await
             .is_ok();
+        let kineto = Arc::clone(&self.kineto);
+        let _ = tokio::task::spawn_blocking(move || kineto.stop()).await;
         if let Some(sampler) = self.sampler {
             // Joining blocks until the current NVML call returns.
             let _ = tokio::task::spawn_blocking(move || sampler.stop()).await;

@@ -54,6 +54,7 @@ def main() -> None:
     p.add_argument("--slow-factor", type=float, default=4.0)
     p.add_argument("--info", default="")
     p.add_argument("--progress", default="", help="rank 0 writes the number of finished steps here")
+    p.add_argument("--step-ms", type=float, default=0.0, help="every rank sleeps this long per step")
     p.add_argument("--timing", default="", help="rank 0 writes each step's wall time (s) here, as JSON")
     a = p.parse_args()
     torch.set_num_threads(1)
@@ -73,6 +74,8 @@ def main() -> None:
         loss = torch.nn.functional.mse_loss(model(x), y)
         loss.backward()
         opt.step()
+        if a.step_ms:
+            time.sleep(a.step_ms / 1000)
         now = time.perf_counter()
         times.append(now - t)
         t = now
