@@ -59,7 +59,6 @@ mod plan;
 mod raw;
 mod scalar;
 mod scan;
-pub mod send;
 mod source;
 mod stats;
 mod time;
