@@ -60,6 +60,7 @@
 //! Unusable single events (no numeric `ts`/`dur`) are skipped and counted;
 //! structural problems fail the file with an [`ImportError`] naming it.
 
+mod cpu_comm;
 mod discover;
 mod emit;
 mod error;
@@ -69,9 +70,11 @@ mod names;
 mod nccl;
 mod parse;
 mod plan;
+#[macro_use]
 mod raw;
 mod scalar;
 mod scan;
+mod shapes;
 mod source;
 mod stats;
 mod time;
