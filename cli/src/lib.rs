@@ -1,5 +1,5 @@
-//! `rankscope` command-line tool: a realistic training-job simulator and the
-//! query commands.
+//! `rankscope` command-line tool: a realistic training-job simulator, the
+//! query commands and trace import.
 //!
 //! In: command-line options (parsed in `main.rs`), the agent's rank ingest
 //! gRPC service (for [`simulate`]) and the collector's HTTP JSON API (for
@@ -10,7 +10,14 @@
 //! [`simulate::SimConfig`] (same seed, same events); formatting is pure and
 //! separate from I/O; no panics on network or user input.
 
-pub mod import;
+/// Kineto trace import: the parser is `rankscope_kineto` (re-exported here
+/// so `rankscope_cli::import::*` keeps working); this crate adds only the
+/// `import` command's I/O, [`import::send`] (batches to the collector).
+pub mod import {
+    pub use rankscope_kineto::*;
+    // Resolves to `src/import/send.rs`.
+    pub mod send;
+}
 pub mod launch;
 pub mod query;
 pub mod simulate;

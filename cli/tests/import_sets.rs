@@ -106,6 +106,16 @@ fn every_set_imports_with_invariants() {
                     assert_eq!(collectives(s).len(), 10);
                 }
             }
+            "cpu_gloo_2rank" => {
+                // CPU-only: no kernels; every call of the script is a host
+                // collective (kineto/tests/cpu_gloo.rs checks each one).
+                for s in &streams {
+                    assert_eq!(steps(s), vec![2, 3, 4]);
+                    assert_eq!(s.stats.events_by_kind.kernel, 0);
+                    assert_eq!(collectives(s).len(), 15);
+                    assert!(collectives(s).iter().all(|c| c.device == -1));
+                }
+            }
             "hta_negative_queue_rank0_a100" => {
                 let s = &streams[0];
                 assert_eq!(steps(s), vec![550, 551, 552, 553, 554]);

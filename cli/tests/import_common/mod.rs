@@ -153,7 +153,10 @@ pub fn check_invariants(s: &Stream) {
     assert_eq!(st.events_by_kind.total() as usize, s.events.len());
     assert_eq!(st.events_by_kind.step_begin, st.events_by_kind.step_end);
     assert!(st.events_by_kind.step_begin >= 1, "at least one step");
-    assert!(st.events_by_kind.kernel >= 1, "GPU events were imported");
+    assert!(
+        st.events_by_kind.kernel >= 1 || st.host_collectives >= 1,
+        "GPU events (or, in a CPU-only trace, host collectives) were imported"
+    );
     assert!(st.max_buffered_events <= 1_000_000);
 
     // Per-segment counts add up to the totals.
@@ -190,13 +193,19 @@ pub fn check_invariants(s: &Stream) {
         st.events_by_kind.span + st.events_by_kind.collective
     );
 
-    // Intervals, and each collective right after its kernel.
+    // Intervals, and each GPU collective right after its kernel (a host
+    // collective, device -1, has no kernel).
     let mut prev_kernel: Option<&proto::Kernel> = None;
     for e in &s.events {
         match &e.kind {
             Some(Kind::Kernel(k)) => {
                 assert!(k.end_ns >= k.start_ns);
                 prev_kernel = Some(k);
+            }
+            Some(Kind::Collective(c)) if c.device == -1 => {
+                assert!(c.end_ns >= c.start_ns);
+                assert!(c.group_size >= 1);
+                prev_kernel = None;
             }
             Some(Kind::Collective(c)) => {
                 assert!(c.end_ns >= c.start_ns);

@@ -201,6 +201,24 @@ impl EventHandler for Window<'_> {
                 }
             }
             Class::CpuAnnotation | Class::CpuOp => {
+                let host = self.plan.collective_index(ordinal);
+                if let Some((index, c)) = host.filter(|(_, c)| c.op.is_some()) {
+                    if let Some(end) = c.host_end {
+                        let pg_name = c.pg.clone();
+                        let seg = self.plan.cpu_seg(start);
+                        self.offer((seg, start, ordinal, 1), |names| Body::Collective {
+                            index,
+                            pg: if pg_name.is_empty() {
+                                0
+                            } else {
+                                names.intern(&pg_name)
+                            },
+                            stream: 0,
+                            device: -1,
+                            end,
+                        });
+                    }
+                }
                 if let Some(category) = event::span_category(class, name) {
                     let seg = self.plan.cpu_seg(start);
                     self.offer((seg, start, ordinal, 0), |names| Body::Span {

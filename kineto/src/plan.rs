@@ -22,12 +22,15 @@
 //! `ProfilerStep#N` is dropped with a warning (its events become
 //! out-of-step). Collective sequence numbers count, per process group,
 //! the rank's NCCL kernels in launch order (kernels launched before the
-//! trace first), starting at 0; ranks of one job match by `(pg, seq)`.
+//! trace first) and its host (CPU-side, see `cpu_comm`) collective calls
+//! by call start, together, starting at 0; ranks of one job match by
+//! `(pg, seq)`. A host collective is placed by its call's start.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use rankscope_proto::v1 as proto;
 
+use super::cpu_comm;
 use super::nccl;
 use super::raw::PgConfig;
 use super::scan::{Launch, Scan, StepMark};
@@ -60,6 +63,9 @@ pub(crate) struct Resolved {
     pub count: u64,
     pub bytes: u64,
     pub seq: u64,
+    /// A host (CPU-side) collective: its end; `ordinal` is its outermost
+    /// op. `None`: an NCCL kernel.
+    pub host_end: Option<u64>,
 }
 
 /// The placement plan of one file.
@@ -70,7 +76,7 @@ pub(crate) struct Plan {
     /// Everything is in the one synthetic step.
     pub single_step: bool,
     launches: Vec<LaunchRef>,
-    /// NCCL kernels by ordinal.
+    /// NCCL kernels and host collective calls, by ordinal.
     pub collectives: Vec<Resolved>,
 }
 
@@ -148,30 +154,19 @@ impl Plan {
             .collect();
         let mut out = Vec::with_capacity(scan.nccl.len());
         let mut order: Vec<(String, LaunchOrder, usize)> = Vec::new();
+        let mut nccl_launches = Vec::new();
+        let mut nccl_ext = HashSet::new();
         for draft in std::mem::take(&mut scan.nccl) {
             let launch = self.launch(draft.corr);
             let mut meta = draft.meta.unwrap_or_default();
             let ext = draft.ext.or(launch.map(|l| l.ext)).filter(|e| *e != 0);
+            nccl_launches.extend(launch.map(|l| l.ts));
+            nccl_ext.extend(ext);
             if let Some(rpc) = ext.and_then(|e| scan.comm_meta.get(&e)) {
                 meta.fill_from(rpc);
             }
             let p = nccl::payload(&draft.name, &meta);
-            let pg = meta.pg_name.clone().unwrap_or_default();
-            let cfg = pgs.get(pg.as_str());
-            let group_ranks = meta
-                .pg_ranks
-                .clone()
-                .or_else(|| cfg.and_then(|c| c.ranks.as_ranks()))
-                .unwrap_or_default();
-            let group_size = meta
-                .group_size
-                .or_else(|| {
-                    cfg.and_then(|c| c.pg_size.as_u64())
-                        .and_then(|s| u32::try_from(s).ok())
-                })
-                .or_else(|| u32::try_from(group_ranks.len()).ok().filter(|n| *n > 0))
-                .unwrap_or(world_size)
-                .max(1);
+            let (pg, group_size, group_ranks) = group(&meta, &pgs, world_size);
             if p.op.is_none() {
                 stats.collectives_unknown_op += 1;
             }
@@ -190,6 +185,45 @@ impl Plan {
                 count: p.count,
                 bytes: p.bytes,
                 seq: 0,
+                host_end: None,
+            });
+        }
+        nccl_launches.sort_unstable();
+        let host = std::mem::take(&mut scan.host_comm);
+        for call in cpu_comm::calls(host, &nccl_launches, &nccl_ext) {
+            let (pg, group_size, group_ranks) = group(&call.meta, &pgs, world_size);
+            let m = &call.meta;
+            let (dtype, size) = m
+                .dtype
+                .as_deref()
+                .and_then(nccl::dtype_from_c10)
+                .or(call.dtype)
+                .unwrap_or((proto::DataType::Unspecified, 0));
+            let count = match (m.in_nelems, m.out_nelems) {
+                _ if call.op == proto::CollectiveOp::Barrier => 0,
+                (None, None) => {
+                    cpu_comm::count_from_input(call.op, call.elems.unwrap_or(0), group_size)
+                }
+                (i, o) => i.unwrap_or(0).max(o.unwrap_or(0)),
+            };
+            let bytes = count.saturating_mul(size);
+            stats.host_collectives += 1;
+            order.push((
+                pg.clone(),
+                (Some(call.start), call.start, call.ordinal),
+                out.len(),
+            ));
+            out.push(Resolved {
+                ordinal: call.ordinal,
+                op: Some(call.op),
+                pg,
+                group_size,
+                group_ranks,
+                dtype,
+                count,
+                bytes,
+                seq: 0,
+                host_end: Some(call.end),
             });
         }
         order.sort();
@@ -213,6 +247,32 @@ impl Plan {
         out.sort_by_key(|c| c.ordinal);
         out
     }
+}
+
+/// Process group name, size and ranks of a collective: its metadata, else
+/// the trace's `pg_config`, else the whole world.
+fn group(
+    meta: &nccl::CommMeta,
+    pgs: &HashMap<&str, &PgConfig>,
+    world_size: u32,
+) -> (String, u32, Vec<u32>) {
+    let pg = meta.pg_name.clone().unwrap_or_default();
+    let cfg = pgs.get(pg.as_str());
+    let group_ranks = meta
+        .pg_ranks
+        .clone()
+        .or_else(|| cfg.and_then(|c| c.ranks.as_ranks()))
+        .unwrap_or_default();
+    let group_size = meta
+        .group_size
+        .or_else(|| {
+            cfg.and_then(|c| c.pg_size.as_u64())
+                .and_then(|s| u32::try_from(s).ok())
+        })
+        .or_else(|| u32::try_from(group_ranks.len()).ok().filter(|n| *n > 0))
+        .unwrap_or(world_size)
+        .max(1);
+    (pg, group_size, group_ranks)
 }
 
 fn seg(i: usize) -> u32 {

@@ -20,6 +20,7 @@ use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqA
 use serde::Deserialize;
 
 pub(crate) use super::scalar::{Num, Scalar};
+use super::shapes::{InputDims, InputTypes};
 
 /// Implements the visitor methods that turn every JSON type a lenient
 /// visitor does not want into `Default::default()` (draining containers).
@@ -69,6 +70,8 @@ pub(crate) struct RawArgs {
     pub dtype: Scalar,
     pub pg_name: Scalar,
     pub pg_ranks: Scalar,
+    pub input_dims: InputDims,
+    pub input_types: InputTypes,
 }
 
 /// One element of `traceEvents`, with only the fields the importer uses.
@@ -120,6 +123,8 @@ const ARG_KEYS: &[&str] = &[
     "dtype",
     "Process Group Name",
     "Process Group Ranks",
+    "Input Dims",
+    "Input type",
 ];
 
 struct ArgsVisitor;
@@ -151,6 +156,14 @@ impl<'de> Visitor<'de> for ArgsVisitor {
                 10 => &mut a.dtype,
                 11 => &mut a.pg_name,
                 12 => &mut a.pg_ranks,
+                13 => {
+                    a.input_dims = map.next_value()?;
+                    continue;
+                }
+                14 => {
+                    a.input_types = map.next_value()?;
+                    continue;
+                }
                 _ => {
                     map.next_value::<IgnoredAny>()?;
                     continue;

@@ -129,7 +129,7 @@ pub(crate) fn is_nccl_kernel(name: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::import::raw::{Num, Scalar};
+    use crate::raw::{Num, Scalar};
 
     fn ev(ph: &str, cat: &str) -> RawEvent {
         RawEvent {

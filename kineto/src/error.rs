@@ -22,6 +22,9 @@ pub enum Problem {
     /// The file cannot be opened or read.
     #[error("cannot read: {0}")]
     Io(std::io::Error),
+    /// The file is larger than the caller's cap.
+    #[error("too large: {bytes} bytes, the limit is {max_bytes}")]
+    TooLarge { bytes: u64, max_bytes: u64 },
     /// The JSON ends before the document is complete.
     #[error("truncated: the JSON ends early (line {line}, column {column})")]
     Truncated { line: usize, column: usize },

@@ -71,6 +71,8 @@ pub struct ImportStats {
     /// NCCL kernels whose op is unknown (e.g. `ncclDevKernel_Generic` with
     /// no metadata): imported as kernels, without a `Collective` event.
     pub collectives_unknown_op: u64,
+    /// CPU-side collective calls (gloo, ...) imported as host collectives.
+    pub host_collectives: u64,
     /// Most records held at once by the ordering passes (bounded by
     /// `ImportOptions::max_buffered_events`).
     pub max_buffered_events: u64,

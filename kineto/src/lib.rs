@@ -1,5 +1,8 @@
-//! Import of PyTorch profiler (Kineto) Chrome-trace files as `rankscope.v1`
-//! event streams, one stream per file (= per rank).
+//! `rankscope-kineto`: PyTorch profiler (Kineto) Chrome-trace files to
+//! `rankscope.v1` event streams, one stream per file (= per rank). Used by
+//! `rankscope import` (the CLI sends the chunks to the collector) and by the
+//! agent (traces it captures through libkineto's daemon protocol). Pure
+//! parsing: files in, proto values out; no network, no async runtime.
 //!
 //! In: a `.json` or `.json.gz` trace (gzip is recognised by its magic
 //! bytes), [`ImportOptions`]. Out: [`Chunk`]s of `rankscope.v1` events for
@@ -7,6 +10,11 @@
 //! definitions of every name id it references, at most `chunk_events`
 //! events), handed to a sink in stream order; then an [`ImportSummary`]
 //! with [`ImportStats`]. [`discover()`] expands folders into trace files.
+//!
+//! Entry points: [`import_file`] / [`import_file_with_progress`] (streaming,
+//! bounded memory, any file size), [`import_to_memory`] (all events at
+//! once) and [`parse_trace_file`] (the agent's: a rank identity it already
+//! knows and a cap on the file size, all events at once).
 //!
 //! What becomes what:
 //! - identity: `distributedInfo.rank` / `world_size` (or the caller's
@@ -24,6 +32,10 @@
 //!   are kept, outside the steps (see the `plan` module);
 //! - NCCL kernels (`^nccl.*Kernel`) also become `Collective` events (see
 //!   the `nccl` module for op, dtype, bytes, process group and sequence numbers);
+//! - CPU-side collectives (gloo and other host backends: `c10d::*` ops,
+//!   `record_param_comms`, `gloo:*` annotations) that launched no NCCL
+//!   kernel become host `Collective` events (device -1; see the `cpu_comm`
+//!   module), one per call;
 //! - a few CPU phase annotations become `Span`s (`## forward ##`,
 //!   `## backward ##`, `## optimizer ##`, `DistributedDataParallel.forward`,
 //!   `Optimizer.step#*`, `Optimizer.zero_grad#*`, `enumerate(DataLoader)#*`).
@@ -48,6 +60,7 @@
 //! Unusable single events (no numeric `ts`/`dur`) are skipped and counted;
 //! structural problems fail the file with an [`ImportError`] naming it.
 
+mod cpu_comm;
 mod discover;
 mod emit;
 mod error;
@@ -55,11 +68,13 @@ mod event;
 mod identity;
 mod names;
 mod nccl;
+mod parse;
 mod plan;
+#[macro_use]
 mod raw;
 mod scalar;
 mod scan;
-pub mod send;
+mod shapes;
 mod source;
 mod stats;
 mod time;
@@ -71,6 +86,7 @@ use rankscope_proto::v1 as proto;
 
 pub use discover::discover;
 pub use error::{ImportError, Problem};
+pub use parse::parse_trace_file;
 pub use stats::{EventCounts, ImportStats, MAX_WARNINGS};
 
 use emit::{Emitter, Window};

@@ -13,6 +13,7 @@
 
 use std::collections::HashMap;
 
+use super::cpu_comm::HostComm;
 use super::event::{self, Class};
 use super::nccl::CommMeta;
 use super::raw::{EventHandler, RawEvent};
@@ -56,6 +57,9 @@ pub(crate) struct Scan {
     pub launches: Vec<Launch>,
     pub comm_meta: HashMap<u64, CommMeta>,
     pub nccl: Vec<NcclDraft>,
+    /// `c10d::*` / `record_param_comms` ops, `gloo:*` / `nccl:*`
+    /// annotations (CPU-side collectives, see `cpu_comm`).
+    pub host_comm: Vec<HostComm>,
     /// Earliest start and latest end over all usable complete events.
     pub bounds: Option<(u64, u64)>,
     /// Device of the first GPU activity (`args.device`, else `pid`).
@@ -68,6 +72,37 @@ pub(crate) struct Scan {
     pub gpu_events: u64,
     /// Skipped-event count and warnings.
     pub stats: ImportStats,
+}
+
+impl Scan {
+    fn host_comm(
+        &mut self,
+        ordinal: u64,
+        start: u64,
+        end: u64,
+        is_op: bool,
+        name: &str,
+        ev: &RawEvent,
+    ) {
+        let Some((kind, op)) = HostComm::kind_of(name, is_op) else {
+            return;
+        };
+        let a = &ev.args;
+        let first = a.input_dims.0;
+        self.host_comm.push(HostComm {
+            kind,
+            ordinal,
+            start,
+            end,
+            pid: ev.pid.as_u64_loose().unwrap_or(0),
+            tid: ev.tid.as_u64_loose().unwrap_or(0),
+            op,
+            ext: a.external_id.as_u64(),
+            meta: CommMeta::from_args(a),
+            elems: first.map(|(_, e)| e),
+            dtype: first.and_then(|(i, _)| a.input_types.get(i)),
+        });
+    }
 }
 
 /// How many skipped events are described individually in warnings.
@@ -99,6 +134,9 @@ impl EventHandler for Scan {
             Some((lo, hi)) => (lo.min(start), hi.max(end)),
         });
         let name = ev.name.as_str().unwrap_or("");
+        if matches!(class, Class::CpuOp | Class::CpuAnnotation) {
+            self.host_comm(ordinal, start, end, class == Class::CpuOp, name, &ev);
+        }
         match class {
             Class::Gpu(kind) => {
                 self.gpu_events += 1;
