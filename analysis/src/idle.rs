@@ -13,7 +13,14 @@
 //! the activity's launch call started after the previous activity ended (the
 //! CPU did not enqueue fast enough), else `kernel_wait` when the gap is below
 //! `consecutive_kernel_delay_ns` (default 30 us: launch overhead between
-//! back-to-back kernels), else `other`. The first activity of a stream has no
+//! back-to-back kernels), else `other`. An activity whose launch call is not
+//! in the trace (launched before the profiler started) has no launch time;
+//! HTA 0.5.0 then joins it to the trace's first event (its `index_correlation`
+//! is 0, a row label), which starts after such early activities, so their
+//! gaps are `host_wait`: we do the same when the rank has launch calls at
+//! all (it is what reproduces HTA's numbers on the DLRM reference), and
+//! claim no `host_wait` for a rank without any (live data without launch
+//! records). The first activity of a stream has no
 //! gap but is counted in `other` with none, as HTA does (so every stream has
 //! an `other` row). `ratio` = the category's idle time / the stream's.
 //!
@@ -69,6 +76,8 @@ pub fn idle_breakdown(ops: &[GpuOp<'_>], consecutive_kernel_delay_ns: u64) -> Ve
         streams.entry(o.stream).or_default().push(o);
     }
     let delay = i64::try_from(consecutive_kernel_delay_ns).unwrap_or(i64::MAX);
+    // See the module doc: HTA's join of unlinked activities.
+    let unlinked_wait_on_host = ops.iter().any(|o| o.launch.is_some());
     let mut out = Vec::new();
     for (stream, mut list) in streams {
         list.sort_by_key(|o| (o.start_ns, o.end_ns));
@@ -77,7 +86,10 @@ pub fn idle_breakdown(ops: &[GpuOp<'_>], consecutive_kernel_delay_ns: u64) -> Ve
         for pair in list.windows(2) {
             let (prev, cur) = (pair[0], pair[1]);
             let gap = cur.start_ns as i64 - prev.end_ns as i64;
-            let host_wait = cur.launch.is_some_and(|l| l.start_ns > prev.end_ns);
+            let host_wait = match cur.launch {
+                Some(l) => l.start_ns > prev.end_ns,
+                None => unlinked_wait_on_host,
+            };
             let cat = if host_wait {
                 IdleCategory::HostWait
             } else if gap < delay {
@@ -175,6 +187,8 @@ mod tests {
             // launched early, long gap: other, 100 us
             op(7, 130 * us, 140 * us, Some(14 * us)),
             op(9, 0, 1, None),
+            // no launch known on a rank that has launches: host wait, as HTA
+            op(9, 10, 11, None),
         ];
         let rows = idle_breakdown(&ops, DEFAULT_CONSECUTIVE_KERNEL_DELAY_NS);
         let get = |s: u32, c: IdleCategory| {
@@ -193,10 +207,15 @@ mod tests {
         let other = get(7, IdleCategory::Other).unwrap();
         assert_eq!((other.idle_ns, other.gaps.count), (100 * us as i64, 1));
         assert!((other.ratio.unwrap() - 100.0 / 107.0).abs() < 1e-12);
-        // A stream with one kernel: an empty `other` row, no ratio.
-        let lone = get(9, IdleCategory::Other).unwrap();
+        assert_eq!(get(9, IdleCategory::HostWait).unwrap().idle_ns, 9);
+        // Without any launch on the rank: no host wait is claimed, and a
+        // stream with one kernel has an empty `other` row, no ratio.
+        let rows = idle_breakdown(&[op(9, 0, 1, None), op(9, 10, 11, None)], 30_000);
+        assert_eq!(rows.len(), 2);
+        assert_eq!(rows[0].category, IdleCategory::KernelWait);
+        let rows = idle_breakdown(&[op(9, 0, 1, None)], 30_000);
+        let lone = &rows[0];
         assert_eq!((lone.idle_ns, lone.gaps.count, lone.ratio), (0, 0, None));
-        assert_eq!(rows.len(), 4);
     }
 
     #[test]

@@ -47,6 +47,25 @@ pub struct LaunchCall {
     pub enqueues: bool,
 }
 
+/// Whether a host call is one of HTA 0.5.0's launch calls that enqueue work
+/// on a stream (`TraceSymbolTable.get_runtime_launch_events_query`).
+pub fn is_enqueue_launch(api: &str) -> bool {
+    matches!(
+        api,
+        "cudaLaunchKernel"
+            | "cudaLaunchKernelExC"
+            | "cuLaunchKernel"
+            | "cudaMemcpyAsync"
+            | "cudaMemsetAsync"
+            | "runFunction - job_prep_and_submit_for_execution"
+            | "hipLaunchKernel"
+            | "hipExtModuleLaunchKernel"
+            | "hipMemsetAsync"
+            | "hipMemcpyAsync"
+            | "hipMemcpyWithStream"
+    )
+}
+
 /// One GPU activity of one rank.
 #[derive(Debug, Clone, PartialEq)]
 pub struct GpuOp<'a> {

@@ -22,6 +22,7 @@
 //!   their own types, top kernels per type with `others`);
 //! - [`idle`]: HTA idle-time breakdown (host_wait / kernel_wait / other) and
 //!   CUDA queue length per stream;
+//! - [`memcpy`]: memcpy / memset calls, bytes, time and GB/s per direction;
 //! - [`describe`]: pandas `describe()` (count, mean, std, quartiles).
 //!
 //! Units: times are `u64` nanoseconds (`*_ns`); bandwidths are GB/s with
@@ -37,6 +38,7 @@ pub mod describe;
 pub mod idle;
 pub mod interval;
 pub mod kernels;
+pub mod memcpy;
 pub mod stats;
 pub mod straggler;
 
@@ -56,7 +58,10 @@ pub use idle::{idle_breakdown, queue_length, IdleCategory, IdleRow, QueueRow};
 pub use interval::{
     difference, intersect_len, intersection, total_len, union, union_vec, Interval,
 };
-pub use kernels::{kernel_table, kernel_type_times, GpuOp, KernelRow, LaunchCall};
+pub use kernels::{
+    is_enqueue_launch, kernel_table, kernel_type_times, GpuOp, KernelRow, LaunchCall,
+};
+pub use memcpy::{memcpy_kind, memcpy_summary, MemcpyRow};
 pub use straggler::{
     score_step, PolicyError, RankStepStats, StepFlag, StragglerCause, StragglerPolicy,
     StragglerTracker, Verdict, VerdictChange,
