@@ -17,7 +17,13 @@
 //! - [`straggler`]: median/MAD (Iglewicz–Hoaglin modified z-score) straggler
 //!   flags per step and a persistence tracker (K of the last N steps) that
 //!   issues verdicts with a cause (compute, input, communication);
-//! - [`stats`]: median, MAD, modified z-score, nearest-rank percentiles.
+//! - [`stats`]: median, MAD, modified z-score, nearest-rank percentiles;
+//! - [`kernels`]: HTA kernel breakdown (time per kernel type with overlaps as
+//!   their own types, top kernels per type with `others`);
+//! - [`idle`]: HTA idle-time breakdown (host_wait / kernel_wait / other) and
+//!   CUDA queue length per stream;
+//! - [`memcpy`]: memcpy / memset calls, bytes, time and GB/s per direction;
+//! - [`describe`]: pandas `describe()` (count, mean, std, quartiles).
 //!
 //! Units: times are `u64` nanoseconds (`*_ns`); bandwidths are GB/s with
 //! GB = 1e9 bytes (`*_gbps`); percentages are 0..=100 (`*_pct`).
@@ -28,7 +34,11 @@
 pub mod breakdown;
 pub mod classify;
 pub mod collectives;
+pub mod describe;
+pub mod idle;
 pub mod interval;
+pub mod kernels;
+pub mod memcpy;
 pub mod stats;
 pub mod straggler;
 
@@ -43,9 +53,15 @@ pub use collectives::{
     algbw_gbps, busbw_factor, busbw_gbps, nccl_tests_bytes, size_bucket, CollOp, CollectiveObs,
     SizeBucket, UnknownCollOp,
 };
+pub use describe::{describe, Describe};
+pub use idle::{idle_breakdown, queue_length, IdleCategory, IdleRow, QueueRow};
 pub use interval::{
     difference, intersect_len, intersection, total_len, union, union_vec, Interval,
 };
+pub use kernels::{
+    is_enqueue_launch, kernel_table, kernel_type_times, GpuOp, KernelRow, LaunchCall,
+};
+pub use memcpy::{memcpy_kind, memcpy_summary, MemcpyRow};
 pub use straggler::{
     score_step, PolicyError, RankStepStats, StepFlag, StragglerCause, StragglerPolicy,
     StragglerTracker, Verdict, VerdictChange,

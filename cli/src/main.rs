@@ -12,6 +12,7 @@
 use anyhow::{bail, Context as _, Result};
 use clap::{Args, Parser, Subcommand};
 use rankscope_cli::query::analytics::{self, View};
+use rankscope_cli::query::gpu::{self, GpuArgs, GpuView};
 use rankscope_cli::query::{self, columns, format, http::HttpClient, OutputFormat, StepsQuery};
 use rankscope_cli::simulate::{
     self, SimConfig, Straggler, SummaryFormat, DEFAULT_EVENTS_PER_MESSAGE,
@@ -89,6 +90,16 @@ enum Command {
     Collectives(CollectivesArgs),
     /// Straggler verdicts.
     Stragglers(JobArgs),
+    /// GPU time per kernel type, overlaps as their own types (HTA kernel breakdown).
+    KernelTypes(GpuArgs),
+    /// Top kernels per type with calls and duration statistics (HTA kernel breakdown).
+    Kernels(GpuArgs),
+    /// Idle time per GPU stream: host_wait, kernel_wait, other (HTA idle-time breakdown).
+    Idle(GpuArgs),
+    /// CUDA queue length per stream (HTA queue length summary).
+    Queue(GpuArgs),
+    /// Memcpy / memset calls, bytes, time and GB/s per direction.
+    Memcpy(GpuArgs),
     /// Import PyTorch profiler (Kineto) traces: files or folders, one file per rank.
     Import(ImportArgs),
     /// Alerts (straggler, hang, low GPU utilization, collective slowdown).
@@ -409,6 +420,13 @@ async fn run(cli: Cli) -> Result<()> {
             print!("{}", columns::render(&rows, analytics::ALERTS, a.format));
             Ok(())
         }
+        Command::KernelTypes(a) => {
+            gpu_view(&http(), &cli.collector, GpuView::KernelTypes, &a).await
+        }
+        Command::Kernels(a) => gpu_view(&http(), &cli.collector, GpuView::Kernels, &a).await,
+        Command::Idle(a) => gpu_view(&http(), &cli.collector, GpuView::Idle, &a).await,
+        Command::Queue(a) => gpu_view(&http(), &cli.collector, GpuView::Queue, &a).await,
+        Command::Memcpy(a) => gpu_view(&http(), &cli.collector, GpuView::Memcpy, &a).await,
         Command::Stragglers(a) => {
             view(
                 &http(),
@@ -467,6 +485,11 @@ async fn import_cmd(a: ImportArgs, token: &str, tls: rankscope_proto::tls::TlsPa
         a.job,
         bytes as f64 / 1e6
     );
+    Ok(())
+}
+
+async fn gpu_view(http: &HttpClient, collector: &str, view: GpuView, a: &GpuArgs) -> Result<()> {
+    print!("{}", gpu::show(http, collector, view, a).await?);
     Ok(())
 }
 

@@ -20,6 +20,7 @@ use serde::{Deserialize, Serialize};
 
 mod alerts;
 mod analytics;
+mod gpu;
 mod telemetry;
 
 use crate::store::{JobRow, StepTimeRow, Store};
@@ -52,6 +53,11 @@ pub fn router(state: ApiState) -> Router {
         )
         .route("/api/v1/jobs/{job}/stragglers", get(analytics::stragglers))
         .route("/api/v1/jobs/{job}/hangs", get(analytics::hangs))
+        .route("/api/v1/jobs/{job}/kernel-types", get(gpu::kernel_types))
+        .route("/api/v1/jobs/{job}/kernels", get(gpu::kernels))
+        .route("/api/v1/jobs/{job}/idle", get(gpu::idle))
+        .route("/api/v1/jobs/{job}/queue", get(gpu::queue))
+        .route("/api/v1/jobs/{job}/memcpy", get(gpu::memcpy))
         .route("/api/v1/alerts", get(alerts::alerts))
         .route_layer(axum::middleware::from_fn_with_state(
             state.clone(),

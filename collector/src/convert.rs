@@ -15,7 +15,9 @@ use std::collections::HashMap;
 use rankscope_proto::v1 as proto;
 use rankscope_proto::validate::{self, StepState, ValidationError};
 
-use crate::store::{BatchRow, CollectiveRow, KernelRow, RankRow, RowSet, SpanRow, StepRow, Text};
+use crate::store::{
+    BatchRow, CollectiveRow, KernelRow, LaunchRow, RankRow, RowSet, SpanRow, StepRow, Text,
+};
 use crate::stream::{RankInput, StreamEvent, StreamInput};
 
 /// Why a batch was rejected.
@@ -163,7 +165,12 @@ fn push_group(
             Some(Kind::StepEnd(s)) => rows.steps.push(step_row(&cx, s.step, 2, s.ts_ns)),
             Some(Kind::Span(s)) => rows.spans.push(span_row(&cx, s)),
             Some(Kind::Collective(c)) => rows.collectives.push(collective_row(&cx, c)),
-            Some(Kind::Kernel(k)) => rows.kernels.push(kernel_row(&cx, k)),
+            Some(Kind::Kernel(k)) => {
+                rows.kernels.push(kernel_row(&cx, k));
+                if k.launch_start_ns != 0 {
+                    rows.launches.push(launch_row(&cx, k));
+                }
+            }
             None => {} // rejected by validation
         }
     }
@@ -246,6 +253,24 @@ fn kernel_row(cx: &Ctx<'_>, k: &proto::Kernel) -> KernelRow {
         end_ns: k.end_ns,
         correlation: k.correlation,
         bytes: k.bytes,
+        agent_id: cx.agent_id.clone(),
+        agent_session: cx.batch.agent_session,
+        batch_seq: cx.batch.seq,
+    }
+}
+
+fn launch_row(cx: &Ctx<'_>, k: &proto::Kernel) -> LaunchRow {
+    LaunchRow {
+        job_id: cx.job_id.clone(),
+        run_id: cx.run_id.clone(),
+        rank: cx.id.rank,
+        node: cx.node.clone(),
+        correlation: k.correlation,
+        stream: k.stream,
+        kernel_start_ns: k.start_ns,
+        api: cx.name(k.launch_name_id),
+        start_ns: k.launch_start_ns,
+        end_ns: k.launch_end_ns,
         agent_id: cx.agent_id.clone(),
         agent_session: cx.batch.agent_session,
         batch_seq: cx.batch.seq,

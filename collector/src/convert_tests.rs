@@ -65,6 +65,7 @@ fn group(rank: u32) -> proto::RankEvents {
                 end_ns: 1_200,
                 correlation: 9,
                 bytes: 0,
+                ..Default::default()
             })),
             ev(Kind::Collective(proto::Collective {
                 op: proto::CollectiveOp::AllReduce as i32,

@@ -21,6 +21,7 @@
 pub mod analytics;
 pub mod cluster;
 mod fault;
+pub mod gpu_ops;
 mod migrate;
 mod read;
 mod retention;
@@ -37,8 +38,8 @@ use serde::{Deserialize, Serialize};
 pub use migrate::{split_statements, Migration, MIGRATIONS};
 pub use read::{JobRow, StepTimeRow};
 pub use rows::{
-    AlertRow, BatchRow, BreakdownRow, CollectiveRow, HangRow, KernelRow, RankRow, RowSet, SpanRow,
-    StepRow, Text, VerdictRow,
+    AlertRow, BatchRow, BreakdownRow, CollectiveRow, HangRow, KernelRow, LaunchRow, RankRow,
+    RowSet, SpanRow, StepRow, Text, VerdictRow,
 };
 pub use writer::{
     spawn_writer, TableCounters, WriteError, WriteOutcome, WriterConfig, WriterHandle,
@@ -180,11 +181,12 @@ pub enum Table {
     RankGpuSamples,
     RankProcessSamples,
     StragglerEvidence,
+    KernelLaunches,
 }
 
 impl Table {
     /// Every table (the writer stores `ingest_batches` after the event tables).
-    pub const ALL: [Table; 15] = [
+    pub const ALL: [Table; 16] = [
         Table::Steps,
         Table::Spans,
         Table::Collectives,
@@ -200,6 +202,7 @@ impl Table {
         Table::RankGpuSamples,
         Table::RankProcessSamples,
         Table::StragglerEvidence,
+        Table::KernelLaunches,
     ];
 
     /// The table's name in ClickHouse.
@@ -220,6 +223,7 @@ impl Table {
             Table::RankGpuSamples => "rank_gpu_samples",
             Table::RankProcessSamples => "rank_process_samples",
             Table::StragglerEvidence => "straggler_evidence",
+            Table::KernelLaunches => "kernel_launches",
         }
     }
 
@@ -239,6 +243,7 @@ impl Table {
                 | Table::RankGpuSamples
                 | Table::RankProcessSamples
                 | Table::StragglerEvidence
+                | Table::KernelLaunches
         )
     }
 }

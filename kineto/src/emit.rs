@@ -42,6 +42,8 @@ enum Body {
         corr: u64,
         bytes: u64,
         linked: bool,
+        /// The launch call: start, end, interned name.
+        launch: Option<(u64, u64, u32)>,
     },
     Collective {
         index: usize,
@@ -174,7 +176,9 @@ impl EventHandler for Window<'_> {
                         (bw * (end - start) as f64).round().max(0.0) as u64
                     }),
                 };
+                let launch = self.plan.launch_call(corr);
                 self.offer((seg, start, ordinal, 0), |names| Body::Kernel {
+                    launch: launch.map(|(ts, end, api)| (ts, end, names.intern(api))),
                     kind,
                     name: names.intern(name),
                     stream,
@@ -290,6 +294,7 @@ where
                     corr,
                     bytes,
                     linked,
+                    launch,
                 } => {
                     self.stats.gpu_events_unlinked += u64::from(!linked);
                     self.stats.gpu_events_outside_steps += u64::from(seg & 1 == 0);
@@ -302,6 +307,9 @@ where
                         end_ns: at(end),
                         correlation: corr,
                         bytes,
+                        launch_start_ns: launch.map_or(0, |l| at(l.0)),
+                        launch_end_ns: launch.map_or(0, |l| at(l.1)),
+                        launch_name_id: launch.map_or(0, |l| self.published.use_name(l.2)),
                     })
                 }
                 Body::Collective {

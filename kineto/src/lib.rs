@@ -26,7 +26,9 @@
 //!   missing; a trace with neither is one step 0 over the whole trace);
 //! - GPU activities (`kernel`, `gpu_memcpy`, `gpu_memset`) become `Kernel`
 //!   events (kind, name, stream = `args.stream` or `tid`, device =
-//!   `args.device` or `pid`, correlation, memcpy/memset bytes); each
+//!   `args.device` or `pid`, correlation, memcpy/memset bytes, and the
+//!   start, end and name of the CUDA runtime/driver call with the same
+//!   correlation when the trace has it: `launch_*`); each
 //!   belongs to the step of its CPU launch (same `args.correlation`, as HTA
 //!   does); those launched outside any step, or before the trace started,
 //!   are kept, outside the steps (see the `plan` module);

@@ -41,9 +41,14 @@ use super::stats::ImportStats;
 struct LaunchRef {
     corr: u64,
     ts: u64,
+    end: u64,
     ext: u64,
+    api: u16,
     seg: u32,
 }
+
+/// The host call that launched a GPU activity: start, end, name.
+pub(crate) type LaunchCall<'a> = (u64, u64, &'a str);
 
 /// Launch order of an NCCL kernel: (launch time, `None` = before the trace;
 /// kernel start; trace ordinal).
@@ -76,6 +81,8 @@ pub(crate) struct Plan {
     /// Everything is in the one synthetic step.
     pub single_step: bool,
     launches: Vec<LaunchRef>,
+    /// Names of the launch calls, by `LaunchRef::api`.
+    launch_apis: Vec<String>,
     /// NCCL kernels and host collective calls, by ordinal.
     pub collectives: Vec<Resolved>,
 }
@@ -92,6 +99,7 @@ impl Plan {
             steps,
             single_step,
             launches: Vec::new(),
+            launch_apis: std::mem::take(&mut scan.launch_apis),
             collectives: Vec::new(),
         };
         plan.launches = index_launches(std::mem::take(&mut scan.launches), &plan);
@@ -124,6 +132,14 @@ impl Plan {
                 false,
             ),
         }
+    }
+
+    /// The launch call of the GPU activity with correlation `corr`.
+    pub(crate) fn launch_call(&self, corr: Option<u64>) -> Option<LaunchCall<'_>> {
+        self.launch(corr).map(|l| {
+            let api = self.launch_apis.get(usize::from(l.api));
+            (l.ts, l.end, api.map_or("", String::as_str))
+        })
     }
 
     fn launch(&self, corr: Option<u64>) -> Option<&LaunchRef> {
@@ -325,7 +341,9 @@ fn index_launches(mut launches: Vec<Launch>, plan: &Plan) -> Vec<LaunchRef> {
         .map(|l| LaunchRef {
             corr: l.corr,
             ts: l.ts,
+            end: l.end,
             ext: l.ext,
+            api: l.api,
             seg: plan.cpu_seg(l.ts),
         })
         .collect()

@@ -33,8 +33,11 @@ pub(crate) struct StepMark {
 pub(crate) struct Launch {
     pub corr: u64,
     pub ts: u64,
+    pub end: u64,
     /// `External id` (0 = none).
     pub ext: u64,
+    /// Index of the call's name in [`Scan::launch_apis`].
+    pub api: u16,
 }
 
 /// An NCCL kernel seen in the scan.
@@ -55,6 +58,11 @@ pub(crate) struct Scan {
     pub cpu_steps: Vec<StepMark>,
     pub gpu_steps: Vec<StepMark>,
     pub launches: Vec<Launch>,
+    /// Distinct names of the launch calls (`cudaLaunchKernel`, ...), by
+    /// [`Launch::api`]; a name past `u16::MAX` distinct ones is stored as "".
+    pub launch_apis: Vec<String>,
+    /// Index of each name in `launch_apis`.
+    pub launch_api_ids: HashMap<String, u16>,
     pub comm_meta: HashMap<u64, CommMeta>,
     pub nccl: Vec<NcclDraft>,
     /// `c10d::*` / `record_param_comms` ops, `gloo:*` / `nccl:*`
@@ -102,6 +110,24 @@ impl Scan {
             elems: first.map(|(_, e)| e),
             dtype: first.and_then(|(i, _)| a.input_types.get(i)),
         });
+    }
+
+    /// The index of a launch call's name, interned.
+    fn launch_api(&mut self, name: &str) -> u16 {
+        if let Some(&id) = self.launch_api_ids.get(name) {
+            return id;
+        }
+        if self.launch_apis.is_empty() {
+            self.launch_apis.push(String::new()); // 0: unnamed / overflow
+        }
+        match u16::try_from(self.launch_apis.len()) {
+            Ok(id) => {
+                self.launch_apis.push(name.to_owned());
+                self.launch_api_ids.insert(name.to_owned(), id);
+                id
+            }
+            Err(_) => 0,
+        }
     }
 }
 
@@ -159,10 +185,13 @@ impl EventHandler for Scan {
                     if self.host_pid.is_none() {
                         self.host_pid = ev.pid.as_u64();
                     }
+                    let api = self.launch_api(name);
                     self.launches.push(Launch {
                         corr,
                         ts: start,
+                        end,
                         ext: ev.args.external_id.as_u64().unwrap_or(0),
+                        api,
                     });
                 }
             }

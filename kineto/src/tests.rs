@@ -17,7 +17,13 @@ fn mark(step: u64, start: u64, end: u64, ordinal: u64) -> StepMark {
 }
 
 fn launch(corr: u64, ts: u64) -> Launch {
-    Launch { corr, ts, ext: 0 }
+    Launch {
+        corr,
+        ts,
+        end: ts,
+        ext: 0,
+        api: 0,
+    }
 }
 
 #[test]

@@ -331,6 +331,16 @@ pub fn validate_events(
                 }
                 check_interval(index, "kernel", k.start_ns, k.end_ns)?;
                 check_name(index, "kernel", "name_id", k.name_id, &defined)?;
+                if k.launch_start_ns != 0 || k.launch_end_ns != 0 || k.launch_name_id != 0 {
+                    check_interval(index, "kernel launch", k.launch_start_ns, k.launch_end_ns)?;
+                    check_name(
+                        index,
+                        "kernel",
+                        "launch_name_id",
+                        k.launch_name_id,
+                        &defined,
+                    )?;
+                }
             }
         }
     }

@@ -366,7 +366,9 @@ async fn cluster_mode_answers_like_a_single_server() {
         let sql = format!("SELECT count() FROM {DB}.{}{last}", t.name());
         let (a, b) = (count(&single, &sql), count(&cluster.shards[1], &sql));
         assert_eq!(a, b, "{} rows: single server vs cluster", t.name());
-        assert!(a > 0 || t == Table::HangSuspects, "{} is empty", t.name());
+        // Simulated ranks send no kernel launch calls (only imported traces do).
+        let may_be_empty = [Table::HangSuspects, Table::KernelLaunches];
+        assert!(a > 0 || may_be_empty.contains(&t), "{} is empty", t.name());
     }
 
     // Rows are on their shards: each job (and node) on exactly one, both shards used.

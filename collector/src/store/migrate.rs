@@ -65,6 +65,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "0005_alerts",
         sql: include_str!("../../schema/0005_alerts.sql"),
     },
+    Migration {
+        version: 6,
+        name: "0006_kernel_launches",
+        sql: include_str!("../../schema/0006_kernel_launches.sql"),
+    },
 ];
 
 const CREATE_TABLE_SQL: &str = include_str!("../../queries/schema_migrations.sql");
@@ -303,6 +308,7 @@ mod tests {
             (3, "0003_analytics", "fnv1a64:381b4c3360af5e09"),
             (4, "0004_telemetry", "fnv1a64:dbefe69e1eaa8369"),
             (5, "0005_alerts", "fnv1a64:827c4ed844c70367"),
+            (6, "0006_kernel_launches", "fnv1a64:86ffd72a04181f6d"),
         ];
         let actual: Vec<(u32, &str, String)> = MIGRATIONS
             .iter()

@@ -97,6 +97,25 @@ pub struct KernelRow {
     pub batch_seq: u64,
 }
 
+/// `kernel_launches`: the host-side launch call of a `kernels` row (same job, rank,
+/// correlation and `kernel_start_ns` = its `start_ns`), when known.
+#[derive(Debug, Clone, PartialEq, Eq, Row, Serialize, Deserialize)]
+pub struct LaunchRow {
+    pub job_id: Text,
+    pub run_id: Text,
+    pub rank: u32,
+    pub node: Text,
+    pub correlation: u64,
+    pub stream: u32,
+    pub kernel_start_ns: u64,
+    pub api: Text,
+    pub start_ns: u64,
+    pub end_ns: u64,
+    pub agent_id: Text,
+    pub agent_session: u64,
+    pub batch_seq: u64,
+}
+
 /// `ranks`: the identity of a rank, refreshed (`seen_ns`) with every batch carrying it.
 #[derive(Debug, Clone, PartialEq, Eq, Row, Serialize, Deserialize)]
 pub struct RankRow {
@@ -202,6 +221,8 @@ pub struct RowSet {
     pub spans: Vec<SpanRow>,
     pub collectives: Vec<CollectiveRow>,
     pub kernels: Vec<KernelRow>,
+    /// Launch calls of some `kernels` rows (not counted as event rows).
+    pub launches: Vec<LaunchRow>,
     pub ranks: Vec<RankRow>,
     pub batches: Vec<BatchRow>,
     /// Analytics results (written by the stream task, not by ingest).
@@ -228,6 +249,7 @@ impl RowSet {
     /// Rows of every table, the unit of the writer's `batch_max_rows`.
     pub fn total_rows(&self) -> usize {
         self.len()
+            + self.launches.len()
             + self.ranks.len()
             + self.batches.len()
             + self.breakdowns.len()

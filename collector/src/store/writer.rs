@@ -303,6 +303,7 @@ impl Writer {
             self.write_table(Table::Spans, sets, |r| &r.spans),
             self.write_table(Table::Collectives, sets, |r| &r.collectives),
             self.write_table(Table::Kernels, sets, |r| &r.kernels),
+            self.write_table(Table::KernelLaunches, sets, |r| &r.launches),
             self.write_table(Table::Ranks, sets, |r| &r.ranks),
             self.write_table(Table::StepBreakdown, sets, |r| &r.breakdowns),
             self.write_table(Table::StragglerVerdicts, sets, |r| &r.verdicts),

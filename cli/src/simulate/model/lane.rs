@@ -158,6 +158,7 @@ impl Lane {
             end_ns,
             correlation,
             bytes,
+            ..Default::default()
         }));
     }
 

@@ -67,6 +67,10 @@ const SCHEMA: &[(&str, &[Expect])] = &[
         ],
     ),
     ("0005_alerts", &[Create("alerts", JOB, "MergeTree")]),
+    (
+        "0006_kernel_launches",
+        &[Create("kernel_launches", JOB, "MergeTree")],
+    ),
 ];
 
 fn schema() -> ClusterSchema {

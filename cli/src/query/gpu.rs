@@ -1,0 +1,204 @@
+//! GPU-activity commands (issue 17): `kernel-types`, `kernels`, `idle`,
+//! `queue`, `memcpy` over `GET /api/v1/jobs/{job}/{view}` (HTA 0.5.0
+//! definitions, see `rankscope_analysis::{kernels, idle, memcpy}`).
+//!
+//! In: the collector URL and [`GpuArgs`]. Out: the API's rows rendered as a
+//! table, JSON or CSV through [`super::columns`].
+
+use serde_json::Value;
+
+use super::columns::{col, render, Column, Kind};
+use super::http::{HttpClient, HttpError};
+use super::{percent_encode, OutputFormat};
+
+/// Which GPU view.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GpuView {
+    KernelTypes,
+    Kernels,
+    Idle,
+    Queue,
+    Memcpy,
+}
+
+/// Options of the GPU commands.
+#[derive(Debug, Clone, clap::Args)]
+pub struct GpuArgs {
+    /// Job id.
+    #[arg(long)]
+    pub job: String,
+    /// Only this rank.
+    #[arg(long)]
+    pub rank: Option<u32>,
+    /// `kernels`: at most N names per kernel type (HTA num_kernels).
+    #[arg(long, value_name = "N")]
+    pub top: Option<u64>,
+    /// `kernels`: keep the names making up this share of a type's time
+    /// (HTA duration_ratio, 0 < F <= 1).
+    #[arg(long, value_name = "F")]
+    pub ratio: Option<f64>,
+    /// `idle`: gaps below this are kernel_wait (HTA consecutive_kernel_delay).
+    #[arg(long, value_name = "US")]
+    pub kernel_delay_us: Option<u64>,
+    /// Output format.
+    #[arg(long, value_enum, default_value_t = OutputFormat::Table)]
+    pub format: OutputFormat,
+}
+
+impl GpuView {
+    /// Path segment and the response's array field.
+    pub fn name(self) -> &'static str {
+        match self {
+            GpuView::KernelTypes => "kernel-types",
+            GpuView::Kernels => "kernels",
+            GpuView::Idle => "idle",
+            GpuView::Queue => "queue",
+            GpuView::Memcpy => "memcpy",
+        }
+    }
+
+    /// Table columns.
+    pub fn columns(self) -> &'static [Column] {
+        match self {
+            GpuView::KernelTypes => KERNEL_TYPES,
+            GpuView::Kernels => KERNELS,
+            GpuView::Idle => IDLE,
+            GpuView::Queue => QUEUE,
+            GpuView::Memcpy => MEMCPY,
+        }
+    }
+}
+
+const KERNEL_TYPES: &[Column] = &[
+    col("rank", "rank", Kind::Plain),
+    col("kernel_type", "kernel_type", Kind::Plain),
+    col("sum_ns", "sum_ms", Kind::NsAsMs),
+    col("pct", "%", Kind::Pct),
+];
+
+const KERNELS: &[Column] = &[
+    col("rank", "rank", Kind::Plain),
+    col("kernel_type", "kernel_type", Kind::Plain),
+    col("name", "name", Kind::Plain),
+    col("calls", "calls", Kind::Plain),
+    col("sum_ns", "sum_ms", Kind::NsAsMs),
+    col("max_ns", "max_ms", Kind::NsAsMs),
+    col("min_ns", "min_ms", Kind::NsAsMs),
+    col("mean_ns", "mean_ms", Kind::NsAsMs),
+    col("stddev_ns", "stddev_ms", Kind::NsAsMs),
+];
+
+const IDLE: &[Column] = &[
+    col("rank", "rank", Kind::Plain),
+    col("stream", "stream", Kind::Plain),
+    col("category", "category", Kind::Plain),
+    col("idle_ns", "idle_ms", Kind::NsAsMs),
+    col("ratio", "ratio", Kind::Float3),
+    col("count", "count", Kind::Plain),
+    col("mean_ns", "mean_ms", Kind::NsAsMs),
+    col("std_ns", "std_ms", Kind::NsAsMs),
+    col("min_ns", "min_ms", Kind::NsAsMs),
+    col("p25_ns", "p25_ms", Kind::NsAsMs),
+    col("p50_ns", "p50_ms", Kind::NsAsMs),
+    col("p75_ns", "p75_ms", Kind::NsAsMs),
+    col("max_ns", "max_ms", Kind::NsAsMs),
+];
+
+const QUEUE: &[Column] = &[
+    col("rank", "rank", Kind::Plain),
+    col("stream", "stream", Kind::Plain),
+    col("count", "count", Kind::Plain),
+    col("mean", "mean", Kind::Float2),
+    col("std", "std", Kind::Float2),
+    col("min", "min", Kind::Float2),
+    col("p25", "p25", Kind::Float2),
+    col("p50", "p50", Kind::Float2),
+    col("p75", "p75", Kind::Float2),
+    col("max", "max", Kind::Float2),
+];
+
+const MEMCPY: &[Column] = &[
+    col("rank", "rank", Kind::Plain),
+    col("kind", "kind", Kind::Plain),
+    col("calls", "calls", Kind::Plain),
+    col("bytes", "bytes", Kind::Bytes),
+    col("sum_ns", "sum_ms", Kind::NsAsMs),
+    col("gbps", "GB/s", Kind::Float2),
+];
+
+/// URL of `view` with the options it takes (absent ones left out).
+pub fn gpu_url(collector: &str, view: GpuView, a: &GpuArgs) -> String {
+    let mut url = format!(
+        "{}/api/v1/jobs/{}/{}",
+        collector.trim_end_matches('/'),
+        percent_encode(&a.job),
+        view.name()
+    );
+    let mut params: Vec<(&str, String)> = Vec::new();
+    if let Some(r) = a.rank {
+        params.push(("rank", r.to_string()));
+    }
+    if view == GpuView::Kernels {
+        if let Some(t) = a.top {
+            params.push(("top", t.to_string()));
+        }
+        if let Some(r) = a.ratio {
+            params.push(("ratio", r.to_string()));
+        }
+    }
+    if view == GpuView::Idle {
+        if let Some(d) = a.kernel_delay_us {
+            params.push(("kernel_delay_us", d.to_string()));
+        }
+    }
+    for (i, (k, v)) in params.iter().enumerate() {
+        url.push(if i == 0 { '?' } else { '&' });
+        url.push_str(&format!("{k}={v}"));
+    }
+    url
+}
+
+/// Fetches the rows of `view` and renders them.
+pub async fn show(
+    client: &HttpClient,
+    collector: &str,
+    view: GpuView,
+    a: &GpuArgs,
+) -> Result<String, HttpError> {
+    let body: Value = client.get_json(&gpu_url(collector, view, a)).await?;
+    let rows = match body.get(view.name()) {
+        Some(Value::Array(rows)) => rows.clone(),
+        _ => Vec::new(),
+    };
+    Ok(render(&rows, view.columns(), a.format))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls_carry_only_the_options_a_view_takes() {
+        let a = GpuArgs {
+            job: "a/b".into(),
+            rank: Some(3),
+            top: Some(5),
+            ratio: Some(0.9),
+            kernel_delay_us: Some(10),
+            format: OutputFormat::Table,
+        };
+        assert_eq!(
+            gpu_url("http://c/", GpuView::Kernels, &a),
+            "http://c/api/v1/jobs/a%2Fb/kernels?rank=3&top=5&ratio=0.9"
+        );
+        assert_eq!(
+            gpu_url("http://c", GpuView::Idle, &a),
+            "http://c/api/v1/jobs/a%2Fb/idle?rank=3&kernel_delay_us=10"
+        );
+        let b = GpuArgs { rank: None, ..a };
+        assert_eq!(
+            gpu_url("http://c", GpuView::KernelTypes, &b),
+            "http://c/api/v1/jobs/a%2Fb/kernel-types"
+        );
+    }
+}

@@ -1,0 +1,217 @@
+//! GPU-activity routes under `/api/v1/jobs/{job}/` (issue 17): `kernel-types`,
+//! `kernels`, `idle`, `queue`, `memcpy`. Computed at query time from the
+//! stored kernels and their launch calls with `rankscope_analysis` (HTA 0.5.0
+//! definitions documented there: `kernels`, `idle`, `memcpy`).
+//!
+//! Each answers `{"job": J, "<route>": [rows]}`; rows are per rank
+//! (ascending), `?rank=R` keeps one rank. An unknown job is 404, an unknown
+//! rank 404 naming the ranks that have GPU activities, bad options 400. A job
+//! without the events a view needs (no memcpy, no launch calls) gives no
+//! rows, not an error.
+
+use axum::extract::{Path, Query, State};
+use axum::http::StatusCode;
+use axum::Json;
+use rankscope_analysis::kernels::{DEFAULT_DURATION_RATIO, DEFAULT_NUM_KERNELS};
+use rankscope_analysis::{
+    idle::DEFAULT_CONSECUTIVE_KERNEL_DELAY_NS, idle_breakdown, kernel_table, kernel_type_times,
+    memcpy_summary, queue_length,
+};
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+use super::{ApiError, ApiState};
+use crate::store::gpu_ops::RankOps;
+
+/// Options of the GPU routes (each route uses the ones it needs).
+#[derive(Debug, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct GpuQuery {
+    rank: Option<u32>,
+    /// `kernels`: at most this many names per type (HTA `num_kernels`).
+    top: Option<usize>,
+    /// `kernels`: the share of a type's time kept by name (HTA `duration_ratio`).
+    ratio: Option<f64>,
+    /// `idle`: HTA `consecutive_kernel_delay`, microseconds.
+    kernel_delay_us: Option<u64>,
+}
+
+fn bad(msg: impl Into<String>) -> ApiError {
+    ApiError(StatusCode::BAD_REQUEST, msg.into())
+}
+
+/// The job's ranks with GPU activities, narrowed to `q.rank`.
+async fn load(st: &ApiState, job: &str, rank: Option<u32>) -> Result<Vec<RankOps>, ApiError> {
+    let all = st.store.gpu_ops(job).await?;
+    if all.is_empty() {
+        st.require_job(job, true).await?;
+    }
+    let Some(r) = rank else { return Ok(all) };
+    if all.iter().any(|o| o.rank == r) {
+        return Ok(all.into_iter().filter(|o| o.rank == r).collect());
+    }
+    let have: Vec<String> = all.iter().map(|o| o.rank.to_string()).collect();
+    Err(ApiError(
+        StatusCode::NOT_FOUND,
+        if have.is_empty() {
+            format!("rank {r} of job {job:?} has no GPU activities (the job has none)")
+        } else {
+            format!(
+                "rank {r} of job {job:?} has no GPU activities; ranks with some: {}",
+                have.join(", ")
+            )
+        },
+    ))
+}
+
+fn opt(v: Option<f64>) -> Value {
+    v.map_or(Value::Null, |x| json!(x))
+}
+
+pub(super) async fn kernel_types(
+    State(st): State<ApiState>,
+    Path(job): Path<String>,
+    Query(q): Query<GpuQuery>,
+) -> Result<Json<Value>, ApiError> {
+    let ranks = load(&st, &job, q.rank).await?;
+    let mut rows = Vec::new();
+    for r in &ranks {
+        let times = kernel_type_times(&r.gpu_ops());
+        let total: u64 = times.iter().map(|t| t.1).sum();
+        for (kernel_type, sum_ns) in times {
+            rows.push(json!({
+                "rank": r.rank,
+                "kernel_type": kernel_type,
+                "sum_ns": sum_ns,
+                "pct": 100.0 * sum_ns as f64 / total as f64,
+            }));
+        }
+    }
+    Ok(Json(json!({ "job": job, "kernel-types": rows })))
+}
+
+pub(super) async fn kernels(
+    State(st): State<ApiState>,
+    Path(job): Path<String>,
+    Query(q): Query<GpuQuery>,
+) -> Result<Json<Value>, ApiError> {
+    let top = q.top.unwrap_or(DEFAULT_NUM_KERNELS);
+    let ratio = q.ratio.unwrap_or(DEFAULT_DURATION_RATIO);
+    if top == 0 {
+        return Err(bad("top must be >= 1"));
+    }
+    if !(ratio > 0.0 && ratio <= 1.0) {
+        return Err(bad(format!("ratio must be in (0, 1], got {ratio}")));
+    }
+    let ranks = load(&st, &job, q.rank).await?;
+    let mut rows = Vec::new();
+    for r in &ranks {
+        for k in kernel_table(&r.gpu_ops(), ratio, top) {
+            rows.push(json!({
+                "rank": r.rank,
+                "kernel_type": k.kernel_type,
+                "name": k.name,
+                "calls": k.calls,
+                "sum_ns": k.sum_ns,
+                "max_ns": k.max_ns,
+                "min_ns": k.min_ns,
+                "mean_ns": k.mean_ns,
+                "stddev_ns": k.stddev_ns,
+            }));
+        }
+    }
+    Ok(Json(json!({ "job": job, "kernels": rows })))
+}
+
+pub(super) async fn idle(
+    State(st): State<ApiState>,
+    Path(job): Path<String>,
+    Query(q): Query<GpuQuery>,
+) -> Result<Json<Value>, ApiError> {
+    let delay_ns = match q.kernel_delay_us {
+        Some(us) => us
+            .checked_mul(1000)
+            .ok_or_else(|| bad("kernel_delay_us is too large"))?,
+        None => DEFAULT_CONSECUTIVE_KERNEL_DELAY_NS,
+    };
+    let ranks = load(&st, &job, q.rank).await?;
+    let mut rows = Vec::new();
+    for r in &ranks {
+        for i in idle_breakdown(&r.gpu_ops(), delay_ns) {
+            let g = i.gaps;
+            rows.push(json!({
+                "rank": r.rank,
+                "stream": i.stream,
+                "category": i.category.as_str(),
+                "idle_ns": i.idle_ns,
+                "ratio": opt(i.ratio),
+                "count": g.count,
+                "mean_ns": opt(g.mean),
+                "std_ns": opt(g.std),
+                "min_ns": opt(g.min),
+                "p25_ns": opt(g.p25),
+                "p50_ns": opt(g.p50),
+                "p75_ns": opt(g.p75),
+                "max_ns": opt(g.max),
+            }));
+        }
+    }
+    Ok(Json(json!({ "job": job, "idle": rows })))
+}
+
+pub(super) async fn queue(
+    State(st): State<ApiState>,
+    Path(job): Path<String>,
+    Query(q): Query<GpuQuery>,
+) -> Result<Json<Value>, ApiError> {
+    let ranks = load(&st, &job, q.rank).await?;
+    let mut rows = Vec::new();
+    for r in &ranks {
+        for s in queue_length(&r.gpu_ops()) {
+            let d = s.queue;
+            rows.push(json!({
+                "rank": r.rank,
+                "stream": s.stream,
+                "count": d.count,
+                "mean": opt(d.mean),
+                "std": opt(d.std),
+                "min": opt(d.min),
+                "p25": opt(d.p25),
+                "p50": opt(d.p50),
+                "p75": opt(d.p75),
+                "max": opt(d.max),
+            }));
+        }
+    }
+    Ok(Json(json!({ "job": job, "queue": rows })))
+}
+
+pub(super) async fn memcpy(
+    State(st): State<ApiState>,
+    Path(job): Path<String>,
+    Query(q): Query<GpuQuery>,
+) -> Result<Json<Value>, ApiError> {
+    let ranks = load(&st, &job, q.rank).await?;
+    let mut rows = Vec::new();
+    for r in &ranks {
+        let ops = r.ops.iter().map(|o| {
+            (
+                &*o.name,
+                o.kind,
+                o.end_ns.saturating_sub(o.start_ns),
+                o.bytes,
+            )
+        });
+        for m in memcpy_summary(ops) {
+            rows.push(json!({
+                "rank": r.rank,
+                "kind": m.kind,
+                "calls": m.calls,
+                "bytes": m.bytes,
+                "sum_ns": m.sum_ns,
+                "gbps": opt(m.gbps),
+            }));
+        }
+    }
+    Ok(Json(json!({ "job": job, "memcpy": rows })))
+}

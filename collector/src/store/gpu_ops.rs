@@ -1,0 +1,152 @@
+//! Reads of the GPU activities of a job with their launch calls, for the
+//! HTA-style views (kernel breakdown, idle time, queue length, memcpy).
+//!
+//! In: a job id. Out: [`RankOps`] per rank (ascending), each activity with
+//! its launch call when `kernel_launches` has one. The two tables are read
+//! in the same (rank, start) order and matched here by (rank, correlation,
+//! kernel start): ClickHouse 18.16 joins are avoided on purpose (see
+//! ARCHITECTURE.md). SQL in `collector/queries/job_gpu_ops.sql` and
+//! `job_kernel_launches.sql`.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use clickhouse::Row;
+use rankscope_analysis::{is_enqueue_launch, GpuEventKind, GpuOp, LaunchCall};
+use serde::Deserialize;
+
+use super::{Store, StoreError};
+
+const JOB_GPU_OPS_SQL: &str = include_str!("../../queries/job_gpu_ops.sql");
+const JOB_KERNEL_LAUNCHES_SQL: &str = include_str!("../../queries/job_kernel_launches.sql");
+
+#[derive(Debug, Row, Deserialize)]
+struct OpRow {
+    rank: u32,
+    kind: i8,
+    name: String,
+    stream: u32,
+    start_ns: u64,
+    end_ns: u64,
+    correlation: u64,
+    bytes: u64,
+}
+
+#[derive(Debug, Row, Deserialize)]
+struct LaunchReadRow {
+    rank: u32,
+    correlation: u64,
+    kernel_start_ns: u64,
+    api: String,
+    start_ns: u64,
+    end_ns: u64,
+}
+
+/// One stored GPU activity.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StoredOp {
+    pub name: Arc<str>,
+    pub kind: GpuEventKind,
+    pub stream: u32,
+    pub start_ns: u64,
+    pub end_ns: u64,
+    pub bytes: u64,
+    /// The launch call and its name.
+    pub launch: Option<(LaunchCall, Arc<str>)>,
+}
+
+/// The GPU activities of one rank, by start.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct RankOps {
+    pub rank: u32,
+    pub ops: Vec<StoredOp>,
+}
+
+impl RankOps {
+    /// The analysis' view of the activities.
+    pub fn gpu_ops(&self) -> Vec<GpuOp<'_>> {
+        self.ops
+            .iter()
+            .map(|o| GpuOp {
+                name: &o.name,
+                kind: o.kind,
+                stream: o.stream,
+                start_ns: o.start_ns,
+                end_ns: o.end_ns,
+                launch: o.launch.as_ref().map(|l| l.0),
+            })
+            .collect()
+    }
+}
+
+impl Store {
+    /// Every GPU activity of `job` with its launch call, per rank.
+    pub async fn gpu_ops(&self, job: &str) -> Result<Vec<RankOps>, StoreError> {
+        let launch_rows: Vec<LaunchReadRow> = self
+            .client()
+            .query(JOB_KERNEL_LAUNCHES_SQL)
+            .bind(job)
+            .fetch_all()
+            .await
+            .map_err(StoreError::query("kernel launches"))?;
+        let mut names: HashMap<String, Arc<str>> = HashMap::new();
+        let mut intern = |s: String| -> Arc<str> {
+            names
+                .entry(s)
+                .or_insert_with_key(|k| Arc::from(k.as_str()))
+                .clone()
+        };
+        let mut launches: HashMap<(u32, u64, u64), (LaunchCall, Arc<str>)> = launch_rows
+            .into_iter()
+            .map(|l| {
+                let call = LaunchCall {
+                    start_ns: l.start_ns,
+                    end_ns: l.end_ns,
+                    enqueues: is_enqueue_launch(&l.api),
+                };
+                (
+                    (l.rank, l.correlation, l.kernel_start_ns),
+                    (call, intern(l.api)),
+                )
+            })
+            .collect();
+        let mut cursor = self
+            .client()
+            .query(JOB_GPU_OPS_SQL)
+            .bind(job)
+            .fetch::<OpRow>()
+            .map_err(StoreError::query("GPU activities"))?;
+        let mut out: Vec<RankOps> = Vec::new();
+        while let Some(r) = cursor
+            .next()
+            .await
+            .map_err(StoreError::query("GPU activities"))?
+        {
+            if out.last().is_none_or(|l| l.rank != r.rank) {
+                out.push(RankOps {
+                    rank: r.rank,
+                    ops: Vec::new(),
+                });
+            }
+            let kind = match r.kind {
+                2 => GpuEventKind::Memcpy,
+                3 => GpuEventKind::Memset,
+                _ => GpuEventKind::Kernel,
+            };
+            let launch = launches.remove(&(r.rank, r.correlation, r.start_ns));
+            let op = StoredOp {
+                name: intern(r.name),
+                kind,
+                stream: r.stream,
+                start_ns: r.start_ns,
+                end_ns: r.end_ns,
+                bytes: r.bytes,
+                launch,
+            };
+            if let Some(last) = out.last_mut() {
+                last.ops.push(op);
+            }
+        }
+        Ok(out)
+    }
+}
