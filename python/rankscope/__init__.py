@@ -152,25 +152,38 @@ def step(n: int) -> Iterator[None]:
         call(c.step_end, n, stacklevel=5)
 
 
-@contextlib.contextmanager
-def span(name: str, category: Optional[str] = None) -> Iterator[None]:
-    """Time a phase of the step on this thread (host time).
+class span:
+    """Time a phase of the step on this thread (host time)::
+
+        with rankscope.span("dataloader"):
+            batch = next(it)
 
     ``category`` is one of :data:`CATEGORIES`; by default the name when it
-    is one (``span("dataloader")``), else ``"other"``.
+    is one (``span("dataloader")``), else ``"other"``. A plain class rather
+    than a generator context manager: it costs about a third as much.
     """
-    if not isinstance(name, str):
-        raise TypeError(f"rankscope.span(name): name must be a str, got {type(name).__name__}")
-    cat = category if category is not None else (name if name in CATEGORIES else "other")
-    if cat not in CATEGORIES:
-        raise ValueError(f"rankscope.span: unknown category {cat!r}; expected one of {sorted(CATEGORIES)}")
-    c = client()
-    start = time.time_ns()
-    try:
-        yield
-    finally:
+
+    __slots__ = ("_name", "_category", "_client", "_start")
+
+    def __init__(self, name: str, category: Optional[str] = None) -> None:
+        if not isinstance(name, str):
+            raise TypeError(f"rankscope.span(name): name must be a str, got {type(name).__name__}")
+        cat = category if category is not None else (name if name in CATEGORIES else "other")
+        if cat not in CATEGORIES:
+            raise ValueError(f"rankscope.span: unknown category {cat!r}; expected one of {sorted(CATEGORIES)}")
+        self._name = name
+        self._category = cat
+        self._client = client()
+        self._start = 0
+
+    def __enter__(self) -> "span":
+        self._start = time.time_ns()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        c = self._client
         if c is not None:
-            call(c.span, cat, name, start, time.time_ns(), stacklevel=5)
+            call(c.span, self._category, self._name, self._start, time.time_ns(), stacklevel=4)
 
 
 _EMPTY_STATS = {

@@ -110,6 +110,31 @@ pub fn free_port() -> u16 {
     try_free_port().unwrap_or_else(|e| panic!("cannot bind 127.0.0.1:0 to find a free port: {e}"))
 }
 
+/// The workspace root (the parent of `testkit/`).
+pub fn workspace_root() -> std::path::PathBuf {
+    let here = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    here.parent().unwrap_or(here).to_owned()
+}
+
+/// The Python of the rank SDK's venv (`RANKSCOPE_VENV`, else `.venv/` in the
+/// workspace), which `make py` builds with torch and the `rankscope` package.
+///
+/// # Panics
+/// When it is missing, naming the command that builds it: tests that need
+/// real PyTorch fail rather than skip.
+pub fn venv_python() -> std::path::PathBuf {
+    let venv = std::env::var_os("RANKSCOPE_VENV")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| workspace_root().join(".venv"));
+    let py = venv.join("bin/python");
+    assert!(
+        py.exists(),
+        "{} is missing: run `make py` (make test does) to build the Python environment",
+        py.display()
+    );
+    py
+}
+
 pub(crate) fn try_free_port() -> std::io::Result<u16> {
     Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
 }

@@ -16,19 +16,11 @@ use rankscope_agent::kineto::{RankTrace, TraceMode, TraceRequest, TraceState};
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .unwrap()
-        .to_owned()
+    rankscope_testkit::workspace_root()
 }
 
 fn python() -> PathBuf {
-    let venv = std::env::var_os("RANKSCOPE_VENV")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| repo().join(".venv"));
-    let py = venv.join("bin/python");
-    assert!(py.exists(), "{} is missing: run `make py`", py.display());
-    py
+    rankscope_testkit::venv_python()
 }
 
 async fn agent(dir: &Path) -> rankscope_agent::AgentHandle {

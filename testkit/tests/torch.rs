@@ -19,24 +19,11 @@ static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 const RANKS: u32 = 4;
 
 fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("workspace root")
-        .to_owned()
+    rankscope_testkit::workspace_root()
 }
 
-/// The venv's python; a missing venv fails the test (never a silent skip).
 fn python() -> PathBuf {
-    let venv = std::env::var_os("RANKSCOPE_VENV")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| repo().join(".venv"));
-    let py = venv.join("bin/python");
-    assert!(
-        py.exists(),
-        "{} is missing: run `make py` (make test does) to build the Python environment",
-        py.display()
-    );
-    py
+    rankscope_testkit::venv_python()
 }
 
 /// The `rankscope` binary of this build (next to the test binary's deps).
