@@ -6,8 +6,9 @@
 //!
 //! Loop: connect (jittered exponential backoff from [`BACKOFF_MIN`] to
 //! [`BACKOFF_MAX`] while the agent is away; the queue is not read then, so
-//! it fills and the caller drops and counts), then stream: events go into
-//! the pending message, which is sent when it holds
+//! it fills and the caller drops and counts), then stream: every
+//! [`DRAIN_INTERVAL`] the queue is drained without waiting (so a producer
+//! never wakes this thread) into the pending message, which is sent when it holds
 //! [`MAX_EVENTS_PER_MESSAGE`] events or its oldest event is [`MAX_DELAY`]
 //! old, as long as fewer than [`WINDOW`] messages are unacknowledged. Acks
 //! come back in order; a broken stream counts its unacknowledged events as
@@ -31,6 +32,10 @@ use crate::connect::Target;
 pub const MAX_EVENTS_PER_MESSAGE: usize = 1024;
 /// Longest an event waits for its message to fill.
 pub const MAX_DELAY: Duration = Duration::from_millis(50);
+/// How often the queue is drained.
+pub const DRAIN_INTERVAL: Duration = Duration::from_millis(20);
+/// Most events taken from the queue and not yet sent.
+const MAX_PENDING_EVENTS: usize = 4 * MAX_EVENTS_PER_MESSAGE;
 /// Most unacknowledged messages per stream.
 pub const WINDOW: usize = 16;
 /// First reconnect delay.
@@ -210,6 +215,7 @@ impl Sender {
         self.shared.connected.store(true, Relaxed);
         self.shared.down.store(false, Relaxed);
         let mut close_deadline: Option<Instant> = None;
+        let mut next_drain = Instant::now();
         loop {
             // Send the pending message when it is due and the window allows.
             let full = self.pending.len() >= MAX_EVENTS_PER_MESSAGE;
@@ -229,35 +235,17 @@ impl Sender {
                 out_tx = None; // ends the request stream; the agent then ends its
                 close_deadline = Some(Instant::now() + CLOSE_TIMEOUT);
             }
-            let read_queue = self.closing.is_none()
-                && self.pending.len() < MAX_EVENTS_PER_MESSAGE
-                && in_flight.len() < WINDOW;
             let wake = self
                 .pending_since
                 .map_or(Instant::now() + Duration::from_secs(3600), |t| {
                     t + MAX_DELAY
                 });
             let wake = close_deadline.map_or(wake, |d| d.min(wake));
+            // The queue is drained on a clock, not read with a waiting
+            // receiver: a producer's try_send then wakes nobody (no futex
+            // wake on the training thread, no context switch per event).
+            let wake = wake.min(next_drain);
             tokio::select! {
-                item = self.rx.recv(), if read_queue => match item {
-                    Some(Item::Event(e)) => {
-                        if !self.keeps_steps_paired(&e) {
-                            self.shared.dropped_unpaired.fetch_add(1, Relaxed);
-                        } else {
-                            if self.pending.is_empty() {
-                                self.pending_since = Some(Instant::now());
-                            }
-                            self.pending.push(e);
-                        }
-                    }
-                    Some(Item::Flush(w)) => self.waiters.push(w),
-                    Some(Item::Close(w)) => self.closing = Some(w),
-                    None => {
-                        // The client is gone without closing: close for it.
-                        let (tx, _rx) = std::sync::mpsc::sync_channel(1);
-                        self.closing = Some(tx);
-                    }
-                },
                 ack = acks.message() => match ack {
                     Ok(Some(ack)) => {
                         if let Err(why) = self.on_ack(&ack, &mut in_flight, &mut defined) {
@@ -275,6 +263,12 @@ impl Sender {
                     }
                 },
                 _ = tokio::time::sleep_until(wake) => {
+                    if Instant::now() >= next_drain {
+                        next_drain = Instant::now() + DRAIN_INTERVAL;
+                        if self.drain() {
+                            continue;
+                        }
+                    }
                     if close_deadline.is_some_and(|d| Instant::now() >= d) {
                         let _ = self.broken(&mut in_flight, "the agent did not close the stream".into());
                         return self.stop();
@@ -282,6 +276,43 @@ impl Sender {
                 }
             }
         }
+    }
+
+    /// Takes what the queue holds now (never waits), up to
+    /// [`MAX_PENDING_EVENTS`]; true when it took anything.
+    fn drain(&mut self) -> bool {
+        let mut took = false;
+        while self.closing.is_none() && self.pending.len() < MAX_PENDING_EVENTS {
+            match self.rx.try_recv() {
+                Ok(Item::Event(e)) => {
+                    took = true;
+                    if !self.keeps_steps_paired(&e) {
+                        self.shared.dropped_unpaired.fetch_add(1, Relaxed);
+                        continue;
+                    }
+                    if self.pending.is_empty() {
+                        self.pending_since = Some(Instant::now());
+                    }
+                    self.pending.push(e);
+                }
+                Ok(Item::Flush(w)) => {
+                    took = true;
+                    self.waiters.push(w);
+                }
+                Ok(Item::Close(w)) => {
+                    took = true;
+                    self.closing = Some(w);
+                }
+                Err(mpsc::error::TryRecvError::Empty) => break,
+                Err(mpsc::error::TryRecvError::Disconnected) => {
+                    // The client is gone without closing: close for it.
+                    let (tx, _rx) = std::sync::mpsc::sync_channel(1);
+                    self.closing = Some(tx);
+                    took = true;
+                }
+            }
+        }
+        took
     }
 
     /// Whether `e` fits the step markers this stream carried. When the
