@@ -15,7 +15,8 @@
 //!   doing I/O; the only locks are short, uncontended ones (step state, name
 //!   table);
 //! * one background thread (a single-threaded tokio runtime) drains the
-//!   queue into messages of at most [`sender::MAX_EVENTS_PER_MESSAGE`]
+//!   queue every [`sender::DRAIN_INTERVAL`] without waiting on it (so a
+//!   caller's enqueue wakes no thread) into messages of at most [`sender::MAX_EVENTS_PER_MESSAGE`]
 //!   events or [`sender::MAX_DELAY`] old, keeps at most
 //!   [`sender::WINDOW`] messages unacknowledged, and reconnects with
 //!   jittered exponential backoff when the agent goes away. While it is
