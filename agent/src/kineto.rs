@@ -261,21 +261,19 @@ impl Watcher {
         if now.saturating_sub(since) < STABLE_NS {
             return FileCheck::Pending;
         }
+        // Read once: parsed as JSON, then searched for an iteration.
         let valid = std::fs::read(&path)
             .map_err(|e| e.to_string())
             .and_then(|b| {
                 serde_json::from_slice::<serde::de::IgnoredAny>(&b)
-                    .map(|_| ())
+                    .map(|_| has_iteration(&b))
                     .map_err(|e| e.to_string())
             });
         match valid {
             // libkineto writes a trace even when the process exits before
             // the requested iterations began: that one holds no iteration.
             // While the process lives, such a file may still be rewritten.
-            Ok(())
-                if t.iterations > 0
-                    && !has_iteration(&std::fs::read(&path).unwrap_or_default()) =>
-            {
+            Ok(false) if t.iterations > 0 => {
                 if Path::new(&format!("/proc/{}", t.pid)).exists() {
                     return FileCheck::Pending;
                 }
@@ -285,7 +283,7 @@ impl Watcher {
                     t.pid, t.iterations
                 ))
             }
-            Ok(()) => {
+            Ok(_) => {
                 sizes.remove(&path);
                 FileCheck::Complete(path)
             }

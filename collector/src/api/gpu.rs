@@ -123,6 +123,24 @@ pub(super) async fn kernels(
     Ok(Json(json!({ "job": job, "kernels": rows })))
 }
 
+/// Adds pandas-`describe()` columns (`count`, `mean<suffix>`, `std<suffix>`,
+/// `min`, `p25`, `p50`, `p75`, `max`, each with the suffix) to `row`.
+fn add_describe(row: &mut Value, d: &rankscope_analysis::describe::Describe, suffix: &str) {
+    let Some(m) = row.as_object_mut() else { return };
+    m.insert("count".into(), d.count.into());
+    for (name, v) in [
+        ("mean", d.mean),
+        ("std", d.std),
+        ("min", d.min),
+        ("p25", d.p25),
+        ("p50", d.p50),
+        ("p75", d.p75),
+        ("max", d.max),
+    ] {
+        m.insert(format!("{name}{suffix}"), opt(v));
+    }
+}
+
 pub(super) async fn idle(
     State(st): State<ApiState>,
     Path(job): Path<String>,
@@ -138,22 +156,16 @@ pub(super) async fn idle(
     let mut rows = Vec::new();
     for r in &ranks {
         for i in idle_breakdown(&r.gpu_ops(), delay_ns) {
-            let g = i.gaps;
             rows.push(json!({
                 "rank": r.rank,
                 "stream": i.stream,
                 "category": i.category.as_str(),
                 "idle_ns": i.idle_ns,
                 "ratio": opt(i.ratio),
-                "count": g.count,
-                "mean_ns": opt(g.mean),
-                "std_ns": opt(g.std),
-                "min_ns": opt(g.min),
-                "p25_ns": opt(g.p25),
-                "p50_ns": opt(g.p50),
-                "p75_ns": opt(g.p75),
-                "max_ns": opt(g.max),
             }));
+            if let Some(row) = rows.last_mut() {
+                add_describe(row, &i.gaps, "_ns");
+            }
         }
     }
     Ok(Json(json!({ "job": job, "idle": rows })))
@@ -168,19 +180,9 @@ pub(super) async fn queue(
     let mut rows = Vec::new();
     for r in &ranks {
         for s in queue_length(&r.gpu_ops()) {
-            let d = s.queue;
-            rows.push(json!({
-                "rank": r.rank,
-                "stream": s.stream,
-                "count": d.count,
-                "mean": opt(d.mean),
-                "std": opt(d.std),
-                "min": opt(d.min),
-                "p25": opt(d.p25),
-                "p50": opt(d.p50),
-                "p75": opt(d.p75),
-                "max": opt(d.max),
-            }));
+            let mut row = json!({ "rank": r.rank, "stream": s.stream });
+            add_describe(&mut row, &s.queue, "");
+            rows.push(row);
         }
     }
     Ok(Json(json!({ "job": job, "queue": rows })))
