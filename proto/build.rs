@@ -14,6 +14,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 "rankscope/v1/events.proto",
                 "rankscope/v1/samples.proto",
                 "rankscope/v1/ingest.proto",
+                "rankscope/v1/control.proto",
             ],
             &["."],
         )?;

@@ -23,7 +23,10 @@
 //!   `gpu` (from `deviceProperties`), `backend`, `nccl_version`;
 //! - steps: CPU `ProfilerStep#N` annotations become `StepBegin(N)` /
 //!   `StepEnd(N)` (GPU-side `gpu_user_annotation` ones if the CPU ones are
-//!   missing; a trace with neither is one step 0 over the whole trace);
+//!   missing; without either, torch's `Optimizer.step#*` ops mark the
+//!   iterations, numbered 0, 1, ... (a trace libkineto's daemon mode
+//!   started in an unmodified script); a trace with none of these is one
+//!   step 0 over the whole trace; [`ImportStats::steps_from`] says which);
 //! - GPU activities (`kernel`, `gpu_memcpy`, `gpu_memset`) become `Kernel`
 //!   events (kind, name, stream = `args.stream` or `tid`, device =
 //!   `args.device` or `pid`, correlation, memcpy/memset bytes, and the
@@ -89,7 +92,7 @@ use rankscope_proto::v1 as proto;
 pub use discover::discover;
 pub use error::{ImportError, Problem};
 pub use parse::parse_trace_file;
-pub use stats::{EventCounts, ImportStats, MAX_WARNINGS};
+pub use stats::{EventCounts, ImportStats, StepSource, MAX_WARNINGS};
 
 use emit::{Emitter, Window};
 use names::Interner;

@@ -305,9 +305,36 @@ fn pick_steps(scan: &mut Scan, stats: &mut ImportStats) -> (Vec<StepMark>, bool)
     } else {
         std::mem::take(&mut scan.cpu_steps)
     };
+    if marks.is_empty() && scan.optimizer_steps.len() >= 2 {
+        // No ProfilerStep#N: iterations from torch's optimizer steps.
+        // Iteration k runs from the end of optimizer step k-1 to the end of
+        // optimizer step k (k = 1..n-1; time before the first optimizer
+        // step is a partial iteration and stays outside the steps). They
+        // are numbered 0, 1, ... in the trace; a caller that knows better
+        // (the agent aligning ranks) renumbers them.
+        let mut opt = std::mem::take(&mut scan.optimizer_steps);
+        opt.sort_by_key(|m| (m.end, m.ordinal));
+        stats.warn(format!(
+            "no ProfilerStep annotations: {} iterations taken from torch's Optimizer.step ops",
+            opt.len() - 1
+        ));
+        let marks = opt
+            .windows(2)
+            .enumerate()
+            .map(|(k, w)| StepMark {
+                step: k as u64,
+                start: w[0].end,
+                end: w[1].end.max(w[0].end),
+                ordinal: w[1].ordinal,
+            })
+            .collect();
+        stats.steps_from = crate::StepSource::OptimizerStep;
+        return (marks, false);
+    }
     if marks.is_empty() {
         let (start, end) = scan.bounds.unwrap_or((0, 0));
         stats.warn("no ProfilerStep annotations: the whole trace is imported as step 0");
+        stats.steps_from = crate::StepSource::WholeTrace;
         let whole = StepMark {
             step: 0,
             start,

@@ -57,6 +57,10 @@ pub(crate) struct NcclDraft {
 pub(crate) struct Scan {
     pub cpu_steps: Vec<StepMark>,
     pub gpu_steps: Vec<StepMark>,
+    /// torch's `Optimizer.step#*` ops (the iteration marker of a trace
+    /// without `ProfilerStep#N`, e.g. one libkineto's daemon mode started
+    /// in an unmodified script); `step` is 0.
+    pub optimizer_steps: Vec<StepMark>,
     pub launches: Vec<Launch>,
     /// Distinct names of the launch calls (`cudaLaunchKernel`, ...), by
     /// [`Launch::api`]; a name past `u16::MAX` distinct ones is stored as "".
@@ -196,6 +200,14 @@ impl EventHandler for Scan {
                 }
             }
             Class::CpuAnnotation | Class::GpuAnnotation => {
+                if class == Class::CpuAnnotation && name.starts_with("Optimizer.step#") {
+                    self.optimizer_steps.push(StepMark {
+                        step: 0,
+                        start,
+                        end,
+                        ordinal,
+                    });
+                }
                 if let Some(step) = event::profiler_step(name) {
                     let mark = StepMark {
                         step,
@@ -212,6 +224,14 @@ impl EventHandler for Scan {
                 }
             }
             Class::CpuOp => {
+                if name.starts_with("Optimizer.step#") {
+                    self.optimizer_steps.push(StepMark {
+                        step: 0,
+                        start,
+                        end,
+                        ordinal,
+                    });
+                }
                 if name == "record_param_comms" {
                     if let (Some(ext), Some(meta)) =
                         (ev.args.external_id.as_u64(), CommMeta::from_args(&ev.args))

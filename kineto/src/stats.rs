@@ -76,6 +76,20 @@ pub struct ImportStats {
     /// Most records held at once by the ordering passes (bounded by
     /// `ImportOptions::max_buffered_events`).
     pub max_buffered_events: u64,
+    /// Where the steps came from.
+    pub steps_from: StepSource,
+}
+
+/// What a trace's steps were made of.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum StepSource {
+    /// `ProfilerStep#N` annotations (CPU, else GPU-side): numbered by the trace.
+    #[default]
+    ProfilerStep,
+    /// torch's `Optimizer.step#*` ops: numbered 0, 1, ... within the trace.
+    OptimizerStep,
+    /// Neither: the whole trace is step 0.
+    WholeTrace,
 }
 
 impl ImportStats {

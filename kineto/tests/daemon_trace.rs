@@ -1,0 +1,91 @@
+//! Traces libkineto's daemon mode starts in an unmodified script: no
+//! `ProfilerStep#N`, no `distributedInfo`. The iterations come from torch's
+//! `Optimizer.step#*` ops, numbered 0.. within the trace, and the gloo
+//! all-reduces are host collectives inside them.
+
+use std::path::{Path, PathBuf};
+
+use rankscope_kineto::{parse_trace_file, StepSource};
+use rankscope_proto::v1 as proto;
+
+fn fixture(rank: u32) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join(format!(
+        "tests/fixtures/daemon_cpu_2rank/rank{rank}.json.gz"
+    ))
+}
+
+fn optimizer_steps(path: &Path) -> Vec<(f64, f64)> {
+    let f = std::fs::File::open(path).expect("fixture");
+    let v: serde_json::Value =
+        serde_json::from_reader(flate2::read::MultiGzDecoder::new(f)).expect("json");
+    let mut out: Vec<(f64, f64)> = v["traceEvents"]
+        .as_array()
+        .expect("traceEvents")
+        .iter()
+        .filter(|e| {
+            e["name"]
+                .as_str()
+                .is_some_and(|n| n.starts_with("Optimizer.step#"))
+        })
+        .map(|e| {
+            let ts = e["ts"].as_f64().expect("ts");
+            (ts, ts + e["dur"].as_f64().expect("dur"))
+        })
+        .collect();
+    out.sort_by(|a, b| a.1.total_cmp(&b.1));
+    out
+}
+
+#[test]
+fn optimizer_steps_become_iterations_with_their_collectives() {
+    for rank in [0, 1] {
+        let path = fixture(rank);
+        let id = proto::RankIdentity {
+            job_id: "daemon".into(),
+            rank,
+            world_size: 2,
+            ..Default::default()
+        };
+        let r = parse_trace_file(&path, &id, 64 << 20).expect("parse");
+        assert_eq!(r.stats.steps_from, StepSource::OptimizerStep);
+        let opt = optimizer_steps(&path);
+        let mut begins = Vec::new();
+        let mut ends = Vec::new();
+        let mut in_step = None;
+        let mut collectives_in_steps = 0;
+        for ev in &r.events {
+            match &ev.kind {
+                Some(proto::event::Kind::StepBegin(b)) => {
+                    begins.push((b.step, b.ts_ns));
+                    in_step = Some(b.step);
+                }
+                Some(proto::event::Kind::StepEnd(e)) => {
+                    assert_eq!(in_step, Some(e.step));
+                    ends.push((e.step, e.ts_ns));
+                    in_step = None;
+                }
+                Some(proto::event::Kind::Collective(_)) if in_step.is_some() => {
+                    collectives_in_steps += 1
+                }
+                _ => {}
+            }
+        }
+        // n optimizer steps bound n - 1 whole iterations, numbered from 0.
+        assert_eq!(begins.len(), opt.len() - 1, "rank {rank}");
+        let steps: Vec<u64> = begins.iter().map(|b| b.0).collect();
+        assert_eq!(steps, (0..opt.len() as u64 - 1).collect::<Vec<_>>());
+        // Iteration k ends where optimizer step k + 1 ends (to the microsecond).
+        let base = ends[0].1 as f64 / 1e3 - opt[1].1;
+        for (k, (_, end_ns)) in ends.iter().enumerate() {
+            let got = end_ns.saturating_sub(ends[0].1) as f64 / 1e3;
+            let want = opt[k + 1].1 - opt[1].1;
+            assert!((got - want).abs() < 1.0, "rank {rank} iteration {k}: {got} vs {want} (base {base})");
+        }
+        // DDP's gradient all-reduce happens inside every iteration.
+        assert!(
+            collectives_in_steps >= begins.len(),
+            "rank {rank}: {collectives_in_steps} collectives in {} iterations",
+            begins.len()
+        );
+    }
+}
