@@ -4,7 +4,7 @@
 //! `GET /api/v1/jobs`, `GET /api/v1/jobs/{job}/steps?from_step=&to_step=&last=`,
 //! and the analytics routes of [`analytics`] (`breakdown`, `ranks`,
 //! `collectives`, `stragglers`, `hangs`) and `GET /api/v1/gpus` of
-//! [`telemetry`].
+//! [`telemetry`], `POST`/`GET /api/v1/jobs/{job}/traces` of [`traces`].
 //! In: HTTP requests. Out: JSON documents (`{"error": "..."}` with a 4xx/5xx
 //! status on failure). Reads go to ClickHouse through [`Store`]; the API holds
 //! no state of its own.
@@ -14,7 +14,7 @@ use std::sync::Arc;
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use axum::routing::get;
+use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde::{Deserialize, Serialize};
 
@@ -22,6 +22,7 @@ mod alerts;
 mod analytics;
 mod gpu;
 mod telemetry;
+mod traces;
 
 use crate::store::{JobRow, StepTimeRow, Store};
 
@@ -36,6 +37,8 @@ pub struct ApiState {
     pub counters: crate::counters::Counters,
     /// Latest analytics values as gauges.
     pub gauges: Arc<crate::gauges::JobGauges>,
+    /// Kineto traces on request.
+    pub traces: crate::traces::TraceHub,
 }
 
 /// The API's router.
@@ -58,6 +61,10 @@ pub fn router(state: ApiState) -> Router {
         .route("/api/v1/jobs/{job}/idle", get(gpu::idle))
         .route("/api/v1/jobs/{job}/queue", get(gpu::queue))
         .route("/api/v1/jobs/{job}/memcpy", get(gpu::memcpy))
+        .route(
+            "/api/v1/jobs/{job}/traces",
+            post(traces::request).get(traces::list),
+        )
         .route("/api/v1/alerts", get(alerts::alerts))
         .route_layer(axum::middleware::from_fn_with_state(
             state.clone(),

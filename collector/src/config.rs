@@ -60,6 +60,8 @@ pub struct Config {
     pub otlp_export_interval_ms: u64,
     /// Alert rules, lifecycle and sinks.
     pub alerts: AlertsConfig,
+    /// Kineto traces on request and automatic ones (`[traces]`).
+    pub traces: crate::traces::TracesConfig,
 }
 
 impl Default for Config {
@@ -84,6 +86,7 @@ impl Default for Config {
             otlp_endpoint: String::new(),
             otlp_export_interval_ms: 10_000,
             alerts: AlertsConfig::default(),
+            traces: crate::traces::TracesConfig::default(),
         }
     }
 }
@@ -142,6 +145,7 @@ impl Config {
             .policy()
             .map_err(ConfigError::Invalid)?;
         self.alerts.validate().map_err(ConfigError::Invalid)?;
+        self.traces.validate().map_err(ConfigError::Invalid)?;
         if self.otlp_export_interval_ms == 0 {
             return bad("otlp_export_interval_ms must be >= 1");
         }

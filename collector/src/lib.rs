@@ -25,6 +25,7 @@ pub mod service;
 pub mod store;
 pub mod stream;
 pub mod tls;
+pub mod traces;
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -149,6 +150,11 @@ pub async fn start(cfg: Config) -> Result<Collector, StartError> {
         wait_for(shutdown_rx.clone()),
     );
     let metrics = Arc::new(metrics::Metrics::default());
+    let trace_hub = traces::TraceHub::new(cfg.traces.clone(), store.clone(), writer.clone());
+    match trace_hub.reload().await {
+        Ok(n) => tracing::debug!(rows = n, "trace states reloaded"),
+        Err(e) => tracing::warn!(error = %e, "cannot reload trace states; listing starts empty"),
+    }
     let policy = cfg
         .stream
         .straggler
@@ -209,7 +215,8 @@ pub async fn start(cfg: Config) -> Result<Collector, StartError> {
         stream.clone(),
         dedupe,
         metrics.clone(),
-    );
+    )
+    .with_traces(trace_hub.clone());
     let server = proto::collector_ingest_server::CollectorIngestServer::new(svc)
         .max_decoding_message_size(cfg.max_message_bytes);
     let server = {
@@ -232,13 +239,36 @@ pub async fn start(cfg: Config) -> Result<Collector, StartError> {
             },
         )
     };
+    let control = {
+        let (token, metrics) = (cfg.auth_token.clone(), metrics.clone());
+        tonic::service::interceptor::InterceptedService::new(
+            proto::collector_control_server::CollectorControlServer::new(
+                traces::control::ControlService::new(trace_hub.clone()),
+            ),
+            move |req: tonic::Request<()>| {
+                let header = req
+                    .metadata()
+                    .get("authorization")
+                    .and_then(|v| v.to_str().ok());
+                if rankscope_proto::auth::authorized(header, &token) {
+                    Ok(req)
+                } else {
+                    metrics.reject("unauthenticated");
+                    Err(tonic::Status::unauthenticated(
+                        "missing or wrong bearer token (agent collector_token / RANKSCOPE_TOKEN)",
+                    ))
+                }
+            },
+        )
+    };
     let grpc_task = {
         let stop = wait_for(shutdown_rx.clone());
         let router = tonic::transport::Server::builder()
             .layer(tower::util::MapResponseLayer::new(
                 limits::rewrite_too_large,
             ))
-            .add_service(server);
+            .add_service(server)
+            .add_service(control);
         let tls = tls.clone();
         tokio::spawn(async move {
             let res = match tls {
@@ -264,6 +294,7 @@ pub async fn start(cfg: Config) -> Result<Collector, StartError> {
             store: store.clone(),
             counters,
             gauges: gauges.clone(),
+            traces: trace_hub.clone(),
         };
         let stop = wait_for(shutdown_rx.clone());
         let app = api::router(state);
@@ -286,7 +317,14 @@ pub async fn start(cfg: Config) -> Result<Collector, StartError> {
             }
         })
     };
-    let mut tasks = vec![grpc_task, api_task];
+    let mut tasks = vec![
+        grpc_task,
+        api_task,
+        tokio::spawn(traces::run_ticker(
+            trace_hub.clone(),
+            wait_for(shutdown_rx.clone()),
+        )),
+    ];
     if let Some(state) = &tls {
         tasks.push(tokio::spawn(tls::run_reloader(
             state.clone(),

@@ -32,6 +32,7 @@ pub struct IngestService {
     stream: StreamHandle,
     dedupe: Arc<Mutex<Dedupe>>,
     metrics: Arc<Metrics>,
+    traces: Option<crate::traces::TraceHub>,
 }
 
 impl IngestService {
@@ -49,7 +50,14 @@ impl IngestService {
             stream,
             dedupe,
             metrics,
+            traces: None,
         }
+    }
+
+    /// Reports stored batches that finish a trace import to `hub`.
+    pub fn with_traces(mut self, hub: crate::traces::TraceHub) -> Self {
+        self.traces = Some(hub);
+        self
     }
 
     /// Seeds duplicate detection for a session this collector has not seen
@@ -148,6 +156,9 @@ impl proto::collector_ingest_server::CollectorIngest for IngestService {
         );
         match result {
             Ok(_) => {
+                if let Some(hub) = &self.traces {
+                    hub.stored(&batch);
+                }
                 self.stream.submit(
                     &batch.agent_id,
                     batch.agent_session,

@@ -24,6 +24,7 @@ mod fault;
 pub mod gpu_ops;
 mod migrate;
 mod read;
+pub mod traces;
 mod retention;
 pub mod rows;
 pub mod telemetry;
@@ -39,7 +40,7 @@ pub use migrate::{split_statements, Migration, MIGRATIONS};
 pub use read::{JobRow, StepTimeRow};
 pub use rows::{
     AlertRow, BatchRow, BreakdownRow, CollectiveRow, HangRow, KernelRow, LaunchRow, RankRow,
-    RowSet, SpanRow, StepRow, Text, VerdictRow,
+    RowSet, SpanRow, StepRow, Text, TraceRankRow, VerdictRow,
 };
 pub use writer::{
     spawn_writer, TableCounters, WriteError, WriteOutcome, WriterConfig, WriterHandle,
@@ -182,11 +183,12 @@ pub enum Table {
     RankProcessSamples,
     StragglerEvidence,
     KernelLaunches,
+    TraceRanks,
 }
 
 impl Table {
     /// Every table (the writer stores `ingest_batches` after the event tables).
-    pub const ALL: [Table; 16] = [
+    pub const ALL: [Table; 17] = [
         Table::Steps,
         Table::Spans,
         Table::Collectives,
@@ -203,6 +205,7 @@ impl Table {
         Table::RankProcessSamples,
         Table::StragglerEvidence,
         Table::KernelLaunches,
+        Table::TraceRanks,
     ];
 
     /// The table's name in ClickHouse.
@@ -224,6 +227,7 @@ impl Table {
             Table::RankProcessSamples => "rank_process_samples",
             Table::StragglerEvidence => "straggler_evidence",
             Table::KernelLaunches => "kernel_launches",
+            Table::TraceRanks => "trace_ranks",
         }
     }
 
@@ -244,6 +248,7 @@ impl Table {
                 | Table::RankProcessSamples
                 | Table::StragglerEvidence
                 | Table::KernelLaunches
+                | Table::TraceRanks
         )
     }
 }

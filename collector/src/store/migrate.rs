@@ -70,6 +70,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "0006_kernel_launches",
         sql: include_str!("../../schema/0006_kernel_launches.sql"),
     },
+    Migration {
+        version: 7,
+        name: "0007_traces",
+        sql: include_str!("../../schema/0007_traces.sql"),
+    },
 ];
 
 const CREATE_TABLE_SQL: &str = include_str!("../../queries/schema_migrations.sql");

@@ -214,6 +214,26 @@ pub struct AlertRow {
     pub evidence: String,
 }
 
+/// `trace_ranks`: one state change of one (trace, rank) (collector/src/traces.rs).
+#[derive(Debug, Clone, PartialEq, Eq, Row, Serialize, Deserialize)]
+pub struct TraceRankRow {
+    pub job_id: String,
+    pub trace_id: String,
+    pub rank: u32,
+    pub node: String,
+    pub state: String,
+    pub reason: String,
+    pub origin: String,
+    pub requested_at_ns: u64,
+    pub updated_at_ns: u64,
+    pub duration_ms: u64,
+    pub iterations: u64,
+    pub first_step: i64,
+    pub steps: u64,
+    pub events: u64,
+    pub pid: i32,
+}
+
 /// The rows of one agent batch (or several), written and acknowledged together.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct RowSet {
@@ -231,6 +251,8 @@ pub struct RowSet {
     pub hangs: Vec<HangRow>,
     /// Alert transitions (written by the alert task).
     pub alerts: Vec<AlertRow>,
+    /// Trace state changes (written by the trace hub).
+    pub traces: Vec<TraceRankRow>,
     /// Agent telemetry (see [`TelemetryRows`]).
     pub telemetry: TelemetryRows,
 }
@@ -256,6 +278,7 @@ impl RowSet {
             + self.verdicts.len()
             + self.hangs.len()
             + self.alerts.len()
+            + self.traces.len()
             + self.telemetry.len()
     }
 }

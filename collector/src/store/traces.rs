@@ -1,0 +1,65 @@
+//! Queries of the trace hub (collector/src/traces.rs): reload of recent
+//! traces at start-up, the ranks a job has streamed, its highest step.
+
+use clickhouse::Row;
+use serde::Deserialize;
+
+use super::{Store, StoreError, TraceRankRow};
+
+const TRACE_RANKS_SINCE_SQL: &str = include_str!("../../queries/trace_ranks_since.sql");
+const JOB_RANK_LIST_SQL: &str = include_str!("../../queries/job_rank_list.sql");
+const JOB_MAX_STEP_SQL: &str = include_str!("../../queries/job_max_step.sql");
+
+/// One rank a job streamed events from.
+#[derive(Debug, Clone, PartialEq, Eq, Row, Deserialize)]
+pub struct JobRank {
+    pub rank: u32,
+    pub world_size: u32,
+    pub node: String,
+}
+
+#[derive(Debug, Row, Deserialize)]
+struct MaxStep {
+    max_step: u64,
+    n: u64,
+}
+
+impl Store {
+    /// Latest state of every (trace, rank) requested at or after `since_ns`
+    /// (newest first, at most `limit`).
+    pub async fn trace_ranks_since(
+        &self,
+        since_ns: u64,
+        limit: u64,
+    ) -> Result<Vec<TraceRankRow>, StoreError> {
+        self.client()
+            .query(TRACE_RANKS_SINCE_SQL)
+            .bind(since_ns)
+            .bind(limit)
+            .fetch_all()
+            .await
+            .map_err(StoreError::query("read trace states"))
+    }
+
+    /// Ranks of `job` that streamed events, by rank.
+    pub async fn job_rank_list(&self, job: &str) -> Result<Vec<JobRank>, StoreError> {
+        self.client()
+            .query(JOB_RANK_LIST_SQL)
+            .bind(job)
+            .fetch_all()
+            .await
+            .map_err(StoreError::query("read the job's ranks"))
+    }
+
+    /// Highest step stored for `job` (None: no step at all).
+    pub async fn job_max_step(&self, job: &str) -> Result<Option<u64>, StoreError> {
+        let r: MaxStep = self
+            .client()
+            .query(JOB_MAX_STEP_SQL)
+            .bind(job)
+            .fetch_one()
+            .await
+            .map_err(StoreError::query("read the job's highest step"))?;
+        Ok((r.n > 0).then_some(r.max_step))
+    }
+}

@@ -1,0 +1,926 @@
+//! Kineto traces on request: the collector's side of issue 12.
+//!
+//! In: requests (`POST /api/v1/jobs/{job}/traces`, and automatic ones from
+//! the straggler detector), agents' control streams ([`control`]: hello,
+//! libkineto processes they see, per-rank trace states) and stored batches
+//! whose events came from a trace ([`TraceHub::stored`]). Out: trace and
+//! import commands to the agents, the per-rank state of every trace
+//! (`GET .../traces`), and one `trace_ranks` row per state change.
+//!
+//! States of one (trace, rank): `requested` (the collector has it) ->
+//! `delivered` (the agent handed the config to the rank's libkineto at its
+//! poll) -> `captured` (the trace file is complete and parsed on the node)
+//! -> `imported` (its events are stored; the collector sees the batch with
+//! the trace's last group) — or `failed`, with the reason, from any of them.
+//! A rank no agent delivers to within `request_ttl_secs` fails saying so;
+//! one delivered or captured that reaches no end within `result_timeout_secs`
+//! fails too.
+//!
+//! Step numbers of an unmodified script's trace: its iterations carry no
+//! number (no `ProfilerStep#N`; torch's `Optimizer.step` ops mark them, and
+//! each rank's libkineto starts at its own poll, up to a second apart).
+//! The collector numbers them: once every rank of the trace is captured or
+//! finished (or `align_wait_secs` after the first capture), the rank whose
+//! first iteration ends earliest gets steps `base, base + 1, ...` (`base` =
+//! the job's highest stored step + 1, or 0), and every other rank's
+//! iterations take the number of the reference iteration that ends nearest
+//! to them in time (within half an iteration). So the same iteration has the
+//! same step on every rank, as long as the nodes' clocks agree to better than
+//! half an iteration. A rank that streams through the SDK keeps its SDK
+//! steps; only the trace's GPU activities are imported for it.
+//!
+//! State: in memory, bounded (`max_traces`, oldest first), behind a mutex
+//! held only for in-memory work; reloaded from `trace_ranks` at start-up.
+
+pub mod control;
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::{Arc, Mutex};
+
+use rankscope_proto::v1 as proto;
+use serde::{Deserialize, Serialize};
+use tokio::sync::mpsc;
+
+use crate::store::{RowSet, Store, TraceRankRow, WriterHandle};
+
+/// `[traces]` of the collector's configuration.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct TracesConfig {
+    /// A rank no agent delivered the request to within this long fails.
+    pub request_ttl_secs: u64,
+    /// A delivered or captured rank with no result within this long fails.
+    pub result_timeout_secs: u64,
+    /// Captured ranks wait this long for the trace's other ranks before
+    /// their iterations are numbered without them.
+    pub align_wait_secs: u64,
+    /// Largest `iterations` a request may ask for.
+    pub max_iterations: u64,
+    /// Largest `duration_ms` a request may ask for.
+    pub max_duration_ms: u64,
+    /// Iteration requests start on the next multiple of this (Kineto's
+    /// `PROFILE_START_ITERATION_ROUNDUP`) unless the request says otherwise.
+    pub iteration_roundup: u64,
+    /// Most traces remembered (the oldest are forgotten first; their rows
+    /// stay in ClickHouse).
+    pub max_traces: usize,
+    /// Automatic traces when a straggler appears.
+    pub auto: AutoTraceConfig,
+}
+
+impl Default for TracesConfig {
+    fn default() -> Self {
+        Self {
+            request_ttl_secs: 120,
+            result_timeout_secs: 600,
+            align_wait_secs: 30,
+            max_iterations: 100,
+            max_duration_ms: 60_000,
+            iteration_roundup: 10,
+            max_traces: 1024,
+            auto: AutoTraceConfig::default(),
+        }
+    }
+}
+
+/// `[traces.auto]`: trace a straggler and two healthy peers when its
+/// verdict becomes active.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct AutoTraceConfig {
+    pub enabled: bool,
+    /// Also when a hang is suspected.
+    pub on_hang: bool,
+    /// Iterations each automatic trace covers.
+    pub iterations: u64,
+    /// Healthy peers traced with the straggler.
+    pub peers: u32,
+    /// At most one automatic trace per job this often.
+    pub cooldown_secs: u64,
+    /// At most this many automatic traces per job per hour.
+    pub max_per_hour: u32,
+}
+
+impl Default for AutoTraceConfig {
+    fn default() -> Self {
+        Self {
+            enabled: false,
+            on_hang: false,
+            iterations: 2,
+            peers: 2,
+            cooldown_secs: 600,
+            max_per_hour: 4,
+        }
+    }
+}
+
+impl TracesConfig {
+    /// Checks the values.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.request_ttl_secs == 0 || self.result_timeout_secs == 0 {
+            return Err("traces.request_ttl_secs and traces.result_timeout_secs must be >= 1".into());
+        }
+        if self.max_iterations == 0 || self.max_duration_ms == 0 || self.iteration_roundup == 0 {
+            return Err(
+                "traces.max_iterations, traces.max_duration_ms and traces.iteration_roundup must be >= 1"
+                    .into(),
+            );
+        }
+        if self.max_traces == 0 {
+            return Err("traces.max_traces must be >= 1".into());
+        }
+        let a = &self.auto;
+        if a.enabled && (a.iterations == 0 || a.iterations > self.max_iterations) {
+            return Err(format!(
+                "traces.auto.iterations must be 1..={} (traces.max_iterations)",
+                self.max_iterations
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// How much to trace.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum TraceMode {
+    DurationMs(u64),
+    Iterations { iterations: u64, roundup: u64 },
+}
+
+/// A trace request as the API and the auto-tracer make it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NewTrace {
+    pub job: String,
+    /// Empty: every rank of the job.
+    pub ranks: Vec<u32>,
+    pub mode: TraceMode,
+    /// `manual` or `auto:<why>`.
+    pub origin: String,
+}
+
+/// Why a request was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RequestError {
+    #[error("{0}")]
+    Invalid(String),
+    #[error("{0}")]
+    NotFound(String),
+    #[error("{0}")]
+    Unavailable(String),
+}
+
+/// One (trace, rank) as `GET /api/v1/jobs/{job}/traces` lists it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TraceRankView {
+    pub trace_id: String,
+    pub job_id: String,
+    pub rank: u32,
+    /// Node of the agent that reported the rank ("" until one did).
+    pub node: String,
+    /// requested | delivered | captured | imported | failed
+    pub state: String,
+    /// Why it failed ("" otherwise).
+    pub reason: String,
+    /// `manual`, or `auto:<rule>` for an automatic trace.
+    pub origin: String,
+    pub requested_at_ns: u64,
+    pub updated_at_ns: u64,
+    /// Requested iterations (0 for a duration request).
+    pub iterations: u64,
+    /// Requested duration (0 for an iteration request).
+    pub duration_ms: u64,
+    /// First step the trace's iterations were stored as (-1: not yet, or
+    /// numbered by the trace itself / by the SDK).
+    pub first_step: i64,
+    /// Iterations the captured trace holds.
+    pub steps: u64,
+    /// Events imported.
+    pub events: u64,
+    /// pid of the traced process (0 until delivered).
+    pub pid: i32,
+}
+
+/// States a rank moves through, in order (failed can follow any).
+const ORDER: [&str; 4] = ["requested", "delivered", "captured", "imported"];
+
+fn rank_of_state(s: &str) -> usize {
+    ORDER.iter().position(|x| *x == s).unwrap_or(usize::MAX)
+}
+
+fn finished(s: &str) -> bool {
+    s == "imported" || s == "failed"
+}
+
+#[derive(Debug, Clone)]
+struct Captured {
+    ends: Vec<u64>,
+    numbered: bool,
+    sdk: bool,
+    at_ns: u64,
+    agent: u64,
+}
+
+#[derive(Debug, Clone)]
+struct Trace {
+    job: String,
+    mode: TraceMode,
+    origin: String,
+    requested_at_ns: u64,
+    /// Ranks named by the request (empty: all).
+    asked: Vec<u32>,
+    ranks: BTreeMap<u32, TraceRankView>,
+    /// Captured ranks waiting for their step numbers.
+    waiting: BTreeMap<u32, Captured>,
+    /// The reference iterations' ends and the step of the first.
+    clock: Option<(Vec<u64>, i64)>,
+    /// The job's highest stored step when the trace was requested.
+    job_max_step: Option<u64>,
+}
+
+struct AgentConn {
+    node: String,
+    tx: mpsc::Sender<proto::ControlCommand>,
+    processes: Vec<proto::KinetoProcess>,
+}
+
+#[derive(Default)]
+struct Book {
+    traces: BTreeMap<String, Trace>,
+    agents: HashMap<u64, AgentConn>,
+    next_agent: u64,
+    next_trace: u64,
+}
+
+/// Counters of the hub (exported with the collector's metrics).
+#[derive(Debug, Default)]
+pub struct TraceMetrics {
+    pub requested: std::sync::atomic::AtomicU64,
+    pub imported: std::sync::atomic::AtomicU64,
+    pub failed: std::sync::atomic::AtomicU64,
+    pub commands_dropped: std::sync::atomic::AtomicU64,
+}
+
+/// The trace hub. Cheap to clone.
+#[derive(Clone)]
+pub struct TraceHub {
+    book: Arc<Mutex<Book>>,
+    writer: WriterHandle,
+    store: Store,
+    cfg: Arc<TracesConfig>,
+    pub metrics: Arc<TraceMetrics>,
+}
+
+fn now_ns() -> u64 {
+    crate::service::now_ns()
+}
+
+impl TraceHub {
+    /// A hub storing through `writer`; call [`TraceHub::reload`] once.
+    pub fn new(cfg: TracesConfig, store: Store, writer: WriterHandle) -> Self {
+        Self {
+            book: Arc::new(Mutex::new(Book::default())),
+            writer,
+            store,
+            cfg: Arc::new(cfg),
+            metrics: Arc::default(),
+        }
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &TracesConfig {
+        &self.cfg
+    }
+
+    fn book(&self) -> std::sync::MutexGuard<'_, Book> {
+        self.book.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Reloads the traces of the last day from ClickHouse (after a restart,
+    /// `GET .../traces` still lists them and open ones are still offered).
+    pub async fn reload(&self) -> Result<usize, crate::store::StoreError> {
+        let since = now_ns().saturating_sub(86_400_000_000_000);
+        let rows = self
+            .store
+            .trace_ranks_since(since, (self.cfg.max_traces as u64).saturating_mul(64))
+            .await?;
+        let n = rows.len();
+        let mut book = self.book();
+        for r in rows {
+            let mode = if r.iterations > 0 {
+                TraceMode::Iterations {
+                    iterations: r.iterations,
+                    roundup: self.cfg.iteration_roundup,
+                }
+            } else {
+                TraceMode::DurationMs(r.duration_ms)
+            };
+            let t = book.traces.entry(r.trace_id.clone()).or_insert_with(|| Trace {
+                job: r.job_id.clone(),
+                mode,
+                origin: r.origin.clone(),
+                requested_at_ns: r.requested_at_ns,
+                asked: Vec::new(),
+                ranks: BTreeMap::new(),
+                waiting: BTreeMap::new(),
+                clock: None,
+                job_max_step: None,
+            });
+            t.ranks.insert(r.rank, view_of_row(r));
+        }
+        trim(&mut book, self.cfg.max_traces);
+        Ok(n)
+    }
+
+    /// Starts a trace: checks the request, decides the ranks, tells every
+    /// connected agent. Returns the trace's ranks (all `requested`).
+    pub async fn request(&self, req: NewTrace) -> Result<Vec<TraceRankView>, RequestError> {
+        let cfg = &self.cfg;
+        match req.mode {
+            TraceMode::DurationMs(ms) if ms == 0 || ms > cfg.max_duration_ms => {
+                return Err(RequestError::Invalid(format!(
+                    "duration_ms must be 1..={} (traces.max_duration_ms), got {ms}",
+                    cfg.max_duration_ms
+                )))
+            }
+            TraceMode::Iterations { iterations, .. }
+                if iterations == 0 || iterations > cfg.max_iterations =>
+            {
+                return Err(RequestError::Invalid(format!(
+                    "iterations must be 1..={} (traces.max_iterations), got {iterations}",
+                    cfg.max_iterations
+                )))
+            }
+            _ => {}
+        }
+        if req.job.is_empty() {
+            return Err(RequestError::Invalid("the job id is empty".into()));
+        }
+        let store_err =
+            |e: crate::store::StoreError| RequestError::Unavailable(format!("query failed: {e}"));
+        let streamed = self.store.job_rank_list(&req.job).await.map_err(store_err)?;
+        let max_step = self.store.job_max_step(&req.job).await.map_err(store_err)?;
+        let now = now_ns();
+        let (views, commands) = {
+            let mut book = self.book();
+            let mut known: BTreeSet<u32> = streamed.iter().map(|r| r.rank).collect();
+            let mut world = streamed.iter().map(|r| r.world_size).max().unwrap_or(0);
+            for p in book.agents.values().flat_map(|a| &a.processes) {
+                if p.job_id == req.job {
+                    known.insert(p.rank);
+                    world = world.max(p.world_size);
+                }
+            }
+            if known.is_empty() {
+                return Err(RequestError::NotFound(format!(
+                    "job {:?} not found: no rank of it streamed events and no libkineto process of it \
+                     (KINETO_USE_DAEMON=1) polls a connected agent",
+                    req.job
+                )));
+            }
+            let mut ranks: Vec<u32> = req.ranks.clone();
+            ranks.sort_unstable();
+            ranks.dedup();
+            if let Some(bad) = ranks.iter().find(|r| world > 0 && **r >= world) {
+                return Err(RequestError::Invalid(format!(
+                    "rank {bad} is out of range: job {:?} has world size {world}",
+                    req.job
+                )));
+            }
+            let targets: Vec<u32> = if ranks.is_empty() {
+                if world > 0 {
+                    (0..world).collect()
+                } else {
+                    known.into_iter().collect()
+                }
+            } else {
+                ranks.clone()
+            };
+            book.next_trace += 1;
+            let trace_id = format!("tr-{}-{}", now / 1_000_000, book.next_trace);
+            let (iterations, duration_ms) = mode_fields(req.mode);
+            let mut t = Trace {
+                job: req.job.clone(),
+                mode: req.mode,
+                origin: req.origin.clone(),
+                requested_at_ns: now,
+                asked: ranks,
+                ranks: BTreeMap::new(),
+                waiting: BTreeMap::new(),
+                clock: None,
+                job_max_step: max_step,
+            };
+            for r in &targets {
+                t.ranks.insert(
+                    *r,
+                    TraceRankView {
+                        trace_id: trace_id.clone(),
+                        job_id: req.job.clone(),
+                        rank: *r,
+                        node: String::new(),
+                        state: "requested".into(),
+                        reason: String::new(),
+                        origin: req.origin.clone(),
+                        requested_at_ns: now,
+                        updated_at_ns: now,
+                        iterations,
+                        duration_ms,
+                        first_step: -1,
+                        steps: 0,
+                        events: 0,
+                        pid: 0,
+                    },
+                );
+            }
+            let cmd = command_of(&trace_id, &t);
+            let views: Vec<TraceRankView> = t.ranks.values().cloned().collect();
+            book.traces.insert(trace_id, t);
+            trim(&mut book, cfg.max_traces);
+            let commands: Vec<_> = book.agents.values().map(|a| a.tx.clone()).collect();
+            (views, commands.into_iter().map(|tx| (tx, cmd.clone())).collect::<Vec<_>>())
+        };
+        for (tx, cmd) in commands {
+            self.send(&tx, cmd);
+        }
+        self.metrics
+            .requested
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        tracing::info!(job = %req.job, trace = %views[0].trace_id, ranks = views.len(), origin = %req.origin, "trace requested");
+        self.persist(&views);
+        Ok(views)
+    }
+
+    /// Every (trace, rank) of `job`, newest trace first, then by rank.
+    pub fn list(&self, job: &str) -> Vec<TraceRankView> {
+        let book = self.book();
+        let mut out: Vec<TraceRankView> = book
+            .traces
+            .values()
+            .filter(|t| t.job == job)
+            .flat_map(|t| t.ranks.values().cloned())
+            .collect();
+        out.sort_by(|a, b| {
+            b.requested_at_ns
+                .cmp(&a.requested_at_ns)
+                .then_with(|| a.trace_id.cmp(&b.trace_id))
+                .then(a.rank.cmp(&b.rank))
+        });
+        out
+    }
+
+    /// The ranks of one trace (None: unknown trace id).
+    pub fn trace(&self, trace_id: &str) -> Option<Vec<TraceRankView>> {
+        let book = self.book();
+        book.traces
+            .get(trace_id)
+            .map(|t| t.ranks.values().cloned().collect())
+    }
+
+    /// A new control stream; its commands go to `tx`. Sends every open trace.
+    pub(crate) fn connect(
+        &self,
+        hello: &proto::AgentHello,
+        tx: mpsc::Sender<proto::ControlCommand>,
+    ) -> u64 {
+        let mut book = self.book();
+        book.next_agent += 1;
+        let id = book.next_agent;
+        let ttl = self.cfg.request_ttl_secs.saturating_mul(1_000_000_000);
+        let now = now_ns();
+        for (trace_id, t) in &book.traces {
+            let open = now.saturating_sub(t.requested_at_ns) < ttl
+                && t.ranks.values().any(|r| !finished(&r.state));
+            if open {
+                if let Err(e) = tx.try_send(command_of(trace_id, t)) {
+                    tracing::debug!(error = %e, "control stream full at connect");
+                }
+            }
+        }
+        book.agents.insert(
+            id,
+            AgentConn {
+                node: hello.node.clone(),
+                tx,
+                processes: Vec::new(),
+            },
+        );
+        tracing::info!(agent = %hello.agent_id, node = %hello.node, kineto = hello.kineto_listening, "agent control stream open");
+        id
+    }
+
+    /// The control stream `id` ended.
+    pub(crate) fn disconnect(&self, id: u64) {
+        self.book().agents.remove(&id);
+    }
+
+    /// A report on control stream `id`.
+    pub(crate) async fn report(&self, id: u64, report: proto::AgentReport) {
+        let now = now_ns();
+        let mut changed = Vec::new();
+        {
+            let mut book = self.book();
+            let node = match book.agents.get_mut(&id) {
+                Some(a) => {
+                    if report.processes_snapshot {
+                        a.processes = report.processes;
+                    }
+                    a.node.clone()
+                }
+                None => return,
+            };
+            for s in report.traces {
+                let Some(t) = book.traces.get_mut(&s.trace_id) else {
+                    continue; // forgotten or from another collector
+                };
+                if !t.asked.is_empty() && !t.asked.contains(&s.rank) {
+                    continue;
+                }
+                let (iterations, duration_ms) = mode_fields(t.mode);
+                let origin = t.origin.clone();
+                let requested_at_ns = t.requested_at_ns;
+                let v = t.ranks.entry(s.rank).or_insert_with(|| TraceRankView {
+                    trace_id: s.trace_id.clone(),
+                    job_id: t.job.clone(),
+                    rank: s.rank,
+                    node: String::new(),
+                    state: "requested".into(),
+                    reason: String::new(),
+                    origin,
+                    requested_at_ns,
+                    updated_at_ns: now,
+                    iterations,
+                    duration_ms,
+                    first_step: -1,
+                    steps: 0,
+                    events: 0,
+                    pid: 0,
+                });
+                let state = s.state.as_str();
+                let forward = state == "failed" || rank_of_state(state) > rank_of_state(&v.state);
+                if finished(&v.state) || !forward || !matches!(state, "delivered" | "captured" | "failed") {
+                    continue;
+                }
+                v.state = state.to_owned();
+                v.reason = s.reason.clone();
+                v.node = node.clone();
+                v.pid = s.pid;
+                v.updated_at_ns = now;
+                if state == "captured" {
+                    v.steps = s.iteration_end_ns.len() as u64;
+                    t.waiting.insert(
+                        s.rank,
+                        Captured {
+                            ends: s.iteration_end_ns,
+                            numbered: s.numbered,
+                            sdk: s.sdk,
+                            at_ns: now,
+                            agent: id,
+                        },
+                    );
+                }
+                if state == "failed" {
+                    t.waiting.remove(&s.rank);
+                    self.metrics
+                        .failed
+                        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                }
+                changed.push(v.clone());
+            }
+        }
+        self.persist(&changed);
+        self.align(now);
+    }
+
+    /// Numbers captured ranks' iterations and tells their agents to import.
+    fn align(&self, now: u64) {
+        let wait = self.cfg.align_wait_secs.saturating_mul(1_000_000_000);
+        let mut sends = Vec::new();
+        let mut changed = Vec::new();
+        {
+            let mut book = self.book();
+            let Book { traces, agents, .. } = &mut *book;
+            for (trace_id, t) in traces.iter_mut() {
+                if t.waiting.is_empty() {
+                    continue;
+                }
+                if t.clock.is_none() {
+                    let all_in = t
+                        .ranks
+                        .values()
+                        .all(|r| r.state == "captured" || finished(&r.state));
+                    let oldest = t.waiting.values().map(|c| c.at_ns).min().unwrap_or(now);
+                    if !all_in && now.saturating_sub(oldest) < wait {
+                        continue;
+                    }
+                    // The reference: the plain rank whose first iteration ends first.
+                    let base = t.job_max_step.map_or(0, |m| m as i64 + 1);
+                    let reference = t
+                        .waiting
+                        .values()
+                        .filter(|c| !c.numbered && !c.sdk && !c.ends.is_empty())
+                        .min_by_key(|c| c.ends[0])
+                        .map(|c| c.ends.clone());
+                    t.clock = Some((reference.unwrap_or_default(), base));
+                }
+                let (ref_ends, base) = t.clock.clone().unwrap_or_default();
+                for (rank, c) in std::mem::take(&mut t.waiting) {
+                    let first_step = if c.numbered || c.sdk {
+                        -1
+                    } else {
+                        base + offset(&ref_ends, &c.ends)
+                    };
+                    if let Some(v) = t.ranks.get_mut(&rank) {
+                        v.first_step = first_step;
+                        v.updated_at_ns = now;
+                        changed.push(v.clone());
+                    }
+                    if let Some(a) = agents.get(&c.agent) {
+                        sends.push((
+                            a.tx.clone(),
+                            proto::ControlCommand {
+                                command: Some(proto::control_command::Command::Import(
+                                    proto::ImportCommand {
+                                        trace_id: trace_id.clone(),
+                                        rank,
+                                        first_step,
+                                    },
+                                )),
+                            },
+                        ));
+                    }
+                }
+            }
+        }
+        for (tx, cmd) in sends {
+            self.send(&tx, cmd);
+        }
+        self.persist(&changed);
+    }
+
+    /// A batch was stored: ranks whose trace's last group it holds are imported.
+    pub fn stored(&self, batch: &proto::AgentBatch) {
+        let done: Vec<&proto::RankEvents> = batch
+            .ranks
+            .iter()
+            .filter(|r| r.trace_last && !r.trace_id.is_empty())
+            .collect();
+        if done.is_empty() {
+            return;
+        }
+        let now = now_ns();
+        let mut changed = Vec::new();
+        {
+            let mut book = self.book();
+            for r in done {
+                let rank = r.identity.as_ref().map_or(u32::MAX, |i| i.rank);
+                let Some(v) = book
+                    .traces
+                    .get_mut(&r.trace_id)
+                    .and_then(|t| t.ranks.get_mut(&rank))
+                else {
+                    continue;
+                };
+                if finished(&v.state) {
+                    continue;
+                }
+                v.state = "imported".into();
+                v.events = r.trace_events;
+                v.updated_at_ns = now;
+                changed.push(v.clone());
+                self.metrics
+                    .imported
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            }
+        }
+        self.persist(&changed);
+    }
+
+    /// Fails ranks that waited too long; numbers ranks whose peers never came.
+    pub fn tick(&self) {
+        let now = now_ns();
+        let ttl = self.cfg.request_ttl_secs.saturating_mul(1_000_000_000);
+        let result = self.cfg.result_timeout_secs.saturating_mul(1_000_000_000);
+        let mut changed = Vec::new();
+        {
+            let mut book = self.book();
+            for t in book.traces.values_mut() {
+                for v in t.ranks.values_mut() {
+                    let reason = match v.state.as_str() {
+                        "requested" if now.saturating_sub(v.requested_at_ns) >= ttl => format!(
+                            "no libkineto process of rank {} of job {:?} polled a connected agent within {}s \
+                             (start it with KINETO_USE_DAEMON=1 on a node running rankscope-agent)",
+                            v.rank, v.job_id, self.cfg.request_ttl_secs
+                        ),
+                        s @ ("delivered" | "captured")
+                            if now.saturating_sub(v.updated_at_ns) >= result =>
+                        {
+                            format!(
+                                "{s} on node {:?} but no result within {}s (traces.result_timeout_secs)",
+                                v.node, self.cfg.result_timeout_secs
+                            )
+                        }
+                        _ => continue,
+                    };
+                    v.state = "failed".into();
+                    v.reason = reason;
+                    v.updated_at_ns = now;
+                    t.waiting.remove(&v.rank);
+                    changed.push(v.clone());
+                    self.metrics
+                        .failed
+                        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                }
+            }
+        }
+        self.persist(&changed);
+        self.align(now);
+    }
+
+    fn send(&self, tx: &mpsc::Sender<proto::ControlCommand>, cmd: proto::ControlCommand) {
+        if tx.try_send(cmd).is_err() {
+            // A stream this far behind is dead or stuck; the agent gets the
+            // open traces again when it reconnects.
+            self.metrics
+                .commands_dropped
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+    }
+
+    fn persist(&self, views: &[TraceRankView]) {
+        if views.is_empty() {
+            return;
+        }
+        let rows = RowSet {
+            traces: views.iter().map(row_of_view).collect(),
+            ..RowSet::default()
+        };
+        let writer = self.writer.clone();
+        tokio::spawn(async move {
+            if let Err(e) = writer.write(rows).await {
+                tracing::warn!(error = %e, "storing trace states failed");
+            }
+        });
+    }
+}
+
+/// Runs [`TraceHub::tick`] every second until `shutdown`.
+pub async fn run_ticker(hub: TraceHub, shutdown: impl std::future::Future<Output = ()>) {
+    tokio::pin!(shutdown);
+    let mut every = tokio::time::interval(std::time::Duration::from_secs(1));
+    loop {
+        tokio::select! {
+            _ = &mut shutdown => return,
+            _ = every.tick() => hub.tick(),
+        }
+    }
+}
+
+/// Step offset of `ends` against the reference `ref_ends` (see the module doc).
+fn offset(ref_ends: &[u64], ends: &[u64]) -> i64 {
+    if ref_ends.is_empty() || ends.is_empty() {
+        return 0;
+    }
+    let period = median_gap(ref_ends)
+        .or_else(|| median_gap(ends))
+        .unwrap_or(1_000_000_000)
+        .max(1);
+    let lo = ref_ends[0].saturating_sub(period / 2);
+    let hi = ref_ends[ref_ends.len() - 1].saturating_add(period / 2);
+    if let Some((i, e)) = ends.iter().enumerate().find(|(_, e)| (lo..=hi).contains(*e)) {
+        let j = match ref_ends.binary_search(e) {
+            Ok(j) => j,
+            Err(k) if k == 0 => 0,
+            Err(k) if k >= ref_ends.len() => ref_ends.len() - 1,
+            Err(k) => {
+                if e - ref_ends[k - 1] <= ref_ends[k] - e {
+                    k - 1
+                } else {
+                    k
+                }
+            }
+        };
+        return j as i64 - i as i64;
+    }
+    // No overlap: extrapolate by the iteration period.
+    let d = ends[0] as i128 - ref_ends[0] as i128;
+    (d as f64 / period as f64).round() as i64
+}
+
+fn median_gap(v: &[u64]) -> Option<u64> {
+    let mut gaps: Vec<u64> = v.windows(2).map(|w| w[1].saturating_sub(w[0])).collect();
+    if gaps.is_empty() {
+        return None;
+    }
+    gaps.sort_unstable();
+    Some(gaps[gaps.len() / 2])
+}
+
+fn mode_fields(mode: TraceMode) -> (u64, u64) {
+    match mode {
+        TraceMode::DurationMs(ms) => (0, ms),
+        TraceMode::Iterations { iterations, .. } => (iterations, 0),
+    }
+}
+
+fn command_of(trace_id: &str, t: &Trace) -> proto::ControlCommand {
+    let (iterations, duration_ms) = mode_fields(t.mode);
+    let roundup = match t.mode {
+        TraceMode::Iterations { roundup, .. } => roundup,
+        TraceMode::DurationMs(_) => 0,
+    };
+    proto::ControlCommand {
+        command: Some(proto::control_command::Command::Trace(proto::TraceCommand {
+            trace_id: trace_id.to_owned(),
+            job_id: t.job.clone(),
+            ranks: t.asked.clone(),
+            duration_ms,
+            iterations,
+            iteration_roundup: roundup,
+            requested_at_ns: t.requested_at_ns,
+        })),
+    }
+}
+
+fn trim(book: &mut Book, max: usize) {
+    while book.traces.len() > max {
+        let oldest = book
+            .traces
+            .iter()
+            .min_by_key(|(_, t)| t.requested_at_ns)
+            .map(|(k, _)| k.clone());
+        match oldest {
+            Some(k) => book.traces.remove(&k),
+            None => break,
+        };
+    }
+}
+
+fn row_of_view(v: &TraceRankView) -> TraceRankRow {
+    TraceRankRow {
+        job_id: v.job_id.clone(),
+        trace_id: v.trace_id.clone(),
+        rank: v.rank,
+        node: v.node.clone(),
+        state: v.state.clone(),
+        reason: v.reason.clone(),
+        origin: v.origin.clone(),
+        requested_at_ns: v.requested_at_ns,
+        updated_at_ns: v.updated_at_ns,
+        duration_ms: v.duration_ms,
+        iterations: v.iterations,
+        first_step: v.first_step,
+        steps: v.steps,
+        events: v.events,
+        pid: v.pid,
+    }
+}
+
+fn view_of_row(r: TraceRankRow) -> TraceRankView {
+    TraceRankView {
+        trace_id: r.trace_id,
+        job_id: r.job_id,
+        rank: r.rank,
+        node: r.node,
+        state: r.state,
+        reason: r.reason,
+        origin: r.origin,
+        requested_at_ns: r.requested_at_ns,
+        updated_at_ns: r.updated_at_ns,
+        iterations: r.iterations,
+        duration_ms: r.duration_ms,
+        first_step: r.first_step,
+        steps: r.steps,
+        events: r.events,
+        pid: r.pid,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MS: u64 = 1_000_000;
+
+    #[test]
+    fn iterations_take_the_number_of_the_reference_iteration_nearest_in_time() {
+        // Reference: iterations ending every 50 ms from t = 1000 ms.
+        let r: Vec<u64> = (0..10).map(|k| (1000 + 50 * k) * MS).collect();
+        // A rank whose trace started 3 iterations later, clocks 4 ms apart.
+        let e: Vec<u64> = (3..12).map(|k| (1000 + 50 * k + 4) * MS).collect();
+        assert_eq!(offset(&r, &e), 3);
+        // One that started earlier: its first iterations precede the reference.
+        let e: Vec<u64> = (-2i64..5).map(|k| ((1000 + 50 * k - 6) as u64) * MS).collect();
+        assert_eq!(offset(&r, &e), -2);
+        // No overlap at all: extrapolated by the period.
+        let e: Vec<u64> = (20..25).map(|k| (1000 + 50 * k) * MS).collect();
+        assert_eq!(offset(&r, &e), 20);
+        // The reference against itself.
+        assert_eq!(offset(&r, &r), 0);
+    }
+
+    #[test]
+    fn states_only_move_forward() {
+        assert!(rank_of_state("captured") > rank_of_state("delivered"));
+        assert!(rank_of_state("imported") > rank_of_state("captured"));
+        assert!(finished("failed") && finished("imported") && !finished("captured"));
+    }
+}
