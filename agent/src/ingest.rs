@@ -48,7 +48,7 @@ pub(crate) struct Ingest {
     pub(crate) max_message_bytes: usize,
     /// Ranks with an open stream, for mapping GPUs and processes to ranks.
     pub(crate) ranks: Arc<RankRegistry>,
-    next_stream: AtomicU64,
+    pub(crate) next_stream: AtomicU64,
     stopping: AtomicBool,
     stop: watch::Sender<bool>,
     stream_ended: Notify,

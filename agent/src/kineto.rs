@@ -17,10 +17,10 @@
 //! again). It shares the [`Registry`] with the agent (requests in, states
 //! out) behind a mutex held only for in-memory work.
 //!
-//! Not yet done (issue 12): the collector -> agent control channel that
-//! carries requests and state updates, the API and CLI, and importing a
-//! captured file on the node (`rankscope_kineto::parse_trace_file`) through
-//! the acknowledged uplink ([`KinetoDaemon::finish`] records the outcome).
+//! Requests arrive over the collector's control channel and captured
+//! traces are imported on the node by [`crate::control`]
+//! (`rankscope_kineto::parse_trace_file`, then the acknowledged uplink);
+//! [`KinetoDaemon::finish`] records the outcome.
 //!
 //! Attribution of a polling process (job and rank): an open SDK stream of
 //! one of its pids (the process or an ancestor), else its (or an
@@ -159,6 +159,16 @@ impl KinetoDaemon {
     /// Offers a trace request to the matching processes' next polls.
     pub fn request(&self, req: TraceRequest) {
         lock(&self.registry).request(req);
+    }
+
+    /// Captured traces waiting for the node-side import.
+    pub fn take_captured(&self) -> Vec<RankTrace> {
+        lock(&self.registry).take_captured()
+    }
+
+    /// Attributed libkineto processes polling now.
+    pub fn processes(&self) -> Vec<(i32, ProcessIdentity)> {
+        lock(&self.registry).processes()
     }
 
     /// State changes since the last call.
@@ -351,9 +361,12 @@ fn serve(
     while !stop.load(Relaxed) {
         if last_watch.elapsed() >= WATCH_INTERVAL {
             last_watch = std::time::Instant::now();
-            // Captured traces stay `captured` until the node-side import
-            // (issue 12, item 4) picks them up through `finish`.
-            let _ = watcher.watch(&registry);
+            // Captured traces wait for the node-side import
+            // (`crate::control`), which ends them through `finish`.
+            let captured = watcher.watch(&registry);
+            if !captured.is_empty() {
+                lock(&registry).push_captured(captured);
+            }
         }
         let (n, src) = match socket.recv_from(&mut buf) {
             Ok(x) => x,
@@ -429,6 +442,7 @@ fn from_sdk(ranks: &RankRegistry, pids: &[i32]) -> Option<ProcessIdentity> {
                 job_id: r.job_id.clone(),
                 rank: r.rank,
                 world_size: 0,
+                sdk: true,
             })
     })
 }
@@ -442,6 +456,7 @@ fn from_environ(pids: &[i32]) -> Option<ProcessIdentity> {
             job_id: a.job_id?,
             rank: a.rank?,
             world_size: a.world_size.unwrap_or(0),
+            sdk: false,
         })
     })
 }

@@ -40,6 +40,7 @@ pub mod backoff;
 mod batch;
 mod channel;
 pub mod config;
+mod control;
 pub mod http;
 mod ingest;
 pub mod kineto;
@@ -120,6 +121,7 @@ pub struct AgentHandle {
     sampler: Option<sample::Sampler>,
     flush_timeout: Duration,
     kineto: Arc<kineto::KinetoDaemon>,
+    control: JoinHandle<()>,
 }
 
 /// Starts an agent: binds its listeners, then runs ingest, batcher and uplink
@@ -130,6 +132,7 @@ pub async fn start(config: Config) -> Result<AgentHandle, AgentError> {
     let backoff = config.backoff().map_err(config::ConfigError::from)?;
     let client = channel::client(&config)?;
     let (client_tx, client_rx) = watch::channel(client);
+    let control_client = client_rx.clone();
 
     let listen_addr = config.listen_socket_addr()?;
     let tcp = serve::bind_tcp(listen_addr).await?;
@@ -226,6 +229,25 @@ pub async fn start(config: Config) -> Result<AgentHandle, AgentError> {
     ));
     let svc = IngestService(Arc::clone(&ingest));
     let (server_stop, stop_rx) = watch::channel(false);
+    let control = control::Control {
+        client: control_client,
+        auth: (!config.collector_token.is_empty())
+            .then(|| rankscope_proto::auth::bearer(&config.collector_token).parse().ok())
+            .flatten(),
+        hello: rankscope_proto::v1::AgentHello {
+            agent_id: config.agent_id.clone(),
+            node: config.node.clone(),
+            agent_session,
+            kineto_listening: kineto.is_listening(),
+        },
+        daemon: Arc::clone(&kineto),
+        ingest: Arc::clone(&ingest),
+        node: config.node.clone(),
+        max_trace_bytes: config.trace_max_file_bytes,
+        backoff: config.backoff().map_err(config::ConfigError::from)?,
+        rng: SmallRng::seed_from_u64(rng.random()),
+    };
+    let control = tokio::spawn(control.run(stop_rx.clone()));
     let mut servers = Vec::new();
     servers.push(serve::spawn_tcp(
         tcp,
@@ -297,6 +319,7 @@ pub async fn start(config: Config) -> Result<AgentHandle, AgentError> {
         sampler,
         flush_timeout: Duration::from_millis(config.shutdown_flush_timeout_ms),
         kineto,
+        control,
     })
 }
 
@@ -336,6 +359,9 @@ impl AgentHandle {
         let streams_ended = tokio::time::timeout_at(deadline, self.ingest.stop())
             .await
             .is_ok();
+        // The control task saw server_stop; it holds a sender of the
+        // batcher's input, so it must be gone before the final flush.
+        let _ = tokio::time::timeout_at(deadline, &mut { self.control }).await;
         let kineto = Arc::clone(&self.kineto);
         let _ = tokio::task::spawn_blocking(move || kineto.stop()).await;
         if let Some(sampler) = self.sampler {

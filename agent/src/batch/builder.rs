@@ -23,6 +23,10 @@ use crate::sample::SampleSet;
 pub(crate) struct RankStream {
     pub(crate) id: u64,
     pub(crate) identity: proto::RankIdentity,
+    /// A captured Kineto trace being imported: its id and event count. Its
+    /// groups carry the id; its end is `trace_last`, not `stream_closed`
+    /// (the rank itself may stream on).
+    pub(crate) trace: Option<(String, u64)>,
 }
 
 /// The batch under construction.
@@ -58,7 +62,13 @@ impl BatchBuilder {
     /// Marks `stream` as ended in this batch (after its events, if any).
     pub(crate) fn close(&mut self, stream: &RankStream) {
         let index = self.group(stream);
-        self.ranks[index].stream_closed = true;
+        match &stream.trace {
+            Some((_, events)) => {
+                self.ranks[index].trace_last = true;
+                self.ranks[index].trace_events = *events;
+            }
+            None => self.ranks[index].stream_closed = true,
+        }
         self.closed += 1;
     }
 
@@ -69,6 +79,7 @@ impl BatchBuilder {
             .or_insert_with(|| {
                 self.ranks.push(proto::RankEvents {
                     identity: Some(stream.identity.clone()),
+                    trace_id: stream.trace.as_ref().map(|t| t.0.clone()).unwrap_or_default(),
                     ..Default::default()
                 });
                 (self.ranks.len() - 1, HashSet::new())
@@ -111,6 +122,7 @@ impl BatchBuilder {
         let (index, defined) = self.by_stream.entry(stream.id).or_insert_with(|| {
             self.ranks.push(proto::RankEvents {
                 identity: Some(stream.identity.clone()),
+                trace_id: stream.trace.as_ref().map(|t| t.0.clone()).unwrap_or_default(),
                 ..Default::default()
             });
             (self.ranks.len() - 1, HashSet::new())
@@ -153,6 +165,7 @@ mod tests {
                 world_size: 8,
                 ..Default::default()
             },
+            trace: None,
         }
     }
 

@@ -136,6 +136,7 @@ impl Session {
             self.stream = Some(Arc::new(RankStream {
                 id: self.id,
                 identity,
+                trace: None,
             }));
         }
         for n in new_names {

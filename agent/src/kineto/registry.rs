@@ -84,6 +84,8 @@ pub struct RankTrace {
     pub state: TraceState,
     pub iterations: u64,
     pub delivered_at_ns: u64,
+    /// The process streams through the SDK (attributed by its stream).
+    pub sdk: bool,
 }
 
 /// A state change to report.
@@ -102,6 +104,8 @@ pub struct ProcessIdentity {
     pub job_id: String,
     pub rank: u32,
     pub world_size: u32,
+    /// Found through an open SDK stream of the process.
+    pub sdk: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -118,6 +122,9 @@ pub struct Registry {
     requests: Vec<TraceRequest>,
     traces: BTreeMap<(String, u32), RankTrace>,
     updates: Vec<TraceUpdate>,
+    /// Captured traces waiting for the node-side import (bounded by
+    /// [`MAX_TRACES`]).
+    captured: Vec<RankTrace>,
 }
 
 impl Registry {
@@ -129,6 +136,7 @@ impl Registry {
             requests: Vec::new(),
             traces: BTreeMap::new(),
             updates: Vec::new(),
+            captured: Vec::new(),
         }
     }
 
@@ -190,6 +198,7 @@ impl Registry {
                 state: TraceState::Delivered,
                 iterations,
                 delivered_at_ns: now_ns,
+                sdk: id.sdk,
             },
             now_ns,
         );
@@ -234,6 +243,29 @@ impl Registry {
         if let Some(t) = self.traces.get_mut(&(trace_id.to_owned(), rank)) {
             t.path = path;
         }
+    }
+
+    /// Queues captured traces for the importer.
+    pub fn push_captured(&mut self, traces: Vec<RankTrace>) {
+        self.captured.extend(traces);
+        let over = self.captured.len().saturating_sub(MAX_TRACES);
+        self.captured.drain(..over);
+    }
+
+    /// Captured traces not yet handed to the importer.
+    pub fn take_captured(&mut self) -> Vec<RankTrace> {
+        std::mem::take(&mut self.captured)
+    }
+
+    /// The attributed processes polling now: (pid, identity), by pid.
+    pub fn processes(&self) -> Vec<(i32, ProcessIdentity)> {
+        let mut v: Vec<(i32, ProcessIdentity)> = self
+            .processes
+            .iter()
+            .filter_map(|(pid, p)| p.identity.clone().map(|i| (*pid, i)))
+            .collect();
+        v.sort_by_key(|(pid, _)| *pid);
+        v
     }
 
     /// State changes since the last call.
@@ -303,6 +335,7 @@ mod tests {
             job_id: "j".into(),
             rank,
             world_size: 2,
+            sdk: false,
         })
     }
 
@@ -338,6 +371,7 @@ mod tests {
             job_id: "other".into(),
             rank: 0,
             world_size: 1,
+            sdk: false,
         });
         assert_eq!(r.poll(12, other, 4), "");
         assert_eq!(r.poll(13, None, 4), "");
