@@ -227,7 +227,7 @@ impl Control {
                     tracing::debug!(trace = %i.trace_id, rank = i.rank, "import order for a trace this node does not hold");
                     return;
                 };
-                self.import(p, i.first_step);
+                self.import(p, i.first_step, (i.keep_from, i.keep_steps));
             }
             None => {}
         }
@@ -316,8 +316,14 @@ impl Control {
     }
 
     /// Queues the trace's events for the batcher (on a task of its own).
-    fn import(&self, p: Parsed, first_step: i64) {
-        let events = select_events(p.data.events, p.trace.sdk, p.status.numbered, first_step);
+    fn import(&self, p: Parsed, first_step: i64, keep: (i64, u64)) {
+        let events = select_events(
+            p.data.events,
+            p.trace.sdk,
+            p.status.numbered,
+            first_step,
+            keep,
+        );
         let names: Vec<(u32, Arc<str>)> = p
             .data
             .names
@@ -332,11 +338,7 @@ impl Control {
             identity: p.data.identity,
             trace: Some((p.trace.trace_id.clone(), events.len() as u64)),
         });
-        let (ingest, daemon, trace) = (
-            Arc::clone(&self.ingest),
-            Arc::clone(&self.daemon),
-            p.trace,
-        );
+        let (ingest, daemon, trace) = (Arc::clone(&self.ingest), Arc::clone(&self.daemon), p.trace);
         tokio::spawn(async move {
             let total = events.len();
             let mut iter = events.into_iter().peekable();
@@ -370,13 +372,15 @@ impl Control {
 }
 
 /// The events to import: an SDK rank's GPU activities only; others with
-/// their iterations renumbered from `first_step` (negative ones lose their
-/// step markers, their events stay, outside any step).
+/// their iterations renumbered from `first_step`. Step markers of negative
+/// steps and of steps outside `keep` (first, count; count 0 = all) are left
+/// out; their events stay, outside any step.
 fn select_events(
     events: Vec<proto::Event>,
     sdk: bool,
     numbered: bool,
     first_step: i64,
+    keep: (i64, u64),
 ) -> Vec<proto::Event> {
     use proto::event::Kind;
     if sdk {
@@ -397,8 +401,10 @@ fn select_events(
                 _ => return Some(e),
             };
             let n = first_step.checked_add(i64::try_from(*step).ok()?)?;
+            let kept = keep.1 == 0
+                || (n >= keep.0 && n < keep.0.saturating_add(i64::try_from(keep.1).ok()?));
             *step = u64::try_from(n).ok()?;
-            Some(e)
+            kept.then_some(e)
         })
         .collect()
 }
@@ -499,13 +505,30 @@ mod tests {
 
     #[test]
     fn iterations_are_renumbered_and_negative_ones_lose_their_markers() {
-        let ev = vec![step(true, 0), kernel(), step(false, 0), step(true, 1), kernel(), step(false, 1)];
-        assert_eq!(steps(&select_events(ev.clone(), false, false, 7)), [7, 8]);
-        let shifted = select_events(ev.clone(), false, false, -1);
+        let ev = vec![
+            step(true, 0),
+            kernel(),
+            step(false, 0),
+            step(true, 1),
+            kernel(),
+            step(false, 1),
+        ];
+        let all = (0, 0);
+        assert_eq!(
+            steps(&select_events(ev.clone(), false, false, 7, all)),
+            [7, 8]
+        );
+        let shifted = select_events(ev.clone(), false, false, -1, all);
         assert_eq!(steps(&shifted), [0]);
         assert_eq!(shifted.len(), 4, "both kernels stay");
-        assert_eq!(steps(&select_events(ev.clone(), false, true, 7)), [0, 1]);
-        let sdk = select_events(ev, true, false, 7);
+        let one = select_events(ev.clone(), false, false, 7, (8, 1));
+        assert_eq!(steps(&one), [8]);
+        assert_eq!(one.len(), 4, "step 7's kernel stays, outside any step");
+        assert_eq!(
+            steps(&select_events(ev.clone(), false, true, 7, all)),
+            [0, 1]
+        );
+        let sdk = select_events(ev, true, false, 7, all);
         assert_eq!(sdk.len(), 2);
         assert!(sdk.iter().all(|e| matches!(e.kind, Some(Kind::Kernel(_)))));
     }

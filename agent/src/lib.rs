@@ -232,7 +232,11 @@ pub async fn start(config: Config) -> Result<AgentHandle, AgentError> {
     let control = control::Control {
         client: control_client,
         auth: (!config.collector_token.is_empty())
-            .then(|| rankscope_proto::auth::bearer(&config.collector_token).parse().ok())
+            .then(|| {
+                rankscope_proto::auth::bearer(&config.collector_token)
+                    .parse()
+                    .ok()
+            })
             .flatten(),
         hello: rankscope_proto::v1::AgentHello {
             agent_id: config.agent_id.clone(),
@@ -333,6 +337,11 @@ impl AgentHandle {
     /// Every (rank, trace) this agent delivered, and its state.
     pub fn traces(&self) -> Vec<kineto::RankTrace> {
         self.kineto.traces()
+    }
+
+    /// The attributed libkineto processes polling this agent: (pid, identity).
+    pub fn kineto_processes(&self) -> Vec<(i32, kineto::ProcessIdentity)> {
+        self.kineto.processes()
     }
 
     /// Whether the Kineto daemon endpoint is bound and served.

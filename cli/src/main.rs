@@ -106,6 +106,11 @@ enum Command {
     Alerts(AlertsArgs),
     /// Latest sample of every GPU (NVML telemetry from the agents).
     Gpus(GpusArgs),
+    /// Trace ranks of a job with Kineto through their agents (processes started
+    /// with KINETO_USE_DAEMON=1; no code change) and import the traces.
+    Trace(TraceArgs),
+    /// Kineto traces of a job, per rank: requested, delivered, captured, imported or failed.
+    Traces(TracesArgs),
     /// Run a training command with every Python rank it starts instrumented
     /// (no change to the script): `rankscope run -- torchrun ... train.py`.
     Run(RunArgs),
@@ -134,6 +139,42 @@ struct GpusArgs {
     /// Only the GPUs this job's ranks ran on (their last sample while it ran).
     #[arg(long)]
     job: Option<String>,
+    /// Output format.
+    #[arg(long, value_enum, default_value_t = OutputFormat::Table)]
+    format: OutputFormat,
+}
+
+#[derive(Debug, Args)]
+#[command(group(clap::ArgGroup::new("span").required(true).args(["duration_ms", "iterations"])))]
+struct TraceArgs {
+    /// The job.
+    #[arg(long)]
+    job: String,
+    /// A rank to trace (repeat for more); default: every rank.
+    #[arg(long = "rank")]
+    ranks: Vec<u32>,
+    /// Trace this long (each rank from its next poll, about a second apart).
+    #[arg(long)]
+    duration_ms: Option<u64>,
+    /// Trace this many iterations, starting on the same iteration on every rank.
+    #[arg(long)]
+    iterations: Option<u64>,
+    /// Wait up to SECS for every rank to be imported or failed; exit 1 unless all imported.
+    #[arg(long, value_name = "SECS")]
+    wait: Option<u64>,
+    /// Output format.
+    #[arg(long, value_enum, default_value_t = OutputFormat::Table)]
+    format: OutputFormat,
+}
+
+#[derive(Debug, Args)]
+struct TracesArgs {
+    /// The job.
+    #[arg(long)]
+    job: String,
+    /// Only this trace.
+    #[arg(long)]
+    trace: Option<String>,
     /// Output format.
     #[arg(long, value_enum, default_value_t = OutputFormat::Table)]
     format: OutputFormat,
@@ -412,6 +453,59 @@ async fn run(cli: Cli) -> Result<()> {
             let rows =
                 rankscope_cli::query::gpus::fetch_gpus(&http(), &cli.collector, node, job).await?;
             print!("{}", rankscope_cli::query::gpus::render(&rows, a.format));
+            Ok(())
+        }
+        Command::Trace(a) => {
+            use rankscope_cli::query::traces::{self, TraceSpan};
+            let span = match (a.duration_ms, a.iterations) {
+                (Some(ms), _) => TraceSpan::DurationMs(ms),
+                (None, Some(n)) => TraceSpan::Iterations(n),
+                (None, None) => bail!("give --duration-ms or --iterations"),
+            };
+            let client = http();
+            let (id, mut rows) =
+                traces::request(&client, &cli.collector, &a.job, &a.ranks, span).await?;
+            let mut complete = true;
+            if let Some(secs) = a.wait {
+                eprintln!(
+                    "trace {id}: waiting up to {secs}s for {} rank(s)",
+                    rows.len()
+                );
+                let (r, finished) = traces::wait(
+                    &client,
+                    &cli.collector,
+                    &a.job,
+                    &id,
+                    Duration::from_secs(secs),
+                    Duration::from_millis(500),
+                )
+                .await?;
+                rows = r;
+                complete = finished && rows.iter().all(|r| r["state"] == "imported");
+            }
+            print!("{}", columns::render(&rows, traces::TRACES, a.format));
+            if !complete {
+                let open: Vec<String> = rows
+                    .iter()
+                    .filter(|r| r["state"] != "imported")
+                    .map(|r| format!("rank {} {}", r["rank"], r["state"].as_str().unwrap_or("?")))
+                    .collect();
+                bail!("trace {id} not imported on every rank: {}", open.join(", "));
+            }
+            Ok(())
+        }
+        Command::Traces(a) => {
+            let rows = rankscope_cli::query::traces::fetch(
+                &http(),
+                &cli.collector,
+                &a.job,
+                a.trace.as_deref(),
+            )
+            .await?;
+            print!(
+                "{}",
+                columns::render(&rows, rankscope_cli::query::traces::TRACES, a.format)
+            );
             Ok(())
         }
         Command::Alerts(a) => {

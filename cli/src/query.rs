@@ -16,6 +16,7 @@ pub mod format;
 pub mod gpu;
 pub mod gpus;
 pub mod http;
+pub mod traces;
 
 use http::{HttpClient, HttpError};
 use serde::{Deserialize, Serialize};

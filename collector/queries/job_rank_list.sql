@@ -1,4 +1,4 @@
--- Ranks of job ? that streamed events, with the largest world size any reported
+-- Ranks of a job that streamed events, with the largest world size any reported
 -- (a trace request for "all ranks" covers them).
 SELECT rank, max(world_size) AS world_size, argMax(node, seen_ns) AS node
 FROM ranks

@@ -1,4 +1,4 @@
--- Latest state of every (trace, rank) requested since ?: the collector reloads them at
+-- Latest state of every (trace, rank) requested since a time: the collector reloads them at
 -- start-up (collector/src/traces.rs).
 SELECT
     job_id,

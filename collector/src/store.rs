@@ -24,10 +24,10 @@ mod fault;
 pub mod gpu_ops;
 mod migrate;
 mod read;
-pub mod traces;
 mod retention;
 pub mod rows;
 pub mod telemetry;
+pub mod traces;
 mod writer;
 
 use std::time::Duration;

@@ -118,7 +118,9 @@ impl TracesConfig {
     /// Checks the values.
     pub fn validate(&self) -> Result<(), String> {
         if self.request_ttl_secs == 0 || self.result_timeout_secs == 0 {
-            return Err("traces.request_ttl_secs and traces.result_timeout_secs must be >= 1".into());
+            return Err(
+                "traces.request_ttl_secs and traces.result_timeout_secs must be >= 1".into(),
+            );
         }
         if self.max_iterations == 0 || self.max_duration_ms == 0 || self.iteration_roundup == 0 {
             return Err(
@@ -233,6 +235,8 @@ struct Trace {
     waiting: BTreeMap<u32, Captured>,
     /// The reference iterations' ends and the step of the first.
     clock: Option<(Vec<u64>, i64)>,
+    /// Steps every rank keeps: (first, count); count 0 = all.
+    keep: (i64, u64),
     /// The job's highest stored step when the trace was requested.
     job_max_step: Option<u64>,
 }
@@ -314,17 +318,21 @@ impl TraceHub {
             } else {
                 TraceMode::DurationMs(r.duration_ms)
             };
-            let t = book.traces.entry(r.trace_id.clone()).or_insert_with(|| Trace {
-                job: r.job_id.clone(),
-                mode,
-                origin: r.origin.clone(),
-                requested_at_ns: r.requested_at_ns,
-                asked: Vec::new(),
-                ranks: BTreeMap::new(),
-                waiting: BTreeMap::new(),
-                clock: None,
-                job_max_step: None,
-            });
+            let t = book
+                .traces
+                .entry(r.trace_id.clone())
+                .or_insert_with(|| Trace {
+                    job: r.job_id.clone(),
+                    mode,
+                    origin: r.origin.clone(),
+                    requested_at_ns: r.requested_at_ns,
+                    asked: Vec::new(),
+                    ranks: BTreeMap::new(),
+                    waiting: BTreeMap::new(),
+                    clock: None,
+                    keep: (0, 0),
+                    job_max_step: None,
+                });
             t.ranks.insert(r.rank, view_of_row(r));
         }
         trim(&mut book, self.cfg.max_traces);
@@ -357,7 +365,11 @@ impl TraceHub {
         }
         let store_err =
             |e: crate::store::StoreError| RequestError::Unavailable(format!("query failed: {e}"));
-        let streamed = self.store.job_rank_list(&req.job).await.map_err(store_err)?;
+        let streamed = self
+            .store
+            .job_rank_list(&req.job)
+            .await
+            .map_err(store_err)?;
         let max_step = self.store.job_max_step(&req.job).await.map_err(store_err)?;
         let now = now_ns();
         let (views, commands) = {
@@ -407,6 +419,7 @@ impl TraceHub {
                 ranks: BTreeMap::new(),
                 waiting: BTreeMap::new(),
                 clock: None,
+                keep: (0, 0),
                 job_max_step: max_step,
             };
             for r in &targets {
@@ -436,7 +449,13 @@ impl TraceHub {
             book.traces.insert(trace_id, t);
             trim(&mut book, cfg.max_traces);
             let commands: Vec<_> = book.agents.values().map(|a| a.tx.clone()).collect();
-            (views, commands.into_iter().map(|tx| (tx, cmd.clone())).collect::<Vec<_>>())
+            (
+                views,
+                commands
+                    .into_iter()
+                    .map(|tx| (tx, cmd.clone()))
+                    .collect::<Vec<_>>(),
+            )
         };
         for (tx, cmd) in commands {
             self.send(&tx, cmd);
@@ -556,7 +575,10 @@ impl TraceHub {
                 });
                 let state = s.state.as_str();
                 let forward = state == "failed" || rank_of_state(state) > rank_of_state(&v.state);
-                if finished(&v.state) || !forward || !matches!(state, "delivered" | "captured" | "failed") {
+                if finished(&v.state)
+                    || !forward
+                    || !matches!(state, "delivered" | "captured" | "failed")
+                {
                     continue;
                 }
                 v.state = state.to_owned();
@@ -619,7 +641,26 @@ impl TraceHub {
                         .filter(|c| !c.numbered && !c.sdk && !c.ends.is_empty())
                         .min_by_key(|c| c.ends[0])
                         .map(|c| c.ends.clone());
-                    t.clock = Some((reference.unwrap_or_default(), base));
+                    let reference = reference.unwrap_or_default();
+                    // The iterations every rank holds, as many as asked for.
+                    let spans: Vec<(i64, i64)> = t
+                        .waiting
+                        .values()
+                        .filter(|c| !c.numbered && !c.sdk && !c.ends.is_empty())
+                        .map(|c| {
+                            let first = base + offset(&reference, &c.ends);
+                            (first, first + c.ends.len() as i64)
+                        })
+                        .collect();
+                    let lo = spans.iter().map(|s| s.0).max().unwrap_or(0);
+                    let hi = spans.iter().map(|s| s.1).min().unwrap_or(0);
+                    t.keep = match t.mode {
+                        TraceMode::Iterations { iterations, .. } if hi > lo => {
+                            (lo, iterations.min((hi - lo) as u64))
+                        }
+                        _ => (0, 0),
+                    };
+                    t.clock = Some((reference, base));
                 }
                 let (ref_ends, base) = t.clock.clone().unwrap_or_default();
                 for (rank, c) in std::mem::take(&mut t.waiting) {
@@ -630,6 +671,10 @@ impl TraceHub {
                     };
                     if let Some(v) = t.ranks.get_mut(&rank) {
                         v.first_step = first_step;
+                        if t.keep.1 > 0 && first_step >= 0 {
+                            v.first_step = t.keep.0;
+                            v.steps = t.keep.1;
+                        }
                         v.updated_at_ns = now;
                         changed.push(v.clone());
                     }
@@ -642,6 +687,8 @@ impl TraceHub {
                                         trace_id: trace_id.clone(),
                                         rank,
                                         first_step,
+                                        keep_from: t.keep.0,
+                                        keep_steps: t.keep.1,
                                     },
                                 )),
                             },
@@ -785,10 +832,14 @@ fn offset(ref_ends: &[u64], ends: &[u64]) -> i64 {
         .max(1);
     let lo = ref_ends[0].saturating_sub(period / 2);
     let hi = ref_ends[ref_ends.len() - 1].saturating_add(period / 2);
-    if let Some((i, e)) = ends.iter().enumerate().find(|(_, e)| (lo..=hi).contains(*e)) {
+    if let Some((i, e)) = ends
+        .iter()
+        .enumerate()
+        .find(|(_, e)| (lo..=hi).contains(*e))
+    {
         let j = match ref_ends.binary_search(e) {
             Ok(j) => j,
-            Err(k) if k == 0 => 0,
+            Err(0) => 0,
             Err(k) if k >= ref_ends.len() => ref_ends.len() - 1,
             Err(k) => {
                 if e - ref_ends[k - 1] <= ref_ends[k] - e {
@@ -828,15 +879,17 @@ fn command_of(trace_id: &str, t: &Trace) -> proto::ControlCommand {
         TraceMode::DurationMs(_) => 0,
     };
     proto::ControlCommand {
-        command: Some(proto::control_command::Command::Trace(proto::TraceCommand {
-            trace_id: trace_id.to_owned(),
-            job_id: t.job.clone(),
-            ranks: t.asked.clone(),
-            duration_ms,
-            iterations,
-            iteration_roundup: roundup,
-            requested_at_ns: t.requested_at_ns,
-        })),
+        command: Some(proto::control_command::Command::Trace(
+            proto::TraceCommand {
+                trace_id: trace_id.to_owned(),
+                job_id: t.job.clone(),
+                ranks: t.asked.clone(),
+                duration_ms,
+                iterations,
+                iteration_roundup: roundup,
+                requested_at_ns: t.requested_at_ns,
+            },
+        )),
     }
 }
 
@@ -908,7 +961,9 @@ mod tests {
         let e: Vec<u64> = (3..12).map(|k| (1000 + 50 * k + 4) * MS).collect();
         assert_eq!(offset(&r, &e), 3);
         // One that started earlier: its first iterations precede the reference.
-        let e: Vec<u64> = (-2i64..5).map(|k| ((1000 + 50 * k - 6) as u64) * MS).collect();
+        let e: Vec<u64> = (-2i64..5)
+            .map(|k| ((1000 + 50 * k - 6) as u64) * MS)
+            .collect();
         assert_eq!(offset(&r, &e), -2);
         // No overlap at all: extrapolated by the period.
         let e: Vec<u64> = (20..25).map(|k| (1000 + 50 * k) * MS).collect();

@@ -79,7 +79,10 @@ fn optimizer_steps_become_iterations_with_their_collectives() {
         for (k, (_, end_ns)) in ends.iter().enumerate() {
             let got = end_ns.saturating_sub(ends[0].1) as f64 / 1e3;
             let want = opt[k + 1].1 - opt[1].1;
-            assert!((got - want).abs() < 1.0, "rank {rank} iteration {k}: {got} vs {want} (base {base})");
+            assert!(
+                (got - want).abs() < 1.0,
+                "rank {rank} iteration {k}: {got} vs {want} (base {base})"
+            );
         }
         // DDP's gradient all-reduce happens inside every iteration.
         assert!(

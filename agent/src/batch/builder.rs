@@ -79,7 +79,11 @@ impl BatchBuilder {
             .or_insert_with(|| {
                 self.ranks.push(proto::RankEvents {
                     identity: Some(stream.identity.clone()),
-                    trace_id: stream.trace.as_ref().map(|t| t.0.clone()).unwrap_or_default(),
+                    trace_id: stream
+                        .trace
+                        .as_ref()
+                        .map(|t| t.0.clone())
+                        .unwrap_or_default(),
                     ..Default::default()
                 });
                 (self.ranks.len() - 1, HashSet::new())
@@ -122,7 +126,11 @@ impl BatchBuilder {
         let (index, defined) = self.by_stream.entry(stream.id).or_insert_with(|| {
             self.ranks.push(proto::RankEvents {
                 identity: Some(stream.identity.clone()),
-                trace_id: stream.trace.as_ref().map(|t| t.0.clone()).unwrap_or_default(),
+                trace_id: stream
+                    .trace
+                    .as_ref()
+                    .map(|t| t.0.clone())
+                    .unwrap_or_default(),
                 ..Default::default()
             });
             (self.ranks.len() - 1, HashSet::new())

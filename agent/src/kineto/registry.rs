@@ -25,6 +25,10 @@ pub const MAX_TRACES: usize = 4096;
 /// A process silent this long is forgotten (libkineto polls about 1/s).
 pub const PROCESS_TTL_NS: u64 = 60_000_000_000;
 
+/// Trace length for an iteration request where libkineto ignores the
+/// iteration form (see [`Registry::poll`]).
+pub const ITERATION_FALLBACK_MS: u64 = 2000;
+
 /// How long or how many iterations to trace.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum TraceMode {
@@ -179,8 +183,14 @@ impl Registry {
                 iterations,
                 roundup,
             } => (
+                // The duration is a fallback: the CPU build of libkineto in
+                // torch 2.15 ignores the iteration form and traces for
+                // ACTIVITIES_DURATION_MSECS (default 500 ms) from the poll.
+                // Ranks poll up to ~1 s apart, so 2 s windows overlap by
+                // about a second, from which the collector keeps the same
+                // iterations on every rank.
                 format!(
-                    "PROFILE_START_ITERATION=0\nPROFILE_START_ITERATION_ROUNDUP={}\nACTIVITIES_ITERATIONS={iterations}",
+                    "PROFILE_START_ITERATION=0\nPROFILE_START_ITERATION_ROUNDUP={}\nACTIVITIES_ITERATIONS={iterations}\nACTIVITIES_DURATION_MSECS={ITERATION_FALLBACK_MS}",
                     roundup.max(1)
                 ),
                 iterations,

@@ -10,7 +10,7 @@
 //! panics on what the server sends.
 
 use bytes::Bytes;
-use http_body_util::{BodyExt, Empty};
+use http_body_util::{BodyExt, Full};
 use hyper::{Request, StatusCode, Uri};
 use hyper_rustls::HttpsConnector;
 use hyper_util::client::legacy::{connect::HttpConnector, Client};
@@ -27,24 +27,24 @@ const BODY_QUOTE_CHARS: usize = 200;
 pub enum HttpError {
     #[error("invalid URL {url:?}: {reason}")]
     InvalidUrl { url: String, reason: String },
-    #[error("GET {url} failed: {reason}")]
+    #[error("{url} failed: {reason}")]
     Request { url: String, reason: String },
-    #[error("GET {url} timed out after {timeout_ms} ms")]
+    #[error("{url} timed out after {timeout_ms} ms")]
     Timeout { url: String, timeout_ms: u128 },
-    #[error("GET {url}: HTTP {status}: {message}")]
+    #[error("{url}: HTTP {status}: {message}")]
     Status {
         url: String,
         status: u16,
         message: String,
     },
-    #[error("GET {url}: the response is not the expected JSON: {reason}")]
+    #[error("{url}: the response is not the expected JSON: {reason}")]
     Decode { url: String, reason: String },
 }
 
 /// HTTP/1 client with a per-request timeout.
 #[derive(Debug, Clone)]
 pub struct HttpClient {
-    client: Client<HttpsConnector<HttpConnector>, Empty<Bytes>>,
+    client: Client<HttpsConnector<HttpConnector>, Full<Bytes>>,
     timeout: Duration,
     /// `authorization` header value, when a token is configured.
     auth: Option<String>,
@@ -106,20 +106,56 @@ impl HttpClient {
         })
     }
 
+    /// POSTs `body` (JSON) to `url` and decodes a 2xx JSON answer as `T`.
+    pub async fn post_json<T: DeserializeOwned>(
+        &self,
+        url: &str,
+        body: &serde_json::Value,
+    ) -> Result<T, HttpError> {
+        let bytes = Bytes::from(body.to_string());
+        let (status, body) = self.send(hyper::Method::POST, url, bytes).await?;
+        if !status.is_success() {
+            return Err(HttpError::Status {
+                url: url.to_string(),
+                status: status.as_u16(),
+                message: error_message(status, &body),
+            });
+        }
+        serde_json::from_slice(&body).map_err(|e| HttpError::Decode {
+            url: url.to_string(),
+            reason: e.to_string(),
+        })
+    }
+
     /// GETs `url`: the status and the whole body.
     pub async fn get(&self, url: &str) -> Result<(StatusCode, Bytes), HttpError> {
+        self.send(hyper::Method::GET, url, Bytes::new()).await
+    }
+
+    async fn send(
+        &self,
+        method: hyper::Method,
+        url: &str,
+        body: Bytes,
+    ) -> Result<(StatusCode, Bytes), HttpError> {
         let uri: Uri =
             url.parse()
                 .map_err(|e: hyper::http::uri::InvalidUri| HttpError::InvalidUrl {
                     url: url.to_string(),
                     reason: e.to_string(),
                 })?;
-        let mut request = Request::get(uri).header(hyper::header::ACCEPT, "application/json");
+        let mut request = Request::builder()
+            .method(method.clone())
+            .uri(uri)
+            .header(hyper::header::ACCEPT, "application/json");
+        if method == hyper::Method::POST {
+            request = request.header(hyper::header::CONTENT_TYPE, "application/json");
+        }
         if let Some(auth) = &self.auth {
             request = request.header(hyper::header::AUTHORIZATION, auth.as_str());
         }
         let request = request
-            .body(Empty::<Bytes>::new())
+            .body(Full::new(body))
             .map_err(|e| HttpError::InvalidUrl {
                 url: url.to_string(),
                 reason: e.to_string(),

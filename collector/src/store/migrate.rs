@@ -314,6 +314,7 @@ mod tests {
             (4, "0004_telemetry", "fnv1a64:dbefe69e1eaa8369"),
             (5, "0005_alerts", "fnv1a64:827c4ed844c70367"),
             (6, "0006_kernel_launches", "fnv1a64:86ffd72a04181f6d"),
+            (7, "0007_traces", "fnv1a64:102649c071e43cba"),
         ];
         let actual: Vec<(u32, &str, String)> = MIGRATIONS
             .iter()

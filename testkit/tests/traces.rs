@@ -1,0 +1,343 @@
+//! Kineto traces on request, end to end: a plain torchrun job (no rankscope
+//! code, no profiler code, `KINETO_USE_DAEMON=1`) next to a real agent,
+//! collector and ClickHouse; `rankscope trace` asks the collector, the
+//! collector's control stream carries the request to the agent, libkineto
+//! writes the trace, the agent parses it and sends it through the uplink,
+//! and the collector stores it and marks the rank `imported`.
+//!
+//! These tests serve libkineto's fixed abstract socket name `dynolog`, so
+//! they run one at a time (a mutex; cargo runs test binaries one after the
+//! other). Needs the venv of `make py` and the `rankscope` binary.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::Stack;
+
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+fn rankscope_bin() -> PathBuf {
+    let exe = std::env::current_exe().expect("test exe");
+    let bin = exe
+        .parent()
+        .and_then(Path::parent)
+        .expect("target dir")
+        .join("rankscope");
+    assert!(bin.exists(), "{} was not built", bin.display());
+    bin
+}
+
+/// A stack whose agent serves `@dynolog` and writes traces under its dir.
+async fn stack() -> Stack {
+    let mut s = Stack::start_without_agent().await;
+    let mut cfg = common::agent_config(&format!("http://{}", s.grpc_addr()), s.dir.path());
+    cfg.trace_dir = s.dir.path().join("traces").to_string_lossy().into_owned();
+    // A previous test's agent frees the name as its runtime winds down.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let a = rankscope_agent::start(cfg.clone()).await.expect("agent");
+        if a.kineto_listening() {
+            s.agent = Some(a);
+            return s;
+        }
+        a.shutdown().await;
+        assert!(
+            Instant::now() < deadline,
+            "the agent could not serve @dynolog: is a dynolog or another rankscope agent (make up) running?"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// A plain 2-rank torchrun DDP job on gloo, `KINETO_USE_DAEMON=1`.
+fn launch(job: &str, steps: u32) -> Child {
+    Command::new(rankscope_testkit::venv_python())
+        .args([
+            "-m",
+            "torch.distributed.run",
+            "--nproc-per-node",
+            "2",
+            "--master-port",
+        ])
+        .arg(rankscope_testkit::free_port().to_string())
+        .arg(rankscope_testkit::workspace_root().join("python/tests/workloads/ddp_train.py"))
+        .args(["--steps", &steps.to_string(), "--step-ms", "30"])
+        .env("KINETO_USE_DAEMON", "1")
+        .env("RANKSCOPE_JOB_ID", job)
+        .env("OMP_NUM_THREADS", "1")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("torchrun")
+}
+
+/// Waits until the agent attributed `n` libkineto processes to `job` and
+/// the collector knows them (a request no longer answers 404).
+async fn wait_for_processes(stack: &Stack, job: &str, n: usize) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let agent = stack.agent.as_ref().expect("agent");
+    while agent
+        .kineto_processes()
+        .iter()
+        .filter(|(_, id)| id.job_id == job)
+        .count()
+        < n
+    {
+        assert!(
+            Instant::now() < deadline,
+            "the ranks never polled the agent"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+fn cli(stack: &Stack, args: &[&str]) -> std::process::Output {
+    Command::new(rankscope_bin())
+        .arg("--collector")
+        .arg(format!("http://{}", stack.http_addr()))
+        .args(args)
+        .output()
+        .expect("rankscope runs")
+}
+
+/// Runs `rankscope trace ...` until the collector knows the job's
+/// processes (their first report follows the agent's next tick).
+fn trace_cli(stack: &Stack, args: &[&str]) -> std::process::Output {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let out = cli(stack, args);
+        let err = String::from_utf8_lossy(&out.stderr);
+        if out.status.success() || !err.contains("not found") || Instant::now() > deadline {
+            return out;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+fn query(stack: &Stack, sql: &str) -> String {
+    stack
+        .clickhouse
+        .query(&sql.replace("{db}", &stack.database))
+        .expect("query")
+}
+
+/// (step, end_ns) of every complete step of `rank`.
+fn step_ends(stack: &Stack, job: &str, rank: u32) -> Vec<(u64, u64)> {
+    query(
+        stack,
+        &format!(
+            "SELECT step, max(ts_ns) FROM {{db}}.steps WHERE job_id = '{job}' AND rank = {rank} \
+             GROUP BY step HAVING countIf(kind = 'begin') = 1 AND countIf(kind = 'end') = 1 ORDER BY step"
+        ),
+    )
+    .lines()
+    .map(|l| {
+        let mut it = l.split('\t').map(|x| x.parse::<u64>().expect("number"));
+        (it.next().unwrap(), it.next().unwrap())
+    })
+    .collect()
+}
+
+fn kill(mut child: Child) {
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_rank_of_a_plain_torch_job_is_traced_on_the_same_iterations_and_imported() {
+    let _serial = SERIAL.lock().await;
+    let stack = stack().await;
+    let job = "traced-plain";
+
+    // Bad input first: clear 4xx messages.
+    let out = cli(&stack, &["trace", "--job", "nobody", "--iterations", "2"]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("404") && err.contains("not found"), "{err}");
+    let out = cli(&stack, &["trace", "--job", job]);
+    assert!(
+        !out.status.success(),
+        "neither --duration-ms nor --iterations"
+    );
+
+    let child = launch(job, 600);
+    wait_for_processes(&stack, job, 2).await;
+    let out = cli(
+        &stack,
+        &["trace", "--job", job, "--rank", "7", "--iterations", "2"],
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("rank 7 is out of range"), "{err}");
+
+    let out = trace_cli(
+        &stack,
+        &[
+            "trace",
+            "--job",
+            job,
+            "--iterations",
+            "2",
+            "--wait",
+            "90",
+            "--format",
+            "json",
+        ],
+    );
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "{text}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let rows: Vec<serde_json::Value> = serde_json::from_str(&text).expect("json rows");
+    assert_eq!(rows.len(), 2, "{text}");
+    for r in &rows {
+        assert_eq!(r["state"], "imported", "{r}");
+        assert_eq!(r["node"], "e2e-node", "{r}");
+        assert_eq!(r["iterations"], 2, "{r}");
+        assert!(r["events"].as_u64().unwrap() > 0, "{r}");
+    }
+    kill(child);
+
+    // Both ranks hold the same two iterations, under the same step numbers:
+    // the same iteration ends at (nearly) the same time on both ranks (the
+    // gradient all-reduce joins them), far closer than one iteration apart.
+    let r0 = step_ends(&stack, job, 0);
+    let r1 = step_ends(&stack, job, 1);
+    assert_eq!(r0.len(), 2, "rank 0 steps {r0:?}");
+    let steps0: Vec<u64> = r0.iter().map(|s| s.0).collect();
+    let steps1: Vec<u64> = r1.iter().map(|s| s.0).collect();
+    assert_eq!(steps0, steps1, "same steps on both ranks");
+    let period = r0[1].1.abs_diff(r0[0].1);
+    for (a, b) in r0.iter().zip(&r1) {
+        assert!(
+            a.1.abs_diff(b.1) < period / 2,
+            "step {}: ends {} ns apart, an iteration is {period} ns",
+            a.0,
+            a.1.abs_diff(b.1)
+        );
+    }
+    // The imported events are queryable by job and rank.
+    for rank in [0, 1] {
+        let n: u64 = query(
+            &stack,
+            &format!(
+                "SELECT count() FROM {{db}}.collectives WHERE job_id = '{job}' AND rank = {rank}"
+            ),
+        )
+        .trim()
+        .parse()
+        .unwrap();
+        assert!(n > 0, "rank {rank}: no collectives");
+    }
+    let steps = stack
+        .api_poll(&format!("/api/v1/jobs/{job}/steps"), "steps", |r| {
+            r.len() >= 4
+        })
+        .await;
+    assert!(steps.len() >= 4, "{steps:?}");
+
+    // `rankscope traces` lists them, and the API says the same per trace.
+    let out = cli(&stack, &["traces", "--job", job]);
+    let table = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && table.matches("imported").count() == 2,
+        "{table}"
+    );
+    stack.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_duration_request_for_one_rank_traces_only_that_rank() {
+    let _serial = SERIAL.lock().await;
+    let stack = stack().await;
+    let job = "traced-one";
+    let child = launch(job, 600);
+    wait_for_processes(&stack, job, 2).await;
+    let out = trace_cli(
+        &stack,
+        &[
+            "trace",
+            "--job",
+            job,
+            "--rank",
+            "1",
+            "--duration-ms",
+            "400",
+            "--wait",
+            "90",
+            "--format",
+            "json",
+        ],
+    );
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "{text}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let rows: Vec<serde_json::Value> = serde_json::from_str(&text).expect("json rows");
+    assert_eq!(rows.len(), 1, "{text}");
+    assert_eq!(
+        (rows[0]["rank"].as_u64(), rows[0]["state"].as_str()),
+        (Some(1), Some("imported"))
+    );
+    kill(child);
+    assert!(
+        step_ends(&stack, job, 0).is_empty(),
+        "rank 0 was not traced"
+    );
+    assert!(!step_ends(&stack, job, 1).is_empty(), "rank 1 was");
+    let traced = stack.agent.as_ref().unwrap().traces();
+    assert_eq!(traced.len(), 1, "{traced:?}");
+    stack.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rank_whose_process_exits_before_capturing_is_failed_with_the_reason() {
+    let _serial = SERIAL.lock().await;
+    let stack = stack().await;
+    let job = "traced-exit";
+    let mut child = launch(job, 100);
+    wait_for_processes(&stack, job, 2).await;
+    // A one-minute trace of a job that ends within seconds.
+    let out = trace_cli(
+        &stack,
+        &[
+            "trace",
+            "--job",
+            job,
+            "--rank",
+            "0",
+            "--duration-ms",
+            "60000",
+        ],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // libkineto (torch 2.15, CPU build) may crash the process at exit while
+    // an on-demand trace runs: gone either way.
+    let _ = child.wait();
+    let deadline = Instant::now() + Duration::from_secs(90);
+    loop {
+        let v = stack.api_get(&format!("/api/v1/jobs/{job}/traces")).await;
+        let r = &v["traces"][0];
+        if r["state"] == "failed" {
+            let reason = r["reason"].as_str().unwrap_or_default();
+            assert!(
+                reason.contains("exited before") || reason.contains("ended before"),
+                "{reason}"
+            );
+            break;
+        }
+        assert!(Instant::now() < deadline, "never failed: {v}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    stack.stop().await;
+}
