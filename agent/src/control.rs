@@ -67,6 +67,10 @@ struct Parsed {
     trace: RankTrace,
     data: rankscope_kineto::ImportedRank,
     status: proto::TraceStatus,
+    /// Operator summary per iteration (index into the trace's iterations).
+    ops: Vec<rankscope_kineto::OpStat>,
+    /// The trace's own number of each iteration.
+    numbers: Vec<u64>,
 }
 
 fn now_ns() -> u64 {
@@ -128,7 +132,12 @@ impl Control {
                 tokio::select! {
                     _ = stop.changed() => return,
                     msg = inbound.message() => match msg {
-                        Ok(Some(cmd)) => self.command(cmd, &mut parsed),
+                        Ok(Some(cmd)) => {
+                            if let Some(r) = self.command(cmd, &mut parsed) {
+                                if out_tx.send(r).await.is_err() { break; }
+                                last_sent = tokio::time::Instant::now();
+                            }
+                        }
                         Ok(None) | Err(_) => break,
                     },
                     Some((trace, result)) = parse_rx.recv() => {
@@ -199,10 +208,16 @@ impl Control {
             traces,
             processes: self.processes(),
             processes_snapshot: true,
+            trace_ops: Vec::new(),
         }
     }
 
-    fn command(&self, cmd: proto::ControlCommand, parsed: &mut HashMap<(String, u32), Parsed>) {
+    /// Acts on a command; an import answers with the trace's operator summary.
+    fn command(
+        &self,
+        cmd: proto::ControlCommand,
+        parsed: &mut HashMap<(String, u32), Parsed>,
+    ) -> Option<proto::AgentReport> {
         match cmd.command {
             Some(proto::control_command::Command::Trace(t)) => {
                 let mode = if t.iterations > 0 {
@@ -221,15 +236,21 @@ impl Control {
                     // This node's clock: the request lives trace_request_ttl_ms from now.
                     requested_at_ns: now_ns(),
                 });
+                None
             }
             Some(proto::control_command::Command::Import(i)) => {
-                let Some(p) = parsed.remove(&(i.trace_id.clone(), i.rank)) else {
+                let Some(mut p) = parsed.remove(&(i.trace_id.clone(), i.rank)) else {
                     tracing::debug!(trace = %i.trace_id, rank = i.rank, "import order for a trace this node does not hold");
-                    return;
+                    return None;
                 };
+                let ops = trace_ops(&mut p, i.first_step, (i.keep_from, i.keep_steps));
                 self.import(p, i.first_step, (i.keep_from, i.keep_steps));
+                Some(proto::AgentReport {
+                    trace_ops: vec![ops],
+                    ..Default::default()
+                })
             }
-            None => {}
+            None => None,
         }
     }
 
@@ -269,6 +290,11 @@ impl Control {
                 .map_err(|e| e.to_string())
                 .map(|data| {
                     let (ends, numbered) = iteration_ends(&data);
+                    let (windows, numbers) = iterations(&data);
+                    let ops = rankscope_kineto::op_summary(&t.path, &windows).unwrap_or_else(|e| {
+                        tracing::warn!(error = %e, "no operator summary for the trace");
+                        Vec::new()
+                    });
                     let status = proto::TraceStatus {
                         trace_id: t.trace_id.clone(),
                         job_id: t.job_id.clone(),
@@ -286,6 +312,8 @@ impl Control {
                         trace: t.clone(),
                         data,
                         status,
+                        ops,
+                        numbers,
                     }
                 });
             let _ = tx.blocking_send((t, result));
@@ -407,6 +435,65 @@ fn select_events(
             kept.then_some(e)
         })
         .collect()
+}
+
+/// Time window and own number of each iteration of a parsed trace.
+fn iterations(data: &rankscope_kineto::ImportedRank) -> (Vec<(u64, u64)>, Vec<u64>) {
+    let (mut windows, mut numbers) = (Vec::new(), Vec::new());
+    let mut begin = None;
+    for e in &data.events {
+        match &e.kind {
+            Some(proto::event::Kind::StepBegin(b)) => begin = Some(b.ts_ns),
+            Some(proto::event::Kind::StepEnd(x)) => {
+                if let Some(b) = begin.take() {
+                    windows.push((b, x.ts_ns.max(b)));
+                    numbers.push(x.step);
+                }
+            }
+            _ => {}
+        }
+    }
+    (windows, numbers)
+}
+
+/// The operator summary of an imported trace, by the steps it was stored
+/// under: iteration k is step `first_step + k` (a plain rank; only the
+/// kept steps), the trace's own number (ProfilerStep#N) or k (an SDK rank,
+/// whose trace steps are not stored).
+fn trace_ops(p: &mut Parsed, first_step: i64, keep: (i64, u64)) -> proto::TraceOps {
+    let (sdk, numbered) = (p.trace.sdk, p.status.numbered);
+    let ops = std::mem::take(&mut p.ops)
+        .into_iter()
+        .filter_map(|o| {
+            let k = i64::try_from(o.iteration).ok()?;
+            let step = if sdk {
+                k
+            } else if numbered {
+                i64::try_from(*p.numbers.get(o.iteration)?).ok()?
+            } else {
+                let s = first_step.checked_add(k)?;
+                let kept = s >= 0
+                    && (keep.1 == 0 || (s >= keep.0 && s < keep.0 + i64::try_from(keep.1).ok()?));
+                if !kept {
+                    return None;
+                }
+                s
+            };
+            Some(proto::OpStat {
+                step,
+                category: o.category.to_owned(),
+                name: o.name,
+                calls: o.calls,
+                self_ns: o.self_ns,
+            })
+        })
+        .collect();
+    proto::TraceOps {
+        trace_id: p.trace.trace_id.clone(),
+        job_id: p.trace.job_id.clone(),
+        rank: p.trace.rank,
+        ops,
+    }
 }
 
 /// End time of each iteration of a parsed trace, and whether the trace

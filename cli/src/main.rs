@@ -111,6 +111,9 @@ enum Command {
     Trace(TraceArgs),
     /// Kineto traces of a job, per rank: requested, delivered, captured, imported or failed.
     Traces(TracesArgs),
+    /// Compare a traced straggler with its traced peers: per kernel category and
+    /// operator, time per iteration, the largest differences first.
+    TraceDiff(TraceDiffArgs),
     /// Run a training command with every Python rank it starts instrumented
     /// (no change to the script): `rankscope run -- torchrun ... train.py`.
     Run(RunArgs),
@@ -162,6 +165,26 @@ struct TraceArgs {
     /// Wait up to SECS for every rank to be imported or failed; exit 1 unless all imported.
     #[arg(long, value_name = "SECS")]
     wait: Option<u64>,
+    /// Output format.
+    #[arg(long, value_enum, default_value_t = OutputFormat::Table)]
+    format: OutputFormat,
+}
+
+#[derive(Debug, Args)]
+struct TraceDiffArgs {
+    /// The job.
+    #[arg(long)]
+    job: String,
+    /// The trace (`rankscope traces --job J`, or the straggler's `trace` column).
+    #[arg(long)]
+    trace: String,
+    /// The rank to compare with the others; default: the straggler the
+    /// trace was made for, else the rank with the most time per iteration.
+    #[arg(long)]
+    rank: Option<u32>,
+    /// Rows to show (the largest differences).
+    #[arg(long, default_value_t = 20)]
+    top: usize,
     /// Output format.
     #[arg(long, value_enum, default_value_t = OutputFormat::Table)]
     format: OutputFormat,
@@ -492,6 +515,20 @@ async fn run(cli: Cli) -> Result<()> {
                     .collect();
                 bail!("trace {id} not imported on every rank: {}", open.join(", "));
             }
+            Ok(())
+        }
+        Command::TraceDiff(a) => {
+            use rankscope_cli::query::traces;
+            let d = traces::diff(&http(), &cli.collector, &a.job, &a.trace, a.rank).await?;
+            let mut rows = d["rows"].as_array().cloned().unwrap_or_default();
+            rows.truncate(a.top);
+            if a.format == OutputFormat::Table {
+                println!(
+                    "trace {}: rank {} vs ranks {} over {} iteration(s), per iteration",
+                    a.trace, d["subject_rank"], d["peer_ranks"], d["subject_iterations"]
+                );
+            }
+            print!("{}", columns::render(&rows, traces::DIFF, a.format));
             Ok(())
         }
         Command::Traces(a) => {

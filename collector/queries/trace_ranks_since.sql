@@ -15,7 +15,8 @@ SELECT
     argMax(first_step, updated_at_ns) AS first_step,
     argMax(steps, updated_at_ns) AS steps,
     argMax(events, updated_at_ns) AS events,
-    argMax(pid, updated_at_ns) AS pid
+    argMax(pid, updated_at_ns) AS pid,
+    any(subject) AS subject
 FROM trace_ranks
 WHERE requested_at_ns >= ?
 GROUP BY job_id, trace_id, rank

@@ -20,7 +20,8 @@ CREATE TABLE IF NOT EXISTS trace_ranks
     first_step Int64,
     steps UInt64,
     events UInt64,
-    pid Int32
+    pid Int32,
+    subject Int64
 )
 ENGINE = MergeTree()
 PARTITION BY toYYYYMMDD(toDateTime(intDiv(requested_at_ns, 1000000000), 'UTC'))

@@ -65,6 +65,7 @@ pub fn router(state: ApiState) -> Router {
             "/api/v1/jobs/{job}/traces",
             post(traces::request).get(traces::list),
         )
+        .route("/api/v1/jobs/{job}/traces/{trace}/diff", get(traces::diff))
         .route("/api/v1/alerts", get(alerts::alerts))
         .route_layer(axum::middleware::from_fn_with_state(
             state.clone(),

@@ -173,6 +173,7 @@ pub async fn start(cfg: Config) -> Result<Collector, StartError> {
             alerts: Some(alerts.clone()),
             gauges: gauges.clone(),
             hang_after_secs: cfg.alerts.rules.hang.hang_after_secs,
+            traces: Some(trace_hub.clone()),
         },
         writer.clone(),
         wait_for(shutdown_rx.clone()),

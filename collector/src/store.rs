@@ -40,7 +40,7 @@ pub use migrate::{split_statements, Migration, MIGRATIONS};
 pub use read::{JobRow, StepTimeRow};
 pub use rows::{
     AlertRow, BatchRow, BreakdownRow, CollectiveRow, HangRow, KernelRow, LaunchRow, RankRow,
-    RowSet, SpanRow, StepRow, Text, TraceRankRow, VerdictRow,
+    RowSet, SpanRow, StepRow, Text, TraceOpRow, TraceRankRow, VerdictRow,
 };
 pub use writer::{
     spawn_writer, TableCounters, WriteError, WriteOutcome, WriterConfig, WriterHandle,
@@ -184,11 +184,12 @@ pub enum Table {
     StragglerEvidence,
     KernelLaunches,
     TraceRanks,
+    TraceOps,
 }
 
 impl Table {
     /// Every table (the writer stores `ingest_batches` after the event tables).
-    pub const ALL: [Table; 17] = [
+    pub const ALL: [Table; 18] = [
         Table::Steps,
         Table::Spans,
         Table::Collectives,
@@ -206,6 +207,7 @@ impl Table {
         Table::StragglerEvidence,
         Table::KernelLaunches,
         Table::TraceRanks,
+        Table::TraceOps,
     ];
 
     /// The table's name in ClickHouse.
@@ -228,6 +230,7 @@ impl Table {
             Table::StragglerEvidence => "straggler_evidence",
             Table::KernelLaunches => "kernel_launches",
             Table::TraceRanks => "trace_ranks",
+            Table::TraceOps => "trace_ops",
         }
     }
 
@@ -249,6 +252,7 @@ impl Table {
                 | Table::StragglerEvidence
                 | Table::KernelLaunches
                 | Table::TraceRanks
+                | Table::TraceOps
         )
     }
 }

@@ -263,6 +263,8 @@ pub struct Outputs {
     /// A rank silent this long while others end steps is a suspected hang
     /// (`alerts.rules.hang.hang_after_secs`).
     pub hang_after_secs: u64,
+    /// Automatic Kineto traces (`[traces.auto]`); `None`: none.
+    pub traces: Option<crate::traces::TraceHub>,
 }
 
 impl Outputs {
@@ -493,6 +495,12 @@ fn collect(
         metrics.verdict_changes.fetch_add(1, Relaxed);
         let cleared = matches!(change, VerdictChange::Cleared(_));
         let v = change.verdict();
+        // A new straggler: an automatic trace of it and two healthy peers
+        // (`[traces.auto]`); its id goes into the alert's evidence.
+        let auto_trace = match (&change, &outputs.traces) {
+            (VerdictChange::Activated(_), Some(hub)) => hub.auto(job, v.rank, "straggler"),
+            _ => None,
+        };
         let key = (v.rank, v.first_step);
         let first_seen_ns = *entry.first_seen.entry(key).or_insert(now);
         if cleared {
@@ -519,6 +527,14 @@ fn collect(
             metrics.verdict_evidence.fetch_add(1, Relaxed);
             hardware = row.evidence.clone();
             rows.telemetry.evidence.push(row);
+        }
+        if let Some(id) = auto_trace {
+            if !hardware.is_empty() {
+                hardware.push_str("; ");
+            }
+            hardware.push_str(&format!(
+                "kineto trace {id} requested (rankscope trace-diff --job {job} --trace {id})"
+            ));
         }
         outputs
             .gauges
@@ -574,6 +590,9 @@ fn collect(
     }
     for h in out.hangs {
         metrics.hang_suspects.fetch_add(1, Relaxed);
+        if let Some(hub) = outputs.traces.as_ref().filter(|t| t.config().auto.on_hang) {
+            hub.auto(job, h.rank, "hang");
+        }
         outputs.alert(AlertInput::RankHang {
             job: job.to_owned(),
             rank: h.rank,

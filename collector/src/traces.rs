@@ -41,7 +41,7 @@ use rankscope_proto::v1 as proto;
 use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc;
 
-use crate::store::{RowSet, Store, TraceRankRow, WriterHandle};
+use crate::store::{RowSet, Store, TraceOpRow, TraceRankRow, WriterHandle};
 
 /// `[traces]` of the collector's configuration.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -158,6 +158,9 @@ pub struct NewTrace {
     pub mode: TraceMode,
     /// `manual` or `auto:<why>`.
     pub origin: String,
+    /// The rank the trace is about (a straggler), compared with the others
+    /// by `trace-diff`.
+    pub subject: Option<u32>,
 }
 
 /// Why a request was refused.
@@ -200,6 +203,13 @@ pub struct TraceRankView {
     pub events: u64,
     /// pid of the traced process (0 until delivered).
     pub pid: i32,
+    /// The rank the trace is about (-1: none named).
+    #[serde(default = "no_subject")]
+    pub subject: i64,
+}
+
+fn no_subject() -> i64 {
+    -1
 }
 
 /// States a rank moves through, in order (failed can follow any).
@@ -253,6 +263,42 @@ struct Book {
     agents: HashMap<u64, AgentConn>,
     next_agent: u64,
     next_trace: u64,
+    /// Times of the automatic traces of each job in the last hour.
+    auto: HashMap<String, Vec<u64>>,
+}
+
+/// One row of a trace diff (see [`TraceHub::diff`]).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DiffRow {
+    /// `category` (a whole category) or `op` (one operator or kernel).
+    pub level: String,
+    pub category: String,
+    /// Operator or kernel name ("" for a category row).
+    pub name: String,
+    pub subject_calls_per_iter: f64,
+    pub subject_ns_per_iter: f64,
+    /// Mean over the peers.
+    pub peers_calls_per_iter: f64,
+    pub peers_ns_per_iter: f64,
+    /// subject - peers, ns per iteration.
+    pub diff_ns_per_iter: f64,
+    /// `subject` or `peers` when only one side ran it, else "".
+    pub only_on: String,
+}
+
+/// A trace diff: the subject rank against the trace's other ranks.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TraceDiff {
+    pub job_id: String,
+    pub trace_id: String,
+    pub subject_rank: u32,
+    pub peer_ranks: Vec<u32>,
+    /// Iterations the subject's trace holds.
+    pub subject_iterations: u64,
+    /// Where the subject spends the most time more than its peers first
+    /// (what makes it slow), down to where it spends the least (e.g. the
+    /// peers' wait for it).
+    pub rows: Vec<DiffRow>,
 }
 
 /// Counters of the hub (exported with the collector's metrics).
@@ -441,6 +487,7 @@ impl TraceHub {
                         steps: 0,
                         events: 0,
                         pid: 0,
+                        subject: req.subject.map_or(-1, i64::from),
                     },
                 );
             }
@@ -466,6 +513,257 @@ impl TraceHub {
         tracing::info!(job = %req.job, trace = %views[0].trace_id, ranks = views.len(), origin = %req.origin, "trace requested");
         self.persist(&views);
         Ok(views)
+    }
+
+    /// Requests an automatic trace of `rank` of `job` and up to
+    /// `auto.peers` other ranks with libkineto processes, unless the job is
+    /// in its cooldown or over its hourly cap, or no agent sees a libkineto
+    /// process of that rank. Returns the trace id at once (the request is
+    /// stored and sent on a task).
+    pub fn auto(&self, job: &str, rank: u32, why: &str) -> Option<String> {
+        let a = &self.cfg.auto;
+        if !a.enabled {
+            return None;
+        }
+        let now = now_ns();
+        let (trace_id, views, txs) = {
+            let mut book = self.book();
+            let hour = 3_600_000_000_000u64;
+            let recent = book.auto.entry(job.to_owned()).or_default();
+            recent.retain(|t| now.saturating_sub(*t) < hour);
+            let cooling = recent.last().is_some_and(|t| {
+                now.saturating_sub(*t) < a.cooldown_secs.saturating_mul(1_000_000_000)
+            });
+            if cooling || recent.len() >= a.max_per_hour as usize {
+                return None;
+            }
+            let mut ranks: BTreeSet<u32> = book
+                .agents
+                .values()
+                .flat_map(|c| &c.processes)
+                .filter(|p| p.job_id == job)
+                .map(|p| p.rank)
+                .collect();
+            if !ranks.remove(&rank) {
+                tracing::debug!(
+                    job,
+                    rank,
+                    "no libkineto process of the rank polls an agent: no automatic trace"
+                );
+                return None;
+            }
+            let mut targets = vec![rank];
+            // Healthy peers: the ranks nearest to it (the same node first, usually).
+            let mut others: Vec<u32> = ranks.into_iter().collect();
+            others.sort_by_key(|r| (r.abs_diff(rank), *r));
+            targets.extend(others.into_iter().take(a.peers as usize));
+            targets.sort_unstable();
+            if let Some(v) = book.auto.get_mut(job) {
+                v.push(now);
+            }
+            book.next_trace += 1;
+            let trace_id = format!("tr-{}-{}", now / 1_000_000, book.next_trace);
+            let mode = TraceMode::Iterations {
+                iterations: a.iterations,
+                roundup: self.cfg.iteration_roundup,
+            };
+            let origin = format!("auto:{why}");
+            let mut t = Trace {
+                job: job.to_owned(),
+                mode,
+                origin: origin.clone(),
+                requested_at_ns: now,
+                asked: targets.clone(),
+                ranks: BTreeMap::new(),
+                waiting: BTreeMap::new(),
+                clock: None,
+                keep: (0, 0),
+                job_max_step: None,
+            };
+            for r in targets {
+                t.ranks.insert(
+                    r,
+                    TraceRankView {
+                        trace_id: trace_id.clone(),
+                        job_id: job.to_owned(),
+                        rank: r,
+                        node: String::new(),
+                        state: "requested".into(),
+                        reason: String::new(),
+                        origin: origin.clone(),
+                        requested_at_ns: now,
+                        updated_at_ns: now,
+                        iterations: a.iterations,
+                        duration_ms: 0,
+                        first_step: -1,
+                        steps: 0,
+                        events: 0,
+                        pid: 0,
+                        subject: i64::from(rank),
+                    },
+                );
+            }
+            let cmd = command_of(&trace_id, &t);
+            let views: Vec<TraceRankView> = t.ranks.values().cloned().collect();
+            book.traces.insert(trace_id.clone(), t);
+            trim(&mut book, self.cfg.max_traces);
+            let txs: Vec<_> = book
+                .agents
+                .values()
+                .map(|c| (c.tx.clone(), cmd.clone()))
+                .collect();
+            (trace_id, views, txs)
+        };
+        for (tx, cmd) in txs {
+            self.send(&tx, cmd);
+        }
+        self.metrics
+            .requested
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        tracing::info!(job, rank, trace = %trace_id, why, "automatic trace requested");
+        self.persist(&views);
+        // The job's highest stored step numbers the trace's iterations.
+        let (hub, job, id) = (self.clone(), job.to_owned(), trace_id.clone());
+        tokio::spawn(async move {
+            if let Ok(max) = hub.store.job_max_step(&job).await {
+                if let Some(t) = hub.book().traces.get_mut(&id) {
+                    if t.clock.is_none() {
+                        t.job_max_step = max;
+                    }
+                }
+            }
+        });
+        Some(trace_id)
+    }
+
+    /// The newest automatic trace of (job, rank) requested at or after `since_ns`.
+    pub fn auto_trace_of(&self, job: &str, rank: u32, since_ns: u64) -> Option<String> {
+        let book = self.book();
+        book.traces
+            .iter()
+            .filter(|(_, t)| {
+                t.job == job
+                    && t.origin.starts_with("auto:")
+                    && t.requested_at_ns >= since_ns
+                    && t.ranks
+                        .values()
+                        .next()
+                        .is_some_and(|v| v.subject == i64::from(rank))
+            })
+            .max_by_key(|(_, t)| t.requested_at_ns)
+            .map(|(id, _)| id.clone())
+    }
+
+    /// Compares the subject rank of a trace (`subject`, else the trace's own,
+    /// else the rank with the most time per iteration) with its other ranks:
+    /// per category and per operator / kernel, calls and self time per
+    /// iteration on each side (the peers' mean), the subject's largest
+    /// excess first (HTA's TraceDiff compares two traces' operators the
+    /// same way, by counts and durations per name:
+    /// `hta/analyzers/trace_diff.py`, v0.5.0).
+    pub async fn diff(
+        &self,
+        job: &str,
+        trace_id: &str,
+        subject: Option<u32>,
+    ) -> Result<TraceDiff, RequestError> {
+        let own_subject = {
+            let book = self.book();
+            let t = book.traces.get(trace_id).filter(|t| t.job == job);
+            t.and_then(|t| t.ranks.values().next())
+                .and_then(|v| u32::try_from(v.subject).ok())
+        };
+        let (ops, steps) = self
+            .store
+            .trace_ops(job, trace_id)
+            .await
+            .map_err(|e| RequestError::Unavailable(format!("query failed: {e}")))?;
+        if steps.is_empty() {
+            return Err(RequestError::NotFound(format!(
+                "trace {trace_id:?} of job {job:?} has no imported operator summary (not found, or not imported yet)"
+            )));
+        }
+        let steps: BTreeMap<u32, u64> = steps.into_iter().collect();
+        let per_iter =
+            |rank: u32, v: u64| v as f64 / steps.get(&rank).copied().unwrap_or(1).max(1) as f64;
+        let mut totals: BTreeMap<u32, f64> = BTreeMap::new();
+        for o in &ops {
+            *totals.entry(o.rank).or_default() += per_iter(o.rank, o.self_ns);
+        }
+        let subject = match subject.or(own_subject) {
+            Some(r) if steps.contains_key(&r) => r,
+            Some(r) => {
+                return Err(RequestError::Invalid(format!(
+                    "rank {r} is not in trace {trace_id:?} (its ranks: {:?})",
+                    steps.keys().collect::<Vec<_>>()
+                )))
+            }
+            None => *totals
+                .iter()
+                .max_by(|a, b| a.1.total_cmp(b.1))
+                .map(|(r, _)| r)
+                .unwrap_or(&0),
+        };
+        let peers: Vec<u32> = steps.keys().copied().filter(|r| *r != subject).collect();
+        if peers.is_empty() {
+            return Err(RequestError::Invalid(format!(
+                "trace {trace_id:?} holds only rank {subject}: nothing to compare it with"
+            )));
+        }
+        // (category, name) -> (subject calls, subject ns, peers' calls sum, peers' ns sum)
+        let mut rows: BTreeMap<(String, String), [f64; 4]> = BTreeMap::new();
+        for o in &ops {
+            for key in [
+                (o.category.clone(), o.name.clone()),
+                (o.category.clone(), String::new()),
+            ] {
+                let e = rows.entry(key).or_default();
+                let (c, n) = (per_iter(o.rank, o.calls), per_iter(o.rank, o.self_ns));
+                if o.rank == subject {
+                    e[0] += c;
+                    e[1] += n;
+                } else {
+                    e[2] += c;
+                    e[3] += n;
+                }
+            }
+        }
+        let np = peers.len() as f64;
+        let mut out: Vec<DiffRow> = rows
+            .into_iter()
+            .map(|((category, name), v)| {
+                let (pc, pn) = (v[2] / np, v[3] / np);
+                DiffRow {
+                    level: if name.is_empty() { "category" } else { "op" }.into(),
+                    category,
+                    name,
+                    subject_calls_per_iter: v[0],
+                    subject_ns_per_iter: v[1],
+                    peers_calls_per_iter: pc,
+                    peers_ns_per_iter: pn,
+                    diff_ns_per_iter: v[1] - pn,
+                    only_on: match (v[0] > 0.0, pc > 0.0) {
+                        (true, false) => "subject".into(),
+                        (false, true) => "peers".into(),
+                        _ => String::new(),
+                    },
+                }
+            })
+            .collect();
+        out.sort_by(|a, b| {
+            b.diff_ns_per_iter
+                .total_cmp(&a.diff_ns_per_iter)
+                .then_with(|| a.level.cmp(&b.level))
+                .then_with(|| a.name.cmp(&b.name))
+        });
+        Ok(TraceDiff {
+            job_id: job.to_owned(),
+            trace_id: trace_id.to_owned(),
+            subject_rank: subject,
+            peer_ranks: peers,
+            subject_iterations: steps.get(&subject).copied().unwrap_or(0),
+            rows: out,
+        })
     }
 
     /// Every (trace, rank) of `job`, newest trace first, then by rank.
@@ -532,8 +830,9 @@ impl TraceHub {
     }
 
     /// A report on control stream `id`.
-    pub(crate) async fn report(&self, id: u64, report: proto::AgentReport) {
+    pub(crate) async fn report(&self, id: u64, mut report: proto::AgentReport) {
         let now = now_ns();
+        let report_ops = std::mem::take(&mut report.trace_ops);
         let mut changed = Vec::new();
         {
             let mut book = self.book();
@@ -556,6 +855,7 @@ impl TraceHub {
                 let (iterations, duration_ms) = mode_fields(t.mode);
                 let origin = t.origin.clone();
                 let requested_at_ns = t.requested_at_ns;
+                let subject = t.ranks.values().next().map_or(-1, |v| v.subject);
                 let v = t.ranks.entry(s.rank).or_insert_with(|| TraceRankView {
                     trace_id: s.trace_id.clone(),
                     job_id: t.job.clone(),
@@ -572,6 +872,7 @@ impl TraceHub {
                     steps: 0,
                     events: 0,
                     pid: 0,
+                    subject,
                 });
                 let state = s.state.as_str();
                 let forward = state == "failed" || rank_of_state(state) > rank_of_state(&v.state);
@@ -609,7 +910,41 @@ impl TraceHub {
             }
         }
         self.persist(&changed);
+        self.store_ops(report_ops, now);
         self.align(now);
+    }
+
+    fn store_ops(&self, ops: Vec<proto::TraceOps>, now: u64) {
+        let rows: Vec<TraceOpRow> = ops
+            .into_iter()
+            .flat_map(|t| {
+                let (job, trace, rank) = (t.job_id, t.trace_id, t.rank);
+                t.ops.into_iter().map(move |o| TraceOpRow {
+                    job_id: job.clone(),
+                    trace_id: trace.clone(),
+                    rank,
+                    step: o.step,
+                    category: o.category,
+                    name: o.name,
+                    calls: o.calls,
+                    self_ns: o.self_ns,
+                    stored_ns: now,
+                })
+            })
+            .collect();
+        if rows.is_empty() {
+            return;
+        }
+        let rows = RowSet {
+            trace_ops: rows,
+            ..RowSet::default()
+        };
+        let writer = self.writer.clone();
+        tokio::spawn(async move {
+            if let Err(e) = writer.write(rows).await {
+                tracing::warn!(error = %e, "storing a trace's operator summary failed");
+            }
+        });
     }
 
     /// Numbers captured ranks' iterations and tells their agents to import.
@@ -924,6 +1259,7 @@ fn row_of_view(v: &TraceRankView) -> TraceRankRow {
         steps: v.steps,
         events: v.events,
         pid: v.pid,
+        subject: v.subject,
     }
 }
 
@@ -944,6 +1280,7 @@ fn view_of_row(r: TraceRankRow) -> TraceRankView {
         steps: r.steps,
         events: r.events,
         pid: r.pid,
+        subject: r.subject,
     }
 }
 

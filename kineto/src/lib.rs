@@ -73,6 +73,7 @@ mod event;
 mod identity;
 mod names;
 mod nccl;
+mod ops;
 mod parse;
 mod plan;
 #[macro_use]
@@ -91,6 +92,7 @@ use rankscope_proto::v1 as proto;
 
 pub use discover::discover;
 pub use error::{ImportError, Problem};
+pub use ops::{op_summary, OpStat};
 pub use parse::parse_trace_file;
 pub use stats::{EventCounts, ImportStats, StepSource, MAX_WARNINGS};
 

@@ -92,3 +92,54 @@ fn optimizer_steps_become_iterations_with_their_collectives() {
         );
     }
 }
+
+#[test]
+fn the_op_summary_counts_each_iterations_operators_with_self_time() {
+    let path = fixture(0);
+    let id = proto::RankIdentity {
+        job_id: "daemon".into(),
+        rank: 0,
+        world_size: 2,
+        ..Default::default()
+    };
+    let r = parse_trace_file(&path, &id, 64 << 20).expect("parse");
+    let mut windows = Vec::new();
+    let mut begin = 0;
+    for ev in &r.events {
+        match &ev.kind {
+            Some(proto::event::Kind::StepBegin(b)) => begin = b.ts_ns,
+            Some(proto::event::Kind::StepEnd(e)) => windows.push((begin, e.ts_ns)),
+            _ => {}
+        }
+    }
+    let ops = rankscope_kineto::op_summary(&path, &windows).expect("summary");
+    // The same model runs every iteration: the same number of matmuls.
+    let addmm: Vec<u64> = (0..windows.len())
+        .map(|k| {
+            ops.iter()
+                .filter(|o| o.iteration == k && o.category == "CPU_OP" && o.name == "aten::addmm")
+                .map(|o| o.calls)
+                .sum()
+        })
+        .collect();
+    assert!(addmm[0] > 0, "{addmm:?}");
+    assert!(addmm.iter().all(|&n| n == addmm[0]), "{addmm:?}");
+    // Self times do not double count nesting: an iteration's CPU self time
+    // stays within its length on the training thread plus autograd's.
+    for (k, w) in windows.iter().enumerate() {
+        let total: u64 = ops
+            .iter()
+            .filter(|o| o.iteration == k && o.category == "CPU_OP")
+            .map(|o| o.self_ns)
+            .sum();
+        assert!(
+            total > 0 && total <= 2 * (w.1 - w.0),
+            "iteration {k}: {total} ns of {} ns",
+            w.1 - w.0
+        );
+    }
+    assert!(
+        ops.iter().all(|o| o.category == "CPU_OP"),
+        "a CPU-only trace has no kernels"
+    );
+}

@@ -32,7 +32,11 @@ fn rankscope_bin() -> PathBuf {
 
 /// A stack whose agent serves `@dynolog` and writes traces under its dir.
 async fn stack() -> Stack {
-    let mut s = Stack::start_without_agent().await;
+    stack_with(|_| {}).await
+}
+
+async fn stack_with(tweak: impl FnOnce(&mut rankscope_collector::Config)) -> Stack {
+    let mut s = Stack::start_without_agent_with(tweak).await;
     let mut cfg = common::agent_config(&format!("http://{}", s.grpc_addr()), s.dir.path());
     cfg.trace_dir = s.dir.path().join("traces").to_string_lossy().into_owned();
     // A previous test's agent frees the name as its runtime winds down.
@@ -339,5 +343,134 @@ async fn a_rank_whose_process_exits_before_capturing_is_failed_with_the_reason()
         assert!(Instant::now() < deadline, "never failed: {v}");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+    stack.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_straggler_gets_one_automatic_trace_and_trace_diff_puts_its_extra_compute_first() {
+    let _serial = SERIAL.lock().await;
+    let stack = stack_with(|c| {
+        c.traces.auto.enabled = true;
+        c.traces.auto.iterations = 3;
+        c.traces.auto.cooldown_secs = 3600;
+    })
+    .await;
+    let job = "traced-straggler";
+    let agent = stack
+        .agent
+        .as_ref()
+        .and_then(|a| a.unix_path.clone())
+        .expect("agent unix socket");
+    // Live SDK streams (rankscope run) and libkineto's daemon mode at once;
+    // rank 2 runs 32 extra forward passes per step.
+    let child = Command::new(rankscope_bin())
+        .arg("run")
+        .arg("--agent")
+        .arg(format!("unix:{}", agent.display()))
+        .args(["--job", job, "--"])
+        .arg(rankscope_testkit::venv_python())
+        .args([
+            "-m",
+            "torch.distributed.run",
+            "--nproc-per-node",
+            "4",
+            "--master-port",
+        ])
+        .arg(rankscope_testkit::free_port().to_string())
+        .arg(rankscope_testkit::workspace_root().join("python/tests/workloads/ddp_train.py"))
+        .args([
+            "--steps",
+            "400",
+            "--slow-rank",
+            "2",
+            "--slow-kind",
+            "compute",
+        ])
+        .env("KINETO_USE_DAEMON", "1")
+        .env("OMP_NUM_THREADS", "1")
+        .env("XDG_CACHE_HOME", stack.dir.path().join("cache"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("rankscope run");
+    // The verdict links its automatic trace.
+    let rows = stack
+        .api_poll(
+            &format!("/api/v1/jobs/{job}/stragglers"),
+            "stragglers",
+            |r| r.iter().any(|s| s["trace_id"].is_string()),
+        )
+        .await;
+    let s = rows.iter().find(|s| s["trace_id"].is_string()).unwrap();
+    assert_eq!(s["rank"], 2, "{s}");
+    let trace = s["trace_id"].as_str().unwrap().to_owned();
+    // It covers the straggler and its two nearest healthy peers, and ends imported.
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let ranks = loop {
+        let v = stack
+            .api_get(&format!("/api/v1/jobs/{job}/traces?trace_id={trace}"))
+            .await;
+        let ranks = v["traces"].as_array().cloned().unwrap_or_default();
+        if ranks.len() == 3
+            && ranks
+                .iter()
+                .all(|r| r["state"] == "imported" || r["state"] == "failed")
+        {
+            break ranks;
+        }
+        assert!(Instant::now() < deadline, "trace never finished: {v}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    kill(child);
+    let got: Vec<u64> = ranks.iter().map(|r| r["rank"].as_u64().unwrap()).collect();
+    assert_eq!(got, [1, 2, 3]);
+    for r in &ranks {
+        assert_eq!(r["state"], "imported", "{r}");
+        assert_eq!(r["origin"], "auto:straggler", "{r}");
+        assert_eq!(r["subject"], 2, "{r}");
+    }
+    // One automatic trace per cooldown, however often the verdict changes.
+    let all = stack.api_get(&format!("/api/v1/jobs/{job}/traces")).await;
+    let ids: std::collections::BTreeSet<&str> = all["traces"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["trace_id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids.len(), 1, "{all}");
+    // trace-diff: the straggler's extra matrix multiplications come first.
+    let out = cli(
+        &stack,
+        &[
+            "trace-diff",
+            "--job",
+            job,
+            "--trace",
+            &trace,
+            "--format",
+            "json",
+        ],
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let rows: Vec<serde_json::Value> = serde_json::from_str(&text).expect("json");
+    let first_op = rows.iter().find(|r| r["level"] == "op").expect("an op row");
+    assert!(
+        matches!(first_op["name"].as_str(), Some("aten::addmm" | "aten::mm")),
+        "{first_op}\n{text}"
+    );
+    assert!(
+        first_op["diff_ns_per_iter"].as_f64().unwrap() > 0.0,
+        "{first_op}"
+    );
+    assert!(
+        first_op["subject_calls_per_iter"].as_f64().unwrap()
+            > first_op["peers_calls_per_iter"].as_f64().unwrap(),
+        "{first_op}"
+    );
     stack.stop().await;
 }

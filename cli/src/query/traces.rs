@@ -31,6 +31,38 @@ pub const TRACES: &[Column] = &[
     col("origin", "origin", Kind::Plain),
 ];
 
+/// Table and CSV columns of `rankscope trace-diff`.
+pub const DIFF: &[Column] = &[
+    col("level", "level", Kind::Plain),
+    col("category", "category", Kind::Plain),
+    col("name", "name", Kind::Plain),
+    col("subject_ns_per_iter", "subject_ms/it", Kind::NsAsMs),
+    col("peers_ns_per_iter", "peers_ms/it", Kind::NsAsMs),
+    col("diff_ns_per_iter", "diff_ms/it", Kind::NsAsMs),
+    col("subject_calls_per_iter", "subject_calls/it", Kind::Float2),
+    col("peers_calls_per_iter", "peers_calls/it", Kind::Float2),
+    col("only_on", "only_on", Kind::Plain),
+];
+
+/// `GET .../traces/{trace}/diff[?rank=]`: the whole answer.
+pub async fn diff(
+    client: &HttpClient,
+    collector: &str,
+    job: &str,
+    trace_id: &str,
+    rank: Option<u32>,
+) -> Result<Value, HttpError> {
+    let mut url = format!(
+        "{}/{}/diff",
+        traces_url(collector, job),
+        percent_encode(trace_id)
+    );
+    if let Some(r) = rank {
+        url.push_str(&format!("?rank={r}"));
+    }
+    client.get_json(&url).await
+}
+
 /// How much to trace.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum TraceSpan {

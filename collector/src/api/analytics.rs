@@ -221,6 +221,9 @@ pub struct StragglerOut {
     cause: String,
     active: bool,
     updated_ns: u64,
+    /// The automatic Kineto trace requested when the verdict appeared
+    /// (`[traces.auto]`); null without.
+    trace_id: Option<String>,
     /// Hardware evidence of a compute straggler; null fields without.
     #[serde(flatten)]
     evidence: EvidenceOut,
@@ -288,6 +291,7 @@ pub(super) async fn stragglers(
             cause: v.cause,
             active: v.active != 0,
             updated_ns: v.updated_ns,
+            trace_id: st.traces.auto_trace_of(&job, v.rank, v.first_seen_ns),
         })
         .collect();
     Ok(Json(serde_json::json!({ "job": job, "stragglers": out })))

@@ -90,6 +90,7 @@ pub(super) async fn request(
             ranks: body.ranks,
             mode,
             origin: "manual".into(),
+            subject: None,
         })
         .await
         .map_err(|e| match e {
@@ -104,6 +105,31 @@ pub(super) async fn request(
             ranks,
         }),
     ))
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct DiffQuery {
+    rank: Option<u32>,
+}
+
+/// `GET /api/v1/jobs/{job}/traces/{trace}/diff[?rank=R]`: the trace's
+/// subject rank (R, else the straggler an automatic trace was made for,
+/// else the rank with the most time per iteration) against its other ranks.
+pub(super) async fn diff(
+    State(st): State<ApiState>,
+    Path((job, trace)): Path<(String, String)>,
+    Query(q): Query<DiffQuery>,
+) -> Result<Json<crate::traces::TraceDiff>, ApiError> {
+    st.traces
+        .diff(&job, &trace, q.rank)
+        .await
+        .map(Json)
+        .map_err(|e| match e {
+            RequestError::Invalid(m) => ApiError(StatusCode::BAD_REQUEST, m),
+            RequestError::NotFound(m) => ApiError(StatusCode::NOT_FOUND, m),
+            RequestError::Unavailable(m) => ApiError(StatusCode::SERVICE_UNAVAILABLE, m),
+        })
 }
 
 pub(super) async fn list(

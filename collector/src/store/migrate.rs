@@ -75,6 +75,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "0007_traces",
         sql: include_str!("../../schema/0007_traces.sql"),
     },
+    Migration {
+        version: 8,
+        name: "0008_trace_ops",
+        sql: include_str!("../../schema/0008_trace_ops.sql"),
+    },
 ];
 
 const CREATE_TABLE_SQL: &str = include_str!("../../queries/schema_migrations.sql");
@@ -314,7 +319,8 @@ mod tests {
             (4, "0004_telemetry", "fnv1a64:dbefe69e1eaa8369"),
             (5, "0005_alerts", "fnv1a64:827c4ed844c70367"),
             (6, "0006_kernel_launches", "fnv1a64:86ffd72a04181f6d"),
-            (7, "0007_traces", "fnv1a64:102649c071e43cba"),
+            (7, "0007_traces", "fnv1a64:33d3b6253281c527"),
+            (8, "0008_trace_ops", "fnv1a64:5b5e90ed4b191b72"),
         ];
         let actual: Vec<(u32, &str, String)> = MIGRATIONS
             .iter()

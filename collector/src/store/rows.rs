@@ -232,6 +232,22 @@ pub struct TraceRankRow {
     pub steps: u64,
     pub events: u64,
     pub pid: i32,
+    /// The rank the trace is about; -1 = none.
+    pub subject: i64,
+}
+
+/// `trace_ops`: one operator's calls and self time in one step of a traced rank.
+#[derive(Debug, Clone, PartialEq, Eq, Row, Serialize, Deserialize)]
+pub struct TraceOpRow {
+    pub job_id: String,
+    pub trace_id: String,
+    pub rank: u32,
+    pub step: i64,
+    pub category: String,
+    pub name: String,
+    pub calls: u64,
+    pub self_ns: u64,
+    pub stored_ns: u64,
 }
 
 /// The rows of one agent batch (or several), written and acknowledged together.
@@ -253,6 +269,8 @@ pub struct RowSet {
     pub alerts: Vec<AlertRow>,
     /// Trace state changes (written by the trace hub).
     pub traces: Vec<TraceRankRow>,
+    /// Operator summaries of imported traces (written by the trace hub).
+    pub trace_ops: Vec<TraceOpRow>,
     /// Agent telemetry (see [`TelemetryRows`]).
     pub telemetry: TelemetryRows,
 }
@@ -279,6 +297,7 @@ impl RowSet {
             + self.hangs.len()
             + self.alerts.len()
             + self.traces.len()
+            + self.trace_ops.len()
             + self.telemetry.len()
     }
 }

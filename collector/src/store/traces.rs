@@ -9,6 +9,24 @@ use super::{Store, StoreError, TraceRankRow};
 const TRACE_RANKS_SINCE_SQL: &str = include_str!("../../queries/trace_ranks_since.sql");
 const JOB_RANK_LIST_SQL: &str = include_str!("../../queries/job_rank_list.sql");
 const JOB_MAX_STEP_SQL: &str = include_str!("../../queries/job_max_step.sql");
+const TRACE_OPS_SQL: &str = include_str!("../../queries/trace_ops.sql");
+const TRACE_OP_STEPS_SQL: &str = include_str!("../../queries/trace_op_steps.sql");
+
+/// One operator of one rank of a trace, summed over the rank's steps.
+#[derive(Debug, Clone, PartialEq, Eq, Row, Deserialize)]
+pub struct TraceOpSum {
+    pub rank: u32,
+    pub category: String,
+    pub name: String,
+    pub calls: u64,
+    pub self_ns: u64,
+}
+
+#[derive(Debug, Row, Deserialize)]
+struct RankSteps {
+    rank: u32,
+    steps: u64,
+}
 
 /// One rank a job streamed events from.
 #[derive(Debug, Clone, PartialEq, Eq, Row, Deserialize)]
@@ -49,6 +67,31 @@ impl Store {
             .fetch_all()
             .await
             .map_err(StoreError::query("read the job's ranks"))
+    }
+
+    /// Operator sums of one trace per rank, and the steps each rank holds.
+    pub async fn trace_ops(
+        &self,
+        job: &str,
+        trace_id: &str,
+    ) -> Result<(Vec<TraceOpSum>, Vec<(u32, u64)>), StoreError> {
+        let ops = self
+            .client()
+            .query(TRACE_OPS_SQL)
+            .bind(job)
+            .bind(trace_id)
+            .fetch_all()
+            .await
+            .map_err(StoreError::query("read a trace's operators"))?;
+        let steps: Vec<RankSteps> = self
+            .client()
+            .query(TRACE_OP_STEPS_SQL)
+            .bind(job)
+            .bind(trace_id)
+            .fetch_all()
+            .await
+            .map_err(StoreError::query("read a trace's steps"))?;
+        Ok((ops, steps.into_iter().map(|r| (r.rank, r.steps)).collect()))
     }
 
     /// Highest step stored for `job` (None: no step at all).

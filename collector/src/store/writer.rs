@@ -310,6 +310,7 @@ impl Writer {
             self.write_table(Table::HangSuspects, sets, |r| &r.hangs),
             self.write_table(Table::Alerts, sets, |r| &r.alerts),
             self.write_table(Table::TraceRanks, sets, |r| &r.traces),
+            self.write_table(Table::TraceOps, sets, |r| &r.trace_ops),
             self.write_table(Table::GpuSamples, sets, |r| &r.telemetry.gpu_samples),
             self.write_table(Table::HostSamples, sets, |r| &r.telemetry.host_samples),
             self.write_table(Table::RankGpuSamples, sets, |r| &r.telemetry.rank_gpu),
