@@ -126,6 +126,10 @@ pub struct Config {
     pub trace_max_file_bytes: u64,
     /// Keep trace files after they were imported.
     pub keep_traces: bool,
+    /// Size budget of `trace_dir`: beyond it the oldest files of finished
+    /// traces are removed, and while open traces alone exceed it new
+    /// requests fail on this node (saying so) instead of being delivered.
+    pub trace_dir_max_bytes: u64,
     /// A trace request is offered to polling processes this long, in ms.
     pub trace_request_ttl_ms: u64,
 }
@@ -168,6 +172,7 @@ impl Default for Config {
                 .into_owned(),
             trace_max_file_bytes: 512 * 1024 * 1024,
             keep_traces: false,
+            trace_dir_max_bytes: 4 * 1024 * 1024 * 1024,
             trace_request_ttl_ms: 600_000,
         }
     }

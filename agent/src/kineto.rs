@@ -57,6 +57,8 @@ pub struct DaemonConfig {
     pub trace_dir: PathBuf,
     /// Larger trace files are not imported (failed, reason given).
     pub max_trace_bytes: u64,
+    /// Size budget of the trace directory.
+    pub max_dir_bytes: u64,
     /// Keep trace files after import.
     pub keep_traces: bool,
     /// A request is offered to polling processes this long.
@@ -79,7 +81,12 @@ struct Watcher {
     config: DaemonConfig,
     /// Size seen at the previous look and since when, per trace file.
     sizes: HashMap<PathBuf, (u64, u64)>,
+    /// Looks since the directory's size was last checked.
+    since_budget: u32,
 }
+
+/// The trace directory's size is checked every this many looks (~5 s).
+const BUDGET_EVERY: u32 = 20;
 
 /// How often delivered traces' files are looked at.
 const WATCH_INTERVAL: Duration = Duration::from_millis(250);
@@ -134,6 +141,7 @@ impl KinetoDaemon {
         let watcher = Watcher {
             config: config.clone(),
             sizes: HashMap::new(),
+            since_budget: BUDGET_EVERY,
         };
         let thread = std::thread::Builder::new()
             .name("kineto-daemon".into())
@@ -211,6 +219,23 @@ impl Watcher {
     /// over the size cap, or one that stays unparseable is `failed`.
     fn watch(&mut self, registry: &Mutex<Registry>) -> Vec<RankTrace> {
         let now = now_ns();
+        self.since_budget += 1;
+        if self.since_budget >= BUDGET_EVERY {
+            self.since_budget = 0;
+            let open: Vec<PathBuf> = lock(registry)
+                .open_traces()
+                .into_iter()
+                .flat_map(|t| [with_pid_suffix(&t.path, t.pid), t.path])
+                .collect();
+            let full = enforce_budget(&self.config.trace_dir, self.config.max_dir_bytes, &open);
+            lock(registry).set_over_budget(full.map(|bytes| {
+                format!(
+                    "the trace directory {} holds {bytes} bytes of open traces, over trace_dir_max_bytes = {}",
+                    self.config.trace_dir.display(),
+                    self.config.max_dir_bytes
+                )
+            }));
+        }
         let open = {
             let mut r = lock(registry);
             r.expire(now, self.config.request_ttl_ms.saturating_mul(1_000_000));
@@ -315,6 +340,45 @@ impl Drop for KinetoDaemon {
     fn drop(&mut self) {
         self.stop();
     }
+}
+
+/// Removes the oldest trace files not in `open` until `dir` holds at most
+/// `max_bytes`; returns the bytes still there when open traces alone exceed it.
+fn enforce_budget(dir: &Path, max_bytes: u64, open: &[PathBuf]) -> Option<u64> {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return None;
+    };
+    let mut files: Vec<(std::time::SystemTime, u64, PathBuf)> = entries
+        .filter_map(|e| {
+            let e = e.ok()?;
+            let m = e.metadata().ok()?;
+            m.is_file().then(|| {
+                (
+                    m.modified().unwrap_or(std::time::UNIX_EPOCH),
+                    m.len(),
+                    e.path(),
+                )
+            })
+        })
+        .collect();
+    let mut total: u64 = files.iter().map(|f| f.1).sum();
+    if total <= max_bytes {
+        return None;
+    }
+    files.sort();
+    for (_, len, path) in files {
+        if total <= max_bytes {
+            return None;
+        }
+        if open.contains(&path) {
+            continue;
+        }
+        if std::fs::remove_file(&path).is_ok() {
+            tracing::info!(file = %path.display(), "trace directory over its budget: removed the oldest trace file");
+            total -= len;
+        }
+    }
+    (total > max_bytes).then_some(total)
 }
 
 /// A trace file must keep its size this long before it is read.
@@ -459,4 +523,35 @@ fn from_environ(pids: &[i32]) -> Option<ProcessIdentity> {
             sdk: false,
         })
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_budget_removes_the_oldest_finished_files_and_reports_open_excess() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = |name: &str, age_s: u64| {
+            let p = dir.path().join(name);
+            std::fs::write(&p, [0u8; 10]).unwrap();
+            let t = std::time::SystemTime::now() - Duration::from_secs(age_s);
+            std::fs::File::options()
+                .write(true)
+                .open(&p)
+                .unwrap()
+                .set_modified(t)
+                .unwrap();
+            p
+        };
+        let (a, b, c) = (file("a.json", 30), file("b.json", 20), file("c.json", 10));
+        let open = vec![a.clone()];
+        // 30 bytes, budget 15: b (the oldest not open) goes, then c.
+        assert_eq!(enforce_budget(dir.path(), 15, &open), None);
+        assert!(a.exists() && !b.exists() && !c.exists());
+        // The open trace alone is over a 5-byte budget: kept, reported.
+        assert_eq!(enforce_budget(dir.path(), 5, &open), Some(10));
+        assert!(a.exists());
+        assert_eq!(enforce_budget(dir.path(), 100, &open), None);
+    }
 }

@@ -214,6 +214,7 @@ pub async fn start(config: Config) -> Result<AgentHandle, AgentError> {
             name: config.kineto_daemon_name.clone(),
             trace_dir: PathBuf::from(&config.trace_dir),
             max_trace_bytes: config.trace_max_file_bytes,
+            max_dir_bytes: config.trace_dir_max_bytes,
             keep_traces: config.keep_traces,
             request_ttl_ms: config.trace_request_ttl_ms,
         },

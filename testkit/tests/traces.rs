@@ -474,3 +474,152 @@ async fn a_straggler_gets_one_automatic_trace_and_trace_diff_puts_its_extra_comp
     );
     stack.stop().await;
 }
+
+/// A stand-in for libkineto's daemon client in a process we control: polls
+/// `@dynolog` with the pid of `pid` and returns the config it is given.
+struct FakeClient {
+    socket: std::os::unix::net::UnixDatagram,
+}
+
+impl FakeClient {
+    fn new(tag: &str) -> Self {
+        use std::os::linux::net::SocketAddrExt;
+        let name = format!("rankscope-test-client-{tag}-{}", std::process::id());
+        let addr = std::os::unix::net::SocketAddr::from_abstract_name(name.as_bytes()).unwrap();
+        let socket = std::os::unix::net::UnixDatagram::bind_addr(&addr).expect("bind");
+        socket
+            .set_read_timeout(Some(Duration::from_secs(2)))
+            .unwrap();
+        Self { socket }
+    }
+
+    /// One `req` poll for `pid`: the config text ("" = nothing to do).
+    fn poll(&self, pid: u32) -> String {
+        use rankscope_agent::kineto::wire;
+        use std::os::linux::net::SocketAddrExt;
+        let mut payload = Vec::new();
+        payload.extend_from_slice(&wire::CONFIG_TYPE_ACTIVITIES.to_ne_bytes());
+        payload.extend_from_slice(&1i32.to_ne_bytes());
+        payload.extend_from_slice(&0i64.to_ne_bytes());
+        payload.extend_from_slice(&(pid as i32).to_ne_bytes());
+        let daemon = std::os::unix::net::SocketAddr::from_abstract_name(b"dynolog\0").unwrap();
+        self.socket
+            .send_to_addr(&wire::encode("req", &payload), &daemon)
+            .expect("send");
+        let mut buf = vec![0u8; 65536];
+        let n = self.socket.recv(&mut buf).expect("the agent answers");
+        String::from_utf8_lossy(&buf[wire::HEADER_BYTES..n]).into_owned()
+    }
+}
+
+fn log_file(config: &str) -> Option<PathBuf> {
+    config
+        .lines()
+        .find_map(|l| l.strip_prefix("ACTIVITIES_LOG_FILE="))
+        .map(PathBuf::from)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_truncated_trace_file_fails_its_rank_and_the_other_rank_is_imported() {
+    let _serial = SERIAL.lock().await;
+    let stack = stack().await;
+    let job = "traced-faults";
+    // Two "ranks": long-lived processes the agent attributes by their environ.
+    let ranks: Vec<Child> = (0..2)
+        .map(|r| {
+            Command::new("sleep")
+                .arg("300")
+                .env("RANKSCOPE_JOB_ID", job)
+                .env("RANK", r.to_string())
+                .env("WORLD_SIZE", "2")
+                .spawn()
+                .expect("sleep")
+        })
+        .collect();
+    let client = FakeClient::new("faults");
+    let pids: Vec<u32> = ranks.iter().map(Child::id).collect();
+    // Poll until the collector knows both processes and a request is accepted.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let http = rankscope_cli::query::http::HttpClient::new(Duration::from_secs(5));
+    let url = format!("http://{}", stack.http_addr());
+    let trace = loop {
+        for p in &pids {
+            assert_eq!(client.poll(*p), "", "nothing requested yet");
+        }
+        wait_for_processes(&stack, job, 2).await;
+        match rankscope_cli::query::traces::request(
+            &http,
+            &url,
+            job,
+            &[],
+            rankscope_cli::query::traces::TraceSpan::DurationMs(100),
+        )
+        .await
+        {
+            Ok((id, rows)) => {
+                assert_eq!(rows.len(), 2);
+                break id;
+            }
+            Err(e) => assert!(
+                e.to_string().contains("not found") && Instant::now() < deadline,
+                "{e}"
+            ),
+        }
+    };
+    // Each "rank" receives its config at its next poll.
+    let mut files = Vec::new();
+    for p in &pids {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Some(f) = log_file(&client.poll(*p)) {
+                files.push(f);
+                break;
+            }
+            assert!(Instant::now() < deadline, "no config for pid {p}");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+    // Rank 0 writes a real trace, rank 1 a truncated one.
+    let fixture = rankscope_testkit::workspace_root()
+        .join("kineto/tests/fixtures/daemon_cpu_2rank/rank0.json.gz");
+    let mut json = Vec::new();
+    std::io::Read::read_to_end(
+        &mut flate2::read::MultiGzDecoder::new(std::fs::File::open(fixture).unwrap()),
+        &mut json,
+    )
+    .unwrap();
+    std::fs::write(&files[1], &json[..json.len() / 2]).unwrap();
+    std::fs::write(&files[0], &json).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let rows = loop {
+        let v = stack
+            .api_get(&format!("/api/v1/jobs/{job}/traces?trace_id={trace}"))
+            .await;
+        let rows = v["traces"].as_array().cloned().unwrap_or_default();
+        if rows
+            .iter()
+            .all(|r| r["state"] == "imported" || r["state"] == "failed")
+        {
+            break rows;
+        }
+        assert!(Instant::now() < deadline, "never finished: {v}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    for mut c in ranks {
+        let _ = c.kill();
+        let _ = c.wait();
+    }
+    assert_eq!(rows[0]["state"], "imported", "{rows:?}");
+    assert_eq!(rows[1]["state"], "failed", "{rows:?}");
+    let reason = rows[1]["reason"].as_str().unwrap();
+    assert!(
+        reason.contains("JSON") || reason.contains("truncated"),
+        "{reason}"
+    );
+    assert!(
+        !step_ends(&stack, job, 0).is_empty(),
+        "rank 0's iterations are stored"
+    );
+    assert!(step_ends(&stack, job, 1).is_empty());
+    stack.stop().await;
+}

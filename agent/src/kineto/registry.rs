@@ -129,6 +129,9 @@ pub struct Registry {
     /// Captured traces waiting for the node-side import (bounded by
     /// [`MAX_TRACES`]).
     captured: Vec<RankTrace>,
+    /// Set while the trace directory is over its budget with open traces
+    /// alone: why new deliveries fail.
+    over_budget: Option<String>,
 }
 
 impl Registry {
@@ -141,6 +144,7 @@ impl Registry {
             traces: BTreeMap::new(),
             updates: Vec::new(),
             captured: Vec::new(),
+            over_budget: None,
         }
     }
 
@@ -197,6 +201,10 @@ impl Registry {
             ),
         };
         let config = format!("ACTIVITIES_LOG_FILE={}\n{trigger}", path.display());
+        let (state, config) = match &self.over_budget {
+            Some(why) => (TraceState::Failed(why.clone()), String::new()),
+            None => (TraceState::Delivered, config),
+        };
         self.set(
             RankTrace {
                 trace_id: req.trace_id.clone(),
@@ -205,7 +213,7 @@ impl Registry {
                 world_size: id.world_size,
                 pid,
                 path,
-                state: TraceState::Delivered,
+                state,
                 iterations,
                 delivered_at_ns: now_ns,
                 sdk: id.sdk,
@@ -253,6 +261,11 @@ impl Registry {
         if let Some(t) = self.traces.get_mut(&(trace_id.to_owned(), rank)) {
             t.path = path;
         }
+    }
+
+    /// Sets (or clears) why deliveries fail now.
+    pub fn set_over_budget(&mut self, why: Option<String>) {
+        self.over_budget = why;
     }
 
     /// Queues captured traces for the importer.
@@ -415,6 +428,18 @@ mod tests {
             [TraceState::Captured, TraceState::Failed("bad".into())]
         );
         assert!(r.open_traces().is_empty());
+    }
+
+    #[test]
+    fn over_its_budget_the_trace_directory_fails_new_deliveries_with_the_reason() {
+        let mut r = Registry::new("/t".into());
+        r.request(req("T", vec![]));
+        r.set_over_budget(Some("full".into()));
+        assert_eq!(r.poll(10, id(0), 1), "", "nothing delivered");
+        let u = r.take_updates();
+        assert_eq!(u[0].state, TraceState::Failed("full".into()));
+        r.set_over_budget(None);
+        assert!(r.poll(11, id(1), 2).contains("ACTIVITIES_LOG_FILE"));
     }
 
     #[test]
