@@ -190,3 +190,58 @@ async fn clickhouse_down_nothing_acknowledged_is_lost() {
     );
     stack.stop().await;
 }
+
+/// One table refuses its INSERT (here: it is renamed away) while the other
+/// tables of the same flush take theirs. The agent retries the batches;
+/// once the table is back, every event is stored exactly once: the retry
+/// leaves out the tables that already held the batches' rows.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_partial_flush_leaves_no_row_twice_after_the_retry() {
+    let stack = Stack::start().await;
+    let db = stack.database.clone();
+    stack
+        .clickhouse
+        .query(&format!("RENAME TABLE {db}.kernels TO {db}.kernels_away"))
+        .expect("rename");
+    let sim = sim_config("partial-flush", 4, 6);
+    let plan = rankscope_cli::simulate::plan(&sim);
+    assert!(plan.event_counts().kernels > 0 && plan.event_counts().steps > 0);
+    rankscope_cli::simulate::run(&sim, &stack.agent_url())
+        .await
+        .expect("simulate");
+    let writer = stack.collector.as_ref().unwrap().writer().metrics();
+    let (kernels, steps) = (
+        writer.table(rankscope_collector::store::Table::Kernels),
+        writer.table(rankscope_collector::store::Table::Steps),
+    );
+    eventually(30, "kernels failed twice while steps were written", || {
+        kernels.failures.load(Relaxed) >= 2 && steps.rows.load(Relaxed) > 0
+    })
+    .await;
+    // Steps rows are in ClickHouse already, and the batches are not acknowledged.
+    let stored: u64 = stack
+        .clickhouse
+        .query(&format!(
+            "SELECT count() FROM {db}.steps WHERE job_id = 'partial-flush'"
+        ))
+        .expect("count")
+        .trim()
+        .parse()
+        .expect("number");
+    assert!(stored > 0);
+    stack
+        .clickhouse
+        .query(&format!("RENAME TABLE {db}.kernels_away TO {db}.kernels"))
+        .expect("rename back");
+    let mut stack = stack;
+    let report = stack.stop_agent().await;
+    assert_eq!(report.undelivered_events, 0);
+    let counts = stack.counts("partial-flush").await;
+    assert_eq!(counts.total(), plan.event_counts().total(), "{counts:?}");
+    assert_eq!(
+        stack.distinct_event_keys("partial-flush").await,
+        plan.event_counts().total(),
+        "no row twice"
+    );
+    stack.stop().await;
+}

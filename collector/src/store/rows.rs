@@ -276,6 +276,32 @@ pub struct RowSet {
 }
 
 impl RowSet {
+    /// Drops the rows of `table` (not `ingest_batches`: a batch's own row is
+    /// always written last).
+    pub fn clear_table(&mut self, table: super::Table) {
+        use super::Table as T;
+        match table {
+            T::Steps => self.steps.clear(),
+            T::Spans => self.spans.clear(),
+            T::Collectives => self.collectives.clear(),
+            T::Kernels => self.kernels.clear(),
+            T::KernelLaunches => self.launches.clear(),
+            T::Ranks => self.ranks.clear(),
+            T::StepBreakdown => self.breakdowns.clear(),
+            T::StragglerVerdicts => self.verdicts.clear(),
+            T::HangSuspects => self.hangs.clear(),
+            T::Alerts => self.alerts.clear(),
+            T::TraceRanks => self.traces.clear(),
+            T::TraceOps => self.trace_ops.clear(),
+            T::GpuSamples => self.telemetry.gpu_samples.clear(),
+            T::HostSamples => self.telemetry.host_samples.clear(),
+            T::RankGpuSamples => self.telemetry.rank_gpu.clear(),
+            T::RankProcessSamples => self.telemetry.rank_process.clear(),
+            T::StragglerEvidence => self.telemetry.evidence.clear(),
+            T::IngestBatches => {}
+        }
+    }
+
     /// Event rows: steps + spans + collectives + kernels (not ranks or batches).
     pub fn len(&self) -> usize {
         self.steps.len() + self.spans.len() + self.collectives.len() + self.kernels.len()

@@ -18,8 +18,13 @@
 //!
 //! Failure: if any INSERT of a flush fails, every row set of the flush gets the error:
 //! [`WriteError::Unavailable`] when retrying may help, [`WriteError::Rejected`] when
-//! ClickHouse refused the data as malformed (see `fault`). Tables inserted before the
-//! failure keep their rows: delivery is at-least-once and rows carry their batch identity.
+//! ClickHouse refused the data as malformed (see `fault`). Every INSERT of a flush runs
+//! to its end (none is cancelled half-way); the tables that took their rows are
+//! remembered per agent batch (`Partial`), and when the agent sends the batch again
+//! those tables are left out, so a partial flush never leaves a row stored twice. That
+//! memory is bounded and dies with the process: a collector killed between a partial
+//! flush and the retry can still store some rows of that batch twice (ClickHouse 18.16
+//! has no insert deduplication for non-replicated tables).
 
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
@@ -189,6 +194,7 @@ pub fn spawn_writer(
         buffered_rows: 0,
         pending: Vec::new(),
         deadline: None,
+        partial: Partial::default(),
     };
     let task = tokio::spawn(writer.run(shutdown));
     (WriterHandle { tx, metrics }, task)
@@ -209,6 +215,82 @@ struct Writer {
     pending: Vec<(usize, Ack)>,
     /// When the buffer must be flushed; `None` while it is empty.
     deadline: Option<Instant>,
+    /// Tables that already hold the rows of agent batches whose flush failed.
+    partial: Partial,
+}
+
+/// A failed flush: the first error, and the tables whose INSERT succeeded.
+struct FlushError {
+    table: Table,
+    error: clickhouse::error::Error,
+    written: u32,
+}
+
+fn table_bit(t: Table) -> u32 {
+    1 << Table::ALL.iter().position(|x| *x == t).unwrap_or(31)
+}
+
+/// Most agent batches remembered as partially stored.
+const PARTIAL_MAX: usize = 65_536;
+
+/// Agent batches whose flush failed after some of their tables were
+/// written: which tables hold their rows. When the agent sends such a
+/// batch again (same agent, session, seq) those tables are left out, so a
+/// partial flush never makes rows visible twice. Bounded (oldest forgotten
+/// first); lost with the process, so the window left is a collector killed
+/// between a partial flush and the retry (README "Delivery").
+#[derive(Default)]
+struct Partial {
+    written: std::collections::HashMap<(String, u64, u64), u32>,
+    order: std::collections::VecDeque<(String, u64, u64)>,
+}
+
+impl Partial {
+    fn keys(set: &RowSet) -> impl Iterator<Item = (String, u64, u64)> + '_ {
+        set.batches
+            .iter()
+            .map(|b| (b.agent_id.clone(), b.agent_session, b.batch_seq))
+    }
+
+    fn record(&mut self, set: &RowSet, tables: u32) {
+        if tables == 0 {
+            return;
+        }
+        for k in Self::keys(set) {
+            let e = self.written.entry(k.clone()).or_insert_with(|| {
+                self.order.push_back(k);
+                0
+            });
+            *e |= tables;
+        }
+        while self.order.len() > PARTIAL_MAX {
+            if let Some(old) = self.order.pop_front() {
+                self.written.remove(&old);
+            }
+        }
+    }
+
+    fn forget(&mut self, set: &RowSet) {
+        if self.written.is_empty() {
+            return;
+        }
+        for k in Self::keys(set) {
+            self.written.remove(&k);
+        }
+    }
+
+    /// Leaves out the rows of tables that already hold this batch.
+    fn strip(&self, set: &mut RowSet) {
+        if self.written.is_empty() {
+            return;
+        }
+        let mask = Self::keys(set).fold(0, |m, k| m | self.written.get(&k).copied().unwrap_or(0));
+        for t in Table::ALL {
+            if mask & table_bit(t) != 0 {
+                set.clear_table(t);
+            }
+        }
+    }
 }
 
 impl Writer {
@@ -248,6 +330,8 @@ impl Writer {
                 Some(Instant::now() + Duration::from_millis(self.cfg.flush_interval_ms));
         }
         let rows = request.rows.len();
+        let mut request = request;
+        self.partial.strip(&mut request.rows);
         self.buffered_rows += request.rows.total_rows();
         self.buffer.push(request.rows);
         self.pending.push((rows, request.ack));
@@ -265,13 +349,23 @@ impl Writer {
         let result = self.write_all(&sets).await;
         match result {
             Ok(()) => {
+                for s in &sets {
+                    self.partial.forget(s);
+                }
                 self.metrics.flushes.fetch_add(1, Relaxed);
                 tracing::debug!(rows = total_rows, row_sets = pending.len(), "flushed");
                 for (rows, ack) in pending {
                     let _ = ack.send(Ok(WriteOutcome { rows }));
                 }
             }
-            Err((table, error)) => {
+            Err(FlushError {
+                table,
+                error,
+                written,
+            }) => {
+                for s in &sets {
+                    self.partial.record(s, written);
+                }
                 let answer = match classify(&error) {
                     Fault::Transient => {
                         self.metrics
@@ -297,8 +391,13 @@ impl Writer {
 
     /// Event tables concurrently (one INSERT each costs ~15 ms of server latency), then
     /// `ingest_batches` once all of them succeeded.
-    async fn write_all(&self, sets: &[RowSet]) -> Result<(), (Table, clickhouse::error::Error)> {
-        tokio::try_join!(
+    ///
+    /// Every event-table INSERT runs to its end even when another fails (a
+    /// cancelled INSERT may still commit on the server): on failure the
+    /// tables that did take their rows are returned with the error, so the
+    /// retry of the same agent batches can leave them out (see [`Partial`]).
+    async fn write_all(&self, sets: &[RowSet]) -> Result<(), FlushError> {
+        let results = tokio::join!(
             self.write_table(Table::Steps, sets, |r| &r.steps),
             self.write_table(Table::Spans, sets, |r| &r.spans),
             self.write_table(Table::Collectives, sets, |r| &r.collectives),
@@ -318,9 +417,50 @@ impl Writer {
                 &r.telemetry.rank_process
             }),
             self.write_table(Table::StragglerEvidence, sets, |r| &r.telemetry.evidence),
-        )?;
+        );
+        let (r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, r15, r16) = results;
+        let all = [
+            (Table::Steps, r0),
+            (Table::Spans, r1),
+            (Table::Collectives, r2),
+            (Table::Kernels, r3),
+            (Table::KernelLaunches, r4),
+            (Table::Ranks, r5),
+            (Table::StepBreakdown, r6),
+            (Table::StragglerVerdicts, r7),
+            (Table::HangSuspects, r8),
+            (Table::Alerts, r9),
+            (Table::TraceRanks, r10),
+            (Table::TraceOps, r11),
+            (Table::GpuSamples, r12),
+            (Table::HostSamples, r13),
+            (Table::RankGpuSamples, r14),
+            (Table::RankProcessSamples, r15),
+            (Table::StragglerEvidence, r16),
+        ];
+        let mut written = 0u32;
+        let mut first_error = None;
+        for (table, r) in all {
+            match r {
+                Ok(()) => written |= table_bit(table),
+                Err(e) if first_error.is_none() => first_error = Some(e),
+                Err(_) => {}
+            }
+        }
+        if let Some((table, error)) = first_error {
+            return Err(FlushError {
+                table,
+                error,
+                written,
+            });
+        }
         self.write_table(Table::IngestBatches, sets, |r| &r.batches)
             .await
+            .map_err(|(table, error)| FlushError {
+                table,
+                error,
+                written,
+            })
     }
 
     /// One INSERT of `table`'s rows (`select`ed from every row set, in order).

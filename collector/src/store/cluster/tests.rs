@@ -71,6 +71,8 @@ const SCHEMA: &[(&str, &[Expect])] = &[
         "0006_kernel_launches",
         &[Create("kernel_launches", JOB, "MergeTree")],
     ),
+    ("0007_traces", &[Create("trace_ranks", JOB, "MergeTree")]),
+    ("0008_trace_ops", &[Create("trace_ops", JOB, "MergeTree")]),
 ];
 
 fn schema() -> ClusterSchema {
