@@ -50,6 +50,9 @@ pub(crate) struct Chunk {
     pub(crate) permit: OwnedSemaphorePermit,
     /// The stream ended after these events.
     pub(crate) closed: bool,
+    /// Fired once the batch holding the last of these events is in the
+    /// disk spool (with a spool only): the rank's ack waits for it.
+    pub(crate) spooled: Option<oneshot::Sender<()>>,
 }
 
 /// A cut batch on its way to the collector.
@@ -72,6 +75,9 @@ pub(crate) struct Batcher {
     next_seq: u64,
     builder: BatchBuilder,
     deadline: Option<Instant>,
+    spool: Option<Arc<crate::spool::Spool>>,
+    /// Acks waiting for the batch under construction to be spooled.
+    spool_waiting: Vec<oneshot::Sender<()>>,
 }
 
 impl Batcher {
@@ -93,7 +99,15 @@ impl Batcher {
             next_seq: 1,
             builder: BatchBuilder::default(),
             deadline: None,
+            spool: None,
+            spool_waiting: Vec::new(),
         }
+    }
+
+    /// Writes every batch to `spool` before its ranks are acknowledged.
+    pub(crate) fn with_spool(mut self, spool: Option<Arc<crate::spool::Spool>>) -> Self {
+        self.spool = spool;
+        self
     }
 
     /// Runs until `flush` fires (or its sender is dropped) or every chunk
@@ -143,6 +157,7 @@ impl Batcher {
             mut events,
             mut permit,
             closed,
+            spooled,
         } = chunk;
         if closed {
             // A marker without events: one unit, so the batch carrying it is cut.
@@ -172,6 +187,13 @@ impl Batcher {
                 self.cut(out).await;
             }
             events = rest;
+        }
+        if let Some(tx) = spooled {
+            if self.builder.is_empty() {
+                let _ = tx.send(()); // nothing of it waits in a batch
+            } else {
+                self.spool_waiting.push(tx);
+            }
         }
     }
 
@@ -212,6 +234,24 @@ impl Batcher {
         };
         self.next_seq += 1;
         Metrics::inc(&self.metrics.batches_created);
+        if let Some(spool) = &self.spool {
+            let (spool, bytes) = (
+                Arc::clone(spool),
+                rankscope_proto::codec::Encoded::of(&batch).0,
+            );
+            let (session, seq) = (batch.agent_session, batch.seq);
+            let written = tokio::task::spawn_blocking(move || spool.write(session, seq, &bytes))
+                .await
+                .map_err(|e| std::io::Error::other(e.to_string()))
+                .and_then(|r| r);
+            if let Err(e) = written {
+                Metrics::inc(&self.metrics.spool_write_errors);
+                tracing::warn!(seq, error = %e, "cannot write the batch to the spool; it is sent all the same");
+            }
+        }
+        for tx in self.spool_waiting.drain(..) {
+            let _ = tx.send(());
+        }
         tracing::trace!(seq = batch.seq, events, samples, "batch cut");
         let pending = Pending {
             batch,

@@ -126,6 +126,16 @@ pub struct Config {
     pub trace_max_file_bytes: u64,
     /// Keep trace files after they were imported.
     pub keep_traces: bool,
+    /// Disk spool (see `spool`): every batch is written here before the
+    /// ranks are acknowledged, and resent after a restart until the
+    /// collector acknowledged it. Empty (default): no spool.
+    pub spool_dir: String,
+    /// Most bytes the spool holds; beyond, the newest events are dropped
+    /// (counted as `spool_full`).
+    pub spool_max_bytes: u64,
+    /// fsync every spooled batch (and its directory) before acknowledging:
+    /// survives power loss, not just a killed agent.
+    pub spool_fsync: bool,
     /// Size budget of `trace_dir`: beyond it the oldest files of finished
     /// traces are removed, and while open traces alone exceed it new
     /// requests fail on this node (saying so) instead of being delivered.
@@ -173,6 +183,9 @@ impl Default for Config {
             trace_max_file_bytes: 512 * 1024 * 1024,
             keep_traces: false,
             trace_dir_max_bytes: 4 * 1024 * 1024 * 1024,
+            spool_dir: String::new(),
+            spool_max_bytes: 1024 * 1024 * 1024,
+            spool_fsync: false,
             trace_request_ttl_ms: 600_000,
         }
     }

@@ -385,6 +385,7 @@ impl Control {
                     events: part,
                     permit,
                     closed: last,
+                    spooled: None,
                 };
                 if ingest.chunks.send(chunk).is_err() {
                     return;

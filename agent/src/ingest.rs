@@ -25,7 +25,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::SeqCst};
 use std::sync::Arc;
 
 use rankscope_proto::v1 as proto;
-use tokio::sync::{mpsc, watch, Notify, Semaphore};
+use tokio::sync::{mpsc, oneshot, watch, Notify, Semaphore};
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Code, Request, Response, Status, Streaming};
 
@@ -49,6 +49,8 @@ pub(crate) struct Ingest {
     /// Ranks with an open stream, for mapping GPUs and processes to ranks.
     pub(crate) ranks: Arc<RankRegistry>,
     pub(crate) next_stream: AtomicU64,
+    /// With a disk spool, a message is acknowledged once its events are in it.
+    spool: Option<Arc<crate::spool::Spool>>,
     stopping: AtomicBool,
     stop: watch::Sender<bool>,
     stream_ended: Notify,
@@ -62,8 +64,10 @@ impl Ingest {
         metrics: Arc<Metrics>,
         max_message_bytes: usize,
         ranks: Arc<RankRegistry>,
+        spool: Option<Arc<crate::spool::Spool>>,
     ) -> Self {
         Self {
+            spool,
             node,
             queue,
             chunks,
@@ -93,8 +97,25 @@ impl Ingest {
         }
     }
 
-    /// Handles one message: validate, queue, build the ack. Never waits.
-    fn handle(&self, session: &mut Session, msg: proto::RankMessage) -> proto::RankAck {
+    /// Handles one message: validate, queue, build the ack. Never waits;
+    /// with a spool, the ack is due once the returned receiver fires (the
+    /// batch holding the events is on disk).
+    fn handle(
+        &self,
+        session: &mut Session,
+        msg: proto::RankMessage,
+    ) -> (proto::RankAck, Option<oneshot::Receiver<()>>) {
+        let mut spooled = None;
+        let ack = self.handle_inner(session, msg, &mut spooled);
+        (ack, spooled)
+    }
+
+    fn handle_inner(
+        &self,
+        session: &mut Session,
+        msg: proto::RankMessage,
+        spooled: &mut Option<oneshot::Receiver<()>>,
+    ) -> proto::RankAck {
         let seq = msg.seq;
         let n = msg.events.len();
         Metrics::inc(&self.metrics.received_messages);
@@ -110,6 +131,16 @@ impl Ingest {
         if n == 0 {
             return ack(seq, Code::Ok, String::new(), 0, 0);
         }
+        if self.spool.as_ref().is_some_and(|s| s.full()) {
+            self.metrics.dropped(DropReason::SpoolFull, n as u64);
+            return ack(
+                seq,
+                Code::ResourceExhausted,
+                format!("agent spool full (spool_max_bytes): dropped {n} events"),
+                0,
+                n,
+            );
+        }
         let permit = u32::try_from(n)
             .ok()
             .and_then(|k| Arc::clone(&self.queue).try_acquire_many_owned(k).ok());
@@ -123,12 +154,18 @@ impl Ingest {
                 n,
             );
         };
+        let tx = self.spool.as_ref().map(|_| {
+            let (tx, rx) = oneshot::channel();
+            *spooled = Some(rx);
+            tx
+        });
         let chunk = Chunk {
             stream: accepted.stream,
             names: accepted.names,
             events: accepted.events,
             permit,
             closed: false,
+            spooled: tx,
         };
         if self.chunks.send(chunk).is_err() {
             self.metrics.dropped(DropReason::Shutdown, n as u64);
@@ -206,15 +243,38 @@ async fn run_stream(
     let mut session = Session::new(id, ingest.node.clone());
     let mut stop = ingest.stop.subscribe();
     let mut registered = false;
+    // Acks waiting for their events to reach the spool, in message order.
+    let mut waiting: std::collections::VecDeque<(proto::RankAck, oneshot::Receiver<()>)> =
+        std::collections::VecDeque::new();
     tracing::debug!(stream = id, "rank stream opened");
     loop {
+        // At most ACK_BUFFER messages wait for the spool: then the rank's
+        // own window holds it back.
+        let may_read = waiting.len() < ACK_BUFFER;
+        let front = async {
+            match waiting.front_mut() {
+                Some((_, rx)) => {
+                    let _ = rx.await;
+                }
+                None => std::future::pending::<()>().await,
+            }
+        };
         let next = tokio::select! {
             biased;
             _ = stop.wait_for(|s| *s) => {
                 let _ = acks.try_send(Err(Status::unavailable("agent is shutting down")));
                 break;
             }
-            next = inbound.message() => next,
+            () = front => None,
+            next = inbound.message(), if may_read => Some(next),
+        };
+        let Some(next) = next else {
+            if let Some((ack, _)) = waiting.pop_front() {
+                if send_ack(&ingest, &acks, ack).is_err() {
+                    break;
+                }
+            }
+            continue;
         };
         let msg = match next {
             Ok(Some(msg)) => msg,
@@ -228,7 +288,7 @@ async fn run_stream(
                 break;
             }
         };
-        let ack = ingest.handle(&mut session, msg);
+        let (ack, spooled) = ingest.handle(&mut session, msg);
         if !registered {
             if let Some(i) = session.identity() {
                 ingest.ranks.insert(
@@ -243,10 +303,19 @@ async fn run_stream(
                 registered = true;
             }
         }
-        match acks.try_send(Ok(ack)) {
-            Ok(()) => {}
-            Err(mpsc::error::TrySendError::Full(_)) => Metrics::inc(&ingest.metrics.acks_dropped),
-            Err(mpsc::error::TrySendError::Closed(_)) => break,
+        match spooled {
+            Some(rx) => waiting.push_back((ack, rx)),
+            None if waiting.is_empty() => {
+                if send_ack(&ingest, &acks, ack).is_err() {
+                    break;
+                }
+            }
+            // Behind acks that wait for the spool: keep the order.
+            None => {
+                let (tx, rx) = oneshot::channel();
+                let _ = tx.send(());
+                waiting.push_back((ack, rx));
+            }
         }
     }
     ingest.ranks.remove(id);
@@ -259,11 +328,28 @@ async fn run_stream(
                 events: Vec::new(),
                 permit,
                 closed: true,
+                spooled: None,
             });
         }
     }
     let rank = session.identity().map(|i| (i.job_id.clone(), i.rank));
     tracing::debug!(stream = id, ?rank, "rank stream closed");
+}
+
+/// Queues one ack for the rank; `Err` when the rank is gone.
+fn send_ack(
+    ingest: &Ingest,
+    acks: &mpsc::Sender<Result<proto::RankAck, Status>>,
+    ack: proto::RankAck,
+) -> Result<(), ()> {
+    match acks.try_send(Ok(ack)) {
+        Ok(()) => Ok(()),
+        Err(mpsc::error::TrySendError::Full(_)) => {
+            Metrics::inc(&ingest.metrics.acks_dropped);
+            Ok(())
+        }
+        Err(mpsc::error::TrySendError::Closed(_)) => Err(()),
+    }
 }
 
 /// Maps tonic's "decoded message length too large" (OUT_OF_RANGE) to the

@@ -47,6 +47,7 @@ pub mod kineto;
 pub mod metrics;
 pub mod sample;
 mod serve;
+mod spool;
 mod uplink;
 
 pub use backoff::Backoff;
@@ -78,6 +79,8 @@ pub enum AgentError {
     Sampler(std::io::Error),
     #[error("invalid metrics_listen_addr {addr:?}: {error}")]
     MetricsAddr { addr: String, error: String },
+    #[error("cannot use spool_dir {dir:?}: {error}")]
+    Spool { dir: String, error: String },
 }
 
 /// What happened to the data at shutdown.
@@ -133,6 +136,7 @@ pub async fn start(config: Config) -> Result<AgentHandle, AgentError> {
     let client = channel::client(&config)?;
     let (client_tx, client_rx) = watch::channel(client);
     let control_client = client_rx.clone();
+    let control_resend_client = client_rx.clone();
 
     let listen_addr = config.listen_socket_addr()?;
     let tcp = serve::bind_tcp(listen_addr).await?;
@@ -154,6 +158,20 @@ pub async fn start(config: Config) -> Result<AgentHandle, AgentError> {
         }
     };
     let queue = Arc::new(Semaphore::new(config.queue_max_events));
+    let (spool, spooled_before) = if config.spool_dir.is_empty() {
+        (None, Vec::new())
+    } else {
+        let (s, left) = spool::Spool::open(
+            std::path::Path::new(&config.spool_dir),
+            config.spool_max_bytes,
+            config.spool_fsync,
+        )
+        .map_err(|e| AgentError::Spool {
+            dir: config.spool_dir.clone(),
+            error: e.to_string(),
+        })?;
+        (Some(Arc::new(s)), left)
+    };
     let (chunk_tx, chunk_rx) = mpsc::unbounded_channel();
     let (backlog_tx, backlog_rx) = mpsc::channel(config.backlog_max_batches);
     let (flush_tx, flush_rx) = oneshot::channel();
@@ -177,6 +195,7 @@ pub async fn start(config: Config) -> Result<AgentHandle, AgentError> {
         config.max_in_flight_batches,
     )
     .with_tls_probe(channel::tls_paths(&config).map(|_| config.clone()))
+    .with_spool(spool.clone(), agent_session)
     .with_token(&config.collector_token)
     .map_err(|_| config::ConfigError::Invalid {
         field: "collector_token",
@@ -191,7 +210,8 @@ pub async fn start(config: Config) -> Result<AgentHandle, AgentError> {
         config.batch_max_events,
         Duration::from_millis(config.batch_max_delay_ms),
         Arc::clone(&metrics),
-    );
+    )
+    .with_spool(spool.clone());
     let (sample_tx, sample_rx) = mpsc::channel(sample::QUEUE_SETS);
     let batcher = tokio::spawn(batcher.run(chunk_rx, sample_rx, backlog_tx, flush_rx));
 
@@ -227,6 +247,7 @@ pub async fn start(config: Config) -> Result<AgentHandle, AgentError> {
         Arc::clone(&metrics),
         config.max_message_bytes,
         ranks,
+        spool.clone(),
     ));
     let svc = IngestService(Arc::clone(&ingest));
     let (server_stop, stop_rx) = watch::channel(false);
@@ -253,6 +274,22 @@ pub async fn start(config: Config) -> Result<AgentHandle, AgentError> {
         rng: SmallRng::seed_from_u64(rng.random()),
     };
     let control = tokio::spawn(control.run(stop_rx.clone()));
+    if let Some(s) = &spool {
+        let resend = spool::Resend {
+            client: control_resend_client,
+            auth: (!config.collector_token.is_empty())
+                .then(|| {
+                    rankscope_proto::auth::bearer(&config.collector_token)
+                        .parse()
+                        .ok()
+                })
+                .flatten(),
+            backoff: config.backoff().map_err(config::ConfigError::from)?,
+            rng: SmallRng::seed_from_u64(rng.random()),
+            metrics: Arc::clone(&metrics),
+        };
+        tokio::spawn(resend.run(spooled_before, Arc::clone(s), stop_rx.clone()));
+    }
     let mut servers = Vec::new();
     servers.push(serve::spawn_tcp(
         tcp,

@@ -24,10 +24,17 @@ pub enum DropReason {
     RejectedByCollector,
     /// The agent shut down before the events were delivered.
     Shutdown,
+    /// The disk spool held `spool_max_bytes`; the newest events were dropped.
+    SpoolFull,
 }
 
 impl DropReason {
-    const ALL: [DropReason; 3] = [Self::QueueFull, Self::RejectedByCollector, Self::Shutdown];
+    const ALL: [DropReason; 4] = [
+        Self::QueueFull,
+        Self::RejectedByCollector,
+        Self::Shutdown,
+        Self::SpoolFull,
+    ];
 
     /// The `reason` label.
     pub fn label(self) -> &'static str {
@@ -35,6 +42,7 @@ impl DropReason {
             Self::QueueFull => "queue_full",
             Self::RejectedByCollector => "rejected_by_collector",
             Self::Shutdown => "shutdown",
+            Self::SpoolFull => "spool_full",
         }
     }
 }
@@ -79,7 +87,7 @@ pub struct Metrics {
     pub(crate) received_events: AtomicU64,
     pub(crate) accepted_events: AtomicU64,
     pub(crate) acks_dropped: AtomicU64,
-    dropped: [AtomicU64; 3],
+    dropped: [AtomicU64; 4],
     rejected: Mutex<BTreeMap<&'static str, u64>>,
     pub(crate) batches_created: AtomicU64,
     pub(crate) batches_sent: AtomicU64,
@@ -98,9 +106,13 @@ pub struct Metrics {
     pub(crate) tls_reloads: AtomicU64,
     /// Certificate reloads that failed (the previous files stay in use).
     pub(crate) tls_reload_failures: AtomicU64,
-    samples_dropped: [AtomicU64; 3],
+    samples_dropped: [AtomicU64; 4],
     nvml_state: AtomicU8,
     pub(crate) gpus: AtomicU64,
+    /// Batches the spool could not write (sent all the same, not durable).
+    pub(crate) spool_write_errors: AtomicU64,
+    /// Batches of previous runs delivered from the spool.
+    pub(crate) batches_resent_from_spool: AtomicU64,
 }
 
 impl Metrics {

@@ -98,6 +98,10 @@ pub(crate) struct Uplink {
     /// With TLS: the configuration [`crate::probe_tls`] diagnoses an outage
     /// with (gRPC reports a refused certificate as "connection closed").
     tls_probe: Option<Arc<crate::config::Config>>,
+    /// The disk spool: a settled batch's file is removed.
+    spool: Option<Arc<crate::spool::Spool>>,
+    /// This run's `agent_session` (names the spool files).
+    session: u64,
 }
 
 impl Uplink {
@@ -121,12 +125,25 @@ impl Uplink {
             retry_at: None,
             auth: None,
             tls_probe: None,
+            spool: None,
+            session: 0,
         }
     }
 
     /// Diagnoses each outage's first failure with a TLS probe (`None`: no TLS).
     pub(crate) fn with_tls_probe(mut self, config: Option<crate::config::Config>) -> Self {
         self.tls_probe = config.map(Arc::new);
+        self
+    }
+
+    /// Removes each settled batch of `session` from `spool`.
+    pub(crate) fn with_spool(
+        mut self,
+        spool: Option<Arc<crate::spool::Spool>>,
+        session: u64,
+    ) -> Self {
+        self.spool = spool;
+        self.session = session;
         self
     }
 
@@ -258,6 +275,9 @@ impl Uplink {
         };
         match (result, outcome) {
             (Ok(ack), _) => {
+                if let Some(spool) = &self.spool {
+                    spool.remove(self.session, seq);
+                }
                 let slot = self.window.remove(&seq);
                 let (events, samples) =
                     slot.map_or((0, 0), |s| (s.pending.events, s.pending.samples));
@@ -271,6 +291,9 @@ impl Uplink {
                 self.recovered();
             }
             (Err(status), Some(Outcome::Drop)) => {
+                if let Some(spool) = &self.spool {
+                    spool.remove(self.session, seq);
+                }
                 let slot = self.window.remove(&seq);
                 let (events, samples) =
                     slot.map_or((0, 0), |s| (s.pending.events, s.pending.samples));
@@ -326,7 +349,7 @@ impl Uplink {
 
 /// `CollectorIngest.Ingest` with a pre-encoded `AgentBatch` (what the
 /// generated client does, minus encoding).
-async fn ingest(
+pub(crate) async fn ingest(
     channel: Channel,
     request: tonic::Request<Encoded>,
 ) -> Result<proto::IngestAck, Status> {
