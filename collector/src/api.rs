@@ -3,8 +3,10 @@
 //! Routes: `GET /healthz`, `GET /metrics` (Prometheus text),
 //! `GET /api/v1/jobs`, `GET /api/v1/jobs/{job}/steps?from_step=&to_step=&last=`,
 //! and the analytics routes of [`analytics`] (`breakdown`, `ranks`,
-//! `collectives`, `stragglers`, `hangs`) and `GET /api/v1/gpus` of
-//! [`telemetry`].
+//! `collectives`, `stragglers`, `hangs`), the step-range routes of
+//! [`matrix`] (`matrix`, `collectives/steps`, for the web UI) and
+//! `GET /api/v1/gpus` of [`telemetry`]. `GET /` and `/ui/*` serve the web UI
+//! ([`ui`]); only `/api/*` needs the bearer token.
 //! In: HTTP requests. Out: JSON documents (`{"error": "..."}` with a 4xx/5xx
 //! status on failure). Reads go to ClickHouse through [`Store`]; the API holds
 //! no state of its own.
@@ -21,7 +23,9 @@ use serde::{Deserialize, Serialize};
 mod alerts;
 mod analytics;
 mod gpu;
+pub mod matrix;
 mod telemetry;
+mod ui;
 
 use crate::store::{JobRow, StepTimeRow, Store};
 
@@ -58,12 +62,19 @@ pub fn router(state: ApiState) -> Router {
         .route("/api/v1/jobs/{job}/idle", get(gpu::idle))
         .route("/api/v1/jobs/{job}/queue", get(gpu::queue))
         .route("/api/v1/jobs/{job}/memcpy", get(gpu::memcpy))
+        .route("/api/v1/jobs/{job}/matrix", get(matrix::matrix))
+        .route(
+            "/api/v1/jobs/{job}/collectives/steps",
+            get(matrix::collective_steps),
+        )
         .route("/api/v1/alerts", get(alerts::alerts))
+        .route("/api/v1/gpus", get(telemetry::gpus))
+        .route("/", get(ui::index))
+        .route("/ui/{*path}", get(ui::asset))
         .route_layer(axum::middleware::from_fn_with_state(
             state.clone(),
             require_token,
         ))
-        .route("/api/v1/gpus", get(telemetry::gpus))
         .with_state(state)
 }
 

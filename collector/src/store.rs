@@ -25,6 +25,7 @@ pub mod gpu_ops;
 mod migrate;
 mod read;
 mod retention;
+pub mod per_step;
 pub mod rows;
 pub mod telemetry;
 mod writer;

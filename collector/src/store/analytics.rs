@@ -60,8 +60,9 @@ struct GpuEventRow {
     end_ns: u64,
 }
 
+/// One stored collective (column order of `job_collectives*.sql`).
 #[derive(Debug, Row, Deserialize)]
-struct CollectiveReadRow {
+pub(super) struct CollectiveReadRow {
     rank: u32,
     #[allow(dead_code)]
     node: String,
@@ -73,6 +74,23 @@ struct CollectiveReadRow {
     bytes: u64,
     start_ns: u64,
     end_ns: u64,
+}
+
+impl CollectiveReadRow {
+    /// The analytics' observation; `None` for an op it does not know.
+    pub(super) fn into_obs(self) -> Option<CollectiveObs> {
+        Some(CollectiveObs {
+            rank: self.rank,
+            process_group: self.process_group,
+            seq: self.seq,
+            op: self.op.parse::<CollOp>().ok()?,
+            dtype: self.dtype,
+            group_size: self.group_size,
+            bytes: self.bytes,
+            start_ns: self.start_ns,
+            end_ns: self.end_ns,
+        })
+    }
 }
 
 /// A straggler verdict, latest version.
@@ -202,19 +220,7 @@ impl Store {
             .map_err(StoreError::query("job collectives"))?;
         let obs: Vec<CollectiveObs> = rows
             .into_iter()
-            .filter_map(|r| {
-                Some(CollectiveObs {
-                    rank: r.rank,
-                    process_group: r.process_group,
-                    seq: r.seq,
-                    op: r.op.parse::<CollOp>().ok()?,
-                    dtype: r.dtype,
-                    group_size: r.group_size,
-                    bytes: r.bytes,
-                    start_ns: r.start_ns,
-                    end_ns: r.end_ns,
-                })
-            })
+            .filter_map(CollectiveReadRow::into_obs)
             .collect();
         Ok(collective_stats(&obs, per_rank))
     }
