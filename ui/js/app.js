@@ -40,7 +40,7 @@ export function setParams(changes) {
 
 export function crumbs(...items) {
   const nav = document.getElementById('crumbs');
-  nav.replaceChildren(...items.flatMap((it, i) => [i ? el('span', { class: 'sep' }, '/') : null, it]));
+  nav.replaceChildren(...items.flatMap((it, i) => (i ? [el('span', { class: 'sep' }, '/'), it] : [it])));
 }
 
 export function setLive(text, live) {

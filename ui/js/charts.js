@@ -19,11 +19,11 @@ export function lineChart(container, { title, x, series, unit = '', height = 220
   const opts = {
     width,
     height,
-    legend: { live: true },
+    legend: { show: series.length <= 8, live: true },
     cursor: { drag: { x: true, y: false } },
     scales: { x: { time: false } },
     axes: [
-      { ...AXIS, label: 'step', labelSize: 18 },
+      { ...AXIS, label: 'step', labelSize: 18, incrs: [1, 2, 5, 10, 20, 50, 100, 200, 500, 1000] },
       { ...AXIS, label: unit, labelSize: 18, size: 60, values: (u, vals) => vals.map((v) => fmt(v)) },
     ],
     series: [
@@ -34,7 +34,7 @@ export function lineChart(container, { title, x, series, unit = '', height = 220
         width: s.width || 1.5,
         dash: s.dash,
         spanGaps: true,
-        points: { show: x.length < 60 },
+        points: { show: x.length < 25 },
         value: (u, v) => (v === null || v === undefined ? '–' : fmt(v)),
       })),
     ],

@@ -26,9 +26,10 @@ const SAT = Math.log2(1.5); // |log2 ratio| at which the colour saturates: 0.67x
 const MISSING = [22, 26, 33];
 const STOPS = [ // t in [-1, 1] -> rgb
   [-1, [56, 110, 200]],
-  [-0.35, [48, 78, 120]],
-  [0, [40, 46, 58]],
-  [0.3, [150, 120, 40]],
+  [-0.4, [48, 78, 120]],
+  [-0.1, [40, 46, 58]], // within ~4 % of the median: neutral (run-to-run jitter)
+  [0.1, [40, 46, 58]],
+  [0.35, [150, 120, 40]],
   [0.6, [225, 140, 40]],
   [1, [235, 60, 60]],
 ];
@@ -170,7 +171,7 @@ export function createHeatmap(container, { onSelect } = {}) {
     const t0 = performance.now();
     const { steps, ranks, nodes } = matrix;
     const values = matrix.values[metric] || [];
-    const width = Math.max(200, plot.parentElement.clientWidth - 4);
+    const width = Math.max(200, root.clientWidth - gutter.offsetWidth - 8);
     const [cw, ch] = cellSize(steps.length, ranks.length, width);
     const medians = stepMedians(values, steps.length, ranks.length);
     const W = Math.max(1, steps.length * cw);

@@ -13,6 +13,7 @@ import { median } from './fmt.js';
 
 const LIVE_NS = 60e9;
 const TABS = ['overview', 'ranks', 'collectives', 'gpus'];
+const TAB_LABELS = { overview: 'Overview', ranks: 'Ranks', collectives: 'Collectives', gpus: 'GPUs' };
 
 /** Fields of the breakdown panel: [API field, label, formatter]. */
 const BREAKDOWN_FIELDS = [
@@ -72,12 +73,13 @@ export function jobView(job) {
     setLive(st.summary ? (st.live ? 'live · refreshing' : 'finished · last seen ' + ago(st.summary.last_seen_ns)) : '', st.live);
     const s = st.summary;
     document.getElementById('job-facts').replaceChildren(...(s ? [
+      st.live ? el('span', { class: 'badge live' }, 'live') : el('span', { class: 'badge' }, 'finished'),
       el('span', {}, el('b', {}, s.ranks_seen), ' ranks'),
       el('span', {}, el('b', {}, s.nodes), ' nodes'),
       el('span', {}, 'last step ', el('b', {}, s.last_step ?? '–')),
       el('span', {}, 'started ', el('b', {}, time(s.first_seen_ns))),
       s.run_id ? el('span', {}, 'run ', el('b', {}, s.run_id)) : null,
-    ] : []));
+    ].filter(Boolean) : []));
   }
 
   // ---- overview -------------------------------------------------------
@@ -234,7 +236,7 @@ export function jobView(job) {
       el('td', { class: 'num' }, `${v.first_step}–${v.last_step}`, el('div', { class: 'muted small' }, `${v.steps_flagged} flagged`)),
       el('td', {}, spanBar(v)),
       el('td', {}, v.active ? el('span', { class: 'badge hot' }, 'active') : el('span', { class: 'badge' }, 'resolved')),
-      el('td', { class: 'evidence' }, v.evidence || el('span', { class: 'muted' }, 'no GPU evidence'))))))));
+      el('td', { class: 'evidence' }, v.evidence || el('span', { class: 'muted' }, 'no GPU evidence')))))));
   }
 
   function renderHangs(hangs) {
@@ -331,7 +333,7 @@ export function jobView(job) {
       card('GPU telemetry over steps (mean of the rank\'s GPU samples in each step)', charts),
       card('GPUs of the job (latest sample)', gpus.gpus.length ? el('div', { class: 'scroll' }, el('table', { class: 'grid gpus' },
         el('thead', {}, el('tr', {}, ...['node', 'GPU', 'name', 'ranks', 'util', 'SM active', 'SM clock', 'power', 'temp', 'memory', 'throttle'].map((h) => el('th', {}, h)))),
-        el('tbody', {}, gpus.gpus.map((g) => el('tr', { class: g.state !== 'ok' ? 'bad' : '' },
+        el('tbody', {}, gpus.gpus.map((g) => el('tr', { class: g.state !== 'ok' ? 'bad' : g.ranks.some((r) => r.job === job && flags.has(r.rank)) ? 'flagged' : '' },
           el('td', {}, g.node), el('td', { class: 'num' }, g.gpu_index), el('td', {}, g.name),
           el('td', {}, g.ranks.filter((r) => r.job === job).map((r) => 'r' + r.rank).join(' ')),
           el('td', { class: 'num' }, pct(g.gpu_util_pct)), el('td', { class: 'num' }, pct(g.sm_active_pct)),
@@ -348,23 +350,30 @@ export function jobView(job) {
     }
     const rankSeries = (f, ri) => matrix.steps.map((_, si) => matrix.values[f][ri * nS + si]);
     const titles = { gpu_util_pct: ['GPU utilisation', '%'], sm_active_pct: ['SM activity', '%'], sm_clock_mhz: ['SM clock', 'MHz'], power_w: ['power', 'W'] };
-    for (const f of fields) {
-      const box = el('div', {});
-      charts.append(box);
+    // Boxes first, so that every chart is sized to its final grid cell.
+    const boxes = fields.map(() => el('div', {}));
+    charts.replaceChildren(...boxes);
+    const flagged = [...flags.keys()].filter((r) => matrix.ranks.includes(r));
+    fields.forEach((f, i) => {
       let series;
       if (matrix.ranks.length <= 16) {
-        series = matrix.ranks.map((r, ri) => ({ label: 'r' + r, values: rankSeries(f, ri), width: flags.has(r) ? 3 : 1.5 }));
+        series = matrix.ranks.map((r, ri) => (flags.has(r)
+          ? { label: `r${r} (straggler)`, values: rankSeries(f, ri), colour: '#ff5a5a', width: 2.5 }
+          : { label: 'r' + r, values: rankSeries(f, ri), colour: PALETTE[ri % PALETTE.length] + '99', width: 1 }));
       } else {
         const stat = (fn) => matrix.steps.map((_, si) => fn(matrix.ranks.map((_, ri) => matrix.values[f][ri * nS + si]).filter((v) => v !== null)));
         series = [
           { label: 'min', values: stat((v) => (v.length ? Math.min(...v) : null)), colour: '#5a6b80', dash: [4, 4] },
           { label: 'median', values: stat((v) => (v.length ? median(v) : null)), colour: '#b0b8c4' },
           { label: 'max', values: stat((v) => (v.length ? Math.max(...v) : null)), colour: '#5a6b80', dash: [4, 4] },
-          ...[...flags.keys()].map((r) => ({ label: 'r' + r + ' (straggler)', values: rankSeries(f, matrix.ranks.indexOf(r)), colour: '#ff5a5a', width: 2 })),
+          ...flagged.map((r) => ({ label: `r${r} (straggler)`, values: rankSeries(f, matrix.ranks.indexOf(r)), colour: '#ff5a5a', width: 2.5 })),
         ];
       }
-      st.charts.push(lineChart(box, { title: titles[f][0], x: matrix.steps, series, unit: titles[f][1], height: 200, fmt: (v) => v.toFixed(0) }));
-    }
+      st.charts.push(lineChart(boxes[i], { title: titles[f][0], x: matrix.steps, series, unit: titles[f][1], height: 200, fmt: (v) => v.toFixed(0) }));
+    });
+    charts.after(el('p', { class: 'muted small' }, matrix.ranks.length <= 16
+      ? `One line per rank's GPU${flagged.length ? '; red: straggler ' + flagged.map((r) => 'r' + r).join(', ') : ''}.`
+      : `Min, median and max over ${matrix.ranks.length} ranks' GPUs${flagged.length ? '; red: straggler ' + flagged.map((r) => 'r' + r).join(', ') : ''}.`));
   }
 
   // ---- frame ----------------------------------------------------------
@@ -393,7 +402,7 @@ export function jobView(job) {
         document.getElementById('tab-body').replaceChildren(el('p', { class: 'muted' }, 'Loading…'));
         loadTab().catch((err) => showError(document.getElementById('tab-body'), err));
       },
-    }, t)));
+    }, TAB_LABELS[t])));
     st.main.replaceChildren(
       el('div', { class: 'job-head' }, el('h2', {}, job), el('div', { id: 'job-facts', class: 'facts' })),
       tabs,

@@ -195,7 +195,11 @@ pub(super) async fn matrix(
     let fields = parse_fields(q.fields.as_deref())?;
     let range = range(&st, &job, &q).await?;
     let rows = match range {
-        Some((from, to)) => st.store.step_breakdowns(&job, Some(from), Some(to), None).await?,
+        Some((from, to)) => {
+            st.store
+                .step_breakdowns(&job, Some(from), Some(to), None)
+                .await?
+        }
         None => Vec::new(),
     };
     let gpu = match range {

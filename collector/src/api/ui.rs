@@ -23,9 +23,17 @@ const ASSETS: &[(&str, &str, &[u8])] = &[
     ("js/fmt.js", JS, include_bytes!("../../../ui/js/fmt.js")),
     ("js/jobs.js", JS, include_bytes!("../../../ui/js/jobs.js")),
     ("js/job.js", JS, include_bytes!("../../../ui/js/job.js")),
-    ("js/heatmap.js", JS, include_bytes!("../../../ui/js/heatmap.js")),
+    (
+        "js/heatmap.js",
+        JS,
+        include_bytes!("../../../ui/js/heatmap.js"),
+    ),
     ("js/bars.js", JS, include_bytes!("../../../ui/js/bars.js")),
-    ("js/charts.js", JS, include_bytes!("../../../ui/js/charts.js")),
+    (
+        "js/charts.js",
+        JS,
+        include_bytes!("../../../ui/js/charts.js"),
+    ),
     (
         "vendor/uplot/uPlot.iife.min.js",
         JS,

@@ -174,9 +174,8 @@ mod tests {
             c(2, 1, 150),  // a rank without windows: dropped
         ];
         let got = assign_steps(&windows, obs);
-        let seqs = |s: u64| -> Vec<(u32, u64)> {
-            got[&s].iter().map(|o| (o.rank, o.seq)).collect()
-        };
+        let seqs =
+            |s: u64| -> Vec<(u32, u64)> { got[&s].iter().map(|o| (o.rank, o.seq)).collect() };
         assert_eq!(got.keys().copied().collect::<Vec<_>>(), vec![0, 1]);
         assert_eq!(seqs(0), vec![(0, 1), (1, 1)]);
         assert_eq!(seqs(1), vec![(0, 2), (1, 2)]);
