@@ -30,6 +30,8 @@ const JOB: &str = "ui-straggler";
 const RANKS: u32 = 16;
 const STEPS: u64 = 40;
 const SLOW_RANK: u32 = 11;
+/// Steps sent while the job's page is open.
+const MORE_STEPS: u64 = 4;
 
 /// One stand-in GPU per rank (GPU r runs rank r, pid 10000 + r); the slow
 /// rank's GPU is thermally throttled at 1200 MHz.
@@ -100,7 +102,6 @@ async fn the_ui_flags_the_straggler_and_shows_the_apis_numbers() {
     simulate::run(&sim, &stack.agent_url())
         .await
         .expect("simulate");
-    assert_eq!(stack.stop_agent().await.undelivered_events, 0);
 
     let base = format!("http://{}", stack.http_addr());
     let api = HttpClient::new(Duration::from_secs(30)).with_token(TOKEN);
@@ -200,28 +201,62 @@ async fn the_ui_flags_the_straggler_and_shows_the_apis_numbers() {
     assert_eq!(unknown.0, 404);
     assert_eq!((empty.0, wide.0), (400, 400));
 
-    let shots = screenshot_dir();
-    let url = format!("{base}/?token={TOKEN}#/");
-    let expected = row.clone();
-    tokio::task::spawn_blocking(move || {
-        let bad = [unknown, empty, wide];
-        browse(&chromium, &url, step, &expected, &evidence, bad, &shots)
-    })
-    .await
-    .expect("browser session");
+    // More steps of the same job while the page is open: it must follow.
+    let (handle, agent_url) = (tokio::runtime::Handle::current(), stack.agent_url());
+    let more_steps = move || {
+        sim.first_step = STEPS;
+        sim.steps = MORE_STEPS;
+        sim.start_ns = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .expect("clock")
+            .as_nanos() as u64;
+        handle
+            .block_on(simulate::run(&sim, &agent_url))
+            .expect("simulate more steps");
+    };
+
+    let expected = Expected {
+        url: format!("{base}/?token={TOKEN}#/"),
+        step,
+        row,
+        evidence,
+        bad: [unknown, empty, wide],
+        shots: screenshot_dir(),
+    };
+    tokio::task::spawn_blocking(move || browse(&chromium, &expected, more_steps))
+        .await
+        .expect("browser session");
     stack.stop().await;
 }
 
-/// The browser session (blocking CDP calls).
-fn browse(
-    chromium: &std::path::Path,
-    url: &str,
+/// What the browser session opens and must find.
+struct Expected {
+    /// The UI with the token in the address.
+    url: String,
+    /// The step whose cell is clicked (on the slow rank's row).
     step: u64,
-    row: &Value,
-    evidence: &str,
+    /// The API's breakdown of (step, slow rank).
+    row: Value,
+    /// The API's evidence text of the verdict.
+    evidence: String,
+    /// (status, message) the API answers to an unknown job, an empty step
+    /// range and a range above the cap.
     bad: [(u16, String); 3],
-    shots: &std::path::Path,
-) {
+    shots: PathBuf,
+}
+
+/// The browser session (blocking CDP calls); `more_steps` sends more steps
+/// of the job while its page is open.
+fn browse(chromium: &std::path::Path, x: &Expected, more_steps: impl FnOnce()) {
+    let Expected {
+        url,
+        step,
+        row,
+        evidence,
+        bad,
+        shots,
+    } = x;
+    let step = *step;
     let mut browser = cdp::Browser::launch(chromium);
     let mut page = browser.new_page(1600, 1000);
     page.navigate(url);
@@ -261,7 +296,10 @@ fn browse(
     assert_eq!(verdict["rank"], SLOW_RANK, "{verdict}");
     assert_eq!(verdict["cause"], "compute", "{verdict}");
     assert!(
-        verdict["text"].as_str().unwrap().contains(evidence),
+        verdict["text"]
+            .as_str()
+            .unwrap()
+            .contains(evidence.as_str()),
         "the GPU evidence is shown: {verdict}"
     );
     assert_eq!(
@@ -323,6 +361,21 @@ fn browse(
     );
     page.eval("window.scrollTo(0, 0)");
     page.screenshot(&shots.join("job-overview.png"));
+
+    // Live: the steps sent now appear without a reload (the page polls).
+    let before = page.eval("document.querySelector('.hm-canvas').dataset.lastStep");
+    assert_eq!(before.as_str(), Some((STEPS - 1).to_string().as_str()));
+    more_steps();
+    let last = STEPS + MORE_STEPS - 1;
+    page.wait_for(
+        30,
+        &format!("document.querySelector('.hm-canvas')?.dataset.lastStep === '{last}'"),
+    );
+    assert!(
+        page.eval(&format!("document.querySelector('.bd-head[data-step=\"{step}\"][data-rank=\"{SLOW_RANK}\"]') !== null"))
+            == serde_json::json!(true),
+        "the selected cell survives a refresh"
+    );
 
     // Drawing time of the heatmap at 1,024 ranks x 200 steps (synthetic).
     let draw_ms = page.eval(

@@ -244,6 +244,8 @@ export function createHeatmap(container, { onSelect } = {}) {
     drawOverlay();
     const ms = performance.now() - t0;
     canvas.dataset.drawMs = ms.toFixed(1);
+    canvas.dataset.steps = nS;
+    canvas.dataset.lastStep = nS ? steps[nS - 1] : '';
     return ms;
   }
 

@@ -21,7 +21,7 @@ use serde_json::{json, Value};
 /// `google-chrome` on `PATH`.
 pub fn find_chromium() -> Option<PathBuf> {
     if let Some(p) = std::env::var_os("CHROMIUM") {
-        return Some(PathBuf::from(p));
+        return Some(PathBuf::from(p)).filter(|p| p.is_file());
     }
     let path = std::env::var_os("PATH")?;
     ["chromium", "chromium-browser", "google-chrome"]
