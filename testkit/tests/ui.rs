@@ -377,19 +377,28 @@ fn browse(chromium: &std::path::Path, x: &Expected, more_steps: impl FnOnce()) {
         "the selected cell survives a refresh"
     );
 
-    // Drawing time of the heatmap at 1,024 ranks x 200 steps (synthetic).
+    // Drawing time of the heatmap at 1,024 ranks x 200 steps (synthetic
+    // jitter, rank 700 30 % slower and flagged), and a picture of it.
     let draw_ms = page.eval(
         "import('/ui/js/heatmap.js').then(m => { \
              const R = 1024, S = 200, v = new Array(R * S); \
              for (let r = 0; r < R; r++) for (let s = 0; s < S; s++) v[r * S + s] = 1e6 * (r === 700 ? 1.3 : 1 + ((r * 7 + s * 13) % 10) / 200); \
-             const box = document.createElement('div'); box.style.width = '1400px'; document.body.append(box); \
+             const box = document.createElement('div'); box.id = 'hm-1024'; box.className = 'card'; box.style.width = '1400px'; \
+             document.getElementById('main').append(box); \
              const h = m.createHeatmap(box); const t0 = performance.now(); \
-             h.update({ steps: [...Array(S).keys()], ranks: [...Array(R).keys()], nodes: Array(R).fill('n'), values: { compute_ns: v } }, 'compute_ns'); \
-             const t = performance.now() - t0; box.remove(); return t; })",
+             h.update({ steps: [...Array(S).keys()], ranks: [...Array(R).keys()], nodes: Array(R).fill('n'), values: { compute_ns: v } }, \
+                      'compute_ns', new Map([[700, 'straggler']])); \
+             return performance.now() - t0; })",
     );
     let draw_ms = draw_ms.as_f64().expect("ms");
     eprintln!("heatmap 1024 ranks x 200 steps drawn in {draw_ms:.1} ms");
     assert!(draw_ms < 1000.0, "{draw_ms} ms");
+    assert_eq!(
+        page.eval("[...document.querySelectorAll('#hm-1024 .hm-flag')].map(e => +e.dataset.rank)"),
+        serde_json::json!([700])
+    );
+    page.screenshot_element("#hm-1024", &shots.join("heatmap-1024x200.png"));
+    page.eval("document.getElementById('hm-1024').remove()");
 
     // The other tabs render.
     for (tab, ready) in [

@@ -111,10 +111,19 @@ export function createHeatmap(container, { onSelect } = {}) {
     const g = overlay.getContext('2d');
     g.clearRect(0, 0, overlay.width, overlay.height);
     if (!m) return;
-    for (const ri of m.flagRows) { // flagged rows: a red frame
-      g.strokeStyle = 'rgba(255, 90, 90, 0.9)';
-      g.lineWidth = 1;
-      g.strokeRect(0.5, ri * m.ch + 0.5 - (m.ch < 3 ? 1 : 0), overlay.width - 1, Math.max(m.ch, 3) - 1 + (m.ch < 3 ? 1 : 0));
+    for (const ri of m.flagRows) {
+      // Flagged rows: a red frame, or for thin rows red lines just above and
+      // below, so that the row's own cells stay visible.
+      g.fillStyle = 'rgba(255, 90, 90, 0.85)';
+      const y = ri * m.ch;
+      if (m.ch >= 4) {
+        g.strokeStyle = g.fillStyle;
+        g.lineWidth = 1;
+        g.strokeRect(0.5, y + 0.5, overlay.width - 1, m.ch - 1);
+      } else {
+        g.fillRect(0, y - 2, overlay.width, 1);
+        g.fillRect(0, y + m.ch + 1, overlay.width, 1);
+      }
     }
     for (const [c, colour] of [[hover, 'rgba(255,255,255,0.5)'], [selected, '#ffffff']]) {
       if (!c) continue;
@@ -184,7 +193,7 @@ export function createHeatmap(container, { onSelect } = {}) {
     }
     const img = new ImageData(W, H);
     const px = new Uint32Array(img.data.buffer);
-    const gapX = cw >= 6 ? 1 : 0;
+    const gapX = cw >= 9 ? 1 : 0;
     const gapY = ch >= 6 ? 1 : 0;
     const bg = (255 << 24) | (20 << 16) | (16 << 8) | 14;
     px.fill(bg);

@@ -16,7 +16,6 @@ use serde::{Deserialize, Serialize};
 
 use super::{Store, StoreError};
 
-const BREAKDOWN_MAX_STEP_SQL: &str = include_str!("../../queries/breakdown_max_step.sql");
 const BREAKDOWN_SQL: &str = include_str!("../../queries/breakdown.sql");
 const RANK_GPU_EVENTS_SQL: &str = include_str!("../../queries/rank_gpu_events.sql");
 const JOB_COLLECTIVES_SQL: &str = include_str!("../../queries/job_collectives.sql");
@@ -42,12 +41,6 @@ pub struct StepBreakdownRow {
     pub dataloader_ns: u64,
     pub comm_wait_ns: u64,
     pub comm_transfer_ns: u64,
-}
-
-#[derive(Debug, Row, Deserialize)]
-struct MaxStep {
-    step: u64,
-    n: u64,
 }
 
 #[derive(Debug, Row, Deserialize)]
@@ -140,18 +133,11 @@ impl Store {
     ) -> Result<Vec<StepBreakdownRow>, StoreError> {
         let (mut from, mut to) = (from_step.unwrap_or(0), to_step.unwrap_or(u64::MAX));
         if let Some(k) = last {
-            let max: Vec<MaxStep> = self
-                .client()
-                .query(BREAKDOWN_MAX_STEP_SQL)
-                .bind(job)
-                .fetch_all()
-                .await
-                .map_err(StoreError::query("breakdown max step"))?;
-            let Some(m) = max.into_iter().find(|m| m.n > 0) else {
+            let Some(max) = self.last_breakdown_step(job).await? else {
                 return Ok(Vec::new());
             };
-            to = to.min(m.step);
-            from = from.max(m.step.saturating_sub(k.saturating_sub(1)));
+            to = to.min(max);
+            from = from.max(max.saturating_sub(k.saturating_sub(1)));
         }
         self.client()
             .query(BREAKDOWN_SQL)

@@ -366,6 +366,23 @@ impl Page<'_> {
     }
 }
 
+impl Page<'_> {
+    /// A PNG of the element `selector` matches.
+    pub fn screenshot_element(&mut self, selector: &str, path: &Path) {
+        let rect = self.eval(&format!(
+            "(() => {{ const r = document.querySelector({selector:?}).getBoundingClientRect(); \
+                 return {{ x: r.left + scrollX, y: r.top + scrollY, width: r.width, height: r.height, scale: 1 }}; }})()"
+        ));
+        let r = self.cmd(
+            "Page.captureScreenshot",
+            json!({ "format": "png", "captureBeyondViewport": true, "clip": rect }),
+        );
+        let png = base64_decode(r["data"].as_str().expect("screenshot data"));
+        assert!(png.starts_with(b"\x89PNG"), "not a PNG");
+        std::fs::write(path, png).expect("write screenshot");
+    }
+}
+
 /// Standard base64 (CDP's screenshot encoding).
 fn base64_decode(s: &str) -> Vec<u8> {
     let val = |c: u8| -> u32 {
