@@ -23,6 +23,7 @@ const ASSETS: &[(&str, &str, &[u8])] = &[
     ("js/fmt.js", JS, include_bytes!("../../../ui/js/fmt.js")),
     ("js/jobs.js", JS, include_bytes!("../../../ui/js/jobs.js")),
     ("js/job.js", JS, include_bytes!("../../../ui/js/job.js")),
+    ("js/tabs.js", JS, include_bytes!("../../../ui/js/tabs.js")),
     (
         "js/heatmap.js",
         JS,
