@@ -15,12 +15,14 @@ PY_DEPS := torch numpy pytest 'maturin>=1.9.4,<2'
 
 ## Install what a fresh Debian/Ubuntu machine lacks: ClickHouse server, curl,
 ## openssl (deploy/tls/gen-certs.sh; the TLS tests make their certificates with it),
-## systemd (systemd-analyze checks the units in deploy/systemd) and
-## ZooKeeper (the cluster-mode tests start a private one under a 2-shard ClickHouse).
+## systemd (systemd-analyze checks the units in deploy/systemd),
+## ZooKeeper (the cluster-mode tests start a private one under a 2-shard ClickHouse) and
+## Chromium (testkit/tests/ui.rs drives the web UI in headless Chromium).
 deps:
 	@command -v curl >/dev/null || deploy/dev/clickhouse.sh apt curl
 	@command -v openssl >/dev/null || deploy/dev/clickhouse.sh apt openssl
 	@command -v systemd-analyze >/dev/null || deploy/dev/clickhouse.sh apt systemd
+	@command -v chromium >/dev/null || command -v chromium-browser >/dev/null || deploy/dev/clickhouse.sh apt chromium
 	@deploy/dev/clickhouse.sh install
 	@deploy/dev/clickhouse.sh install-zookeeper
 

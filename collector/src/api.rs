@@ -3,8 +3,11 @@
 //! Routes: `GET /healthz`, `GET /metrics` (Prometheus text),
 //! `GET /api/v1/jobs`, `GET /api/v1/jobs/{job}/steps?from_step=&to_step=&last=`,
 //! and the analytics routes of [`analytics`] (`breakdown`, `ranks`,
-//! `collectives`, `stragglers`, `hangs`) and `GET /api/v1/gpus` of
-//! [`telemetry`], `POST`/`GET /api/v1/jobs/{job}/traces` of [`traces`].
+//! `collectives`, `stragglers`, `hangs`), the step-range routes of
+//! [`matrix`] (`matrix`, `collectives/steps`, for the web UI),
+//! `GET /api/v1/gpus` of [`telemetry`] and `POST`/`GET
+//! /api/v1/jobs/{job}/traces` of [`traces`]. `GET /` and `/ui/*` serve the web
+//! UI ([`ui`]); only `/api/*` needs the bearer token.
 //! In: HTTP requests. Out: JSON documents (`{"error": "..."}` with a 4xx/5xx
 //! status on failure). Reads go to ClickHouse through [`Store`]; the API holds
 //! no state of its own.
@@ -21,8 +24,10 @@ use serde::{Deserialize, Serialize};
 mod alerts;
 mod analytics;
 mod gpu;
+pub mod matrix;
 mod telemetry;
 mod traces;
+mod ui;
 
 use crate::store::{JobRow, StepTimeRow, Store};
 
@@ -66,12 +71,19 @@ pub fn router(state: ApiState) -> Router {
             post(traces::request).get(traces::list),
         )
         .route("/api/v1/jobs/{job}/traces/{trace}/diff", get(traces::diff))
+        .route("/api/v1/jobs/{job}/matrix", get(matrix::matrix))
+        .route(
+            "/api/v1/jobs/{job}/collectives/steps",
+            get(matrix::collective_steps),
+        )
         .route("/api/v1/alerts", get(alerts::alerts))
+        .route("/api/v1/gpus", get(telemetry::gpus))
+        .route("/", get(ui::index))
+        .route("/ui/{*path}", get(ui::asset))
         .route_layer(axum::middleware::from_fn_with_state(
             state.clone(),
             require_token,
         ))
-        .route("/api/v1/gpus", get(telemetry::gpus))
         .with_state(state)
 }
 

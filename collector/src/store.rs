@@ -23,6 +23,7 @@ pub mod cluster;
 mod fault;
 pub mod gpu_ops;
 mod migrate;
+pub mod per_step;
 mod read;
 mod retention;
 pub mod rows;

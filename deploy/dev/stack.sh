@@ -82,6 +82,7 @@ up() {
 rankscope stack is up (state and logs in $state)
   ClickHouse     $ch_url
   collector      gRPC http://$grpc_addr   API http://$http_addr  (/healthz, /metrics, /api/v1/jobs)
+  web UI         http://$http_addr/
   agent          gRPC http://$agent_addr  unix:$sock  metrics http://127.0.0.1:7711/metrics
 Try: $bin/rankscope simulate --ranks 8 --steps 50 && $bin/rankscope jobs
 MSG

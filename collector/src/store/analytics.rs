@@ -16,7 +16,6 @@ use serde::{Deserialize, Serialize};
 
 use super::{Store, StoreError};
 
-const BREAKDOWN_MAX_STEP_SQL: &str = include_str!("../../queries/breakdown_max_step.sql");
 const BREAKDOWN_SQL: &str = include_str!("../../queries/breakdown.sql");
 const RANK_GPU_EVENTS_SQL: &str = include_str!("../../queries/rank_gpu_events.sql");
 const JOB_COLLECTIVES_SQL: &str = include_str!("../../queries/job_collectives.sql");
@@ -45,12 +44,6 @@ pub struct StepBreakdownRow {
 }
 
 #[derive(Debug, Row, Deserialize)]
-struct MaxStep {
-    step: u64,
-    n: u64,
-}
-
-#[derive(Debug, Row, Deserialize)]
 struct GpuEventRow {
     rank: u32,
     node: String,
@@ -60,8 +53,9 @@ struct GpuEventRow {
     end_ns: u64,
 }
 
+/// One stored collective (column order of `job_collectives*.sql`).
 #[derive(Debug, Row, Deserialize)]
-struct CollectiveReadRow {
+pub(super) struct CollectiveReadRow {
     rank: u32,
     #[allow(dead_code)]
     node: String,
@@ -73,6 +67,23 @@ struct CollectiveReadRow {
     bytes: u64,
     start_ns: u64,
     end_ns: u64,
+}
+
+impl CollectiveReadRow {
+    /// The analytics' observation; `None` for an op it does not know.
+    pub(super) fn into_obs(self) -> Option<CollectiveObs> {
+        Some(CollectiveObs {
+            rank: self.rank,
+            process_group: self.process_group,
+            seq: self.seq,
+            op: self.op.parse::<CollOp>().ok()?,
+            dtype: self.dtype,
+            group_size: self.group_size,
+            bytes: self.bytes,
+            start_ns: self.start_ns,
+            end_ns: self.end_ns,
+        })
+    }
 }
 
 /// A straggler verdict, latest version.
@@ -122,18 +133,11 @@ impl Store {
     ) -> Result<Vec<StepBreakdownRow>, StoreError> {
         let (mut from, mut to) = (from_step.unwrap_or(0), to_step.unwrap_or(u64::MAX));
         if let Some(k) = last {
-            let max: Vec<MaxStep> = self
-                .client()
-                .query(BREAKDOWN_MAX_STEP_SQL)
-                .bind(job)
-                .fetch_all()
-                .await
-                .map_err(StoreError::query("breakdown max step"))?;
-            let Some(m) = max.into_iter().find(|m| m.n > 0) else {
+            let Some(max) = self.last_breakdown_step(job).await? else {
                 return Ok(Vec::new());
             };
-            to = to.min(m.step);
-            from = from.max(m.step.saturating_sub(k.saturating_sub(1)));
+            to = to.min(max);
+            from = from.max(max.saturating_sub(k.saturating_sub(1)));
         }
         self.client()
             .query(BREAKDOWN_SQL)
@@ -202,19 +206,7 @@ impl Store {
             .map_err(StoreError::query("job collectives"))?;
         let obs: Vec<CollectiveObs> = rows
             .into_iter()
-            .filter_map(|r| {
-                Some(CollectiveObs {
-                    rank: r.rank,
-                    process_group: r.process_group,
-                    seq: r.seq,
-                    op: r.op.parse::<CollOp>().ok()?,
-                    dtype: r.dtype,
-                    group_size: r.group_size,
-                    bytes: r.bytes,
-                    start_ns: r.start_ns,
-                    end_ns: r.end_ns,
-                })
-            })
+            .filter_map(CollectiveReadRow::into_obs)
             .collect();
         Ok(collective_stats(&obs, per_rank))
     }
