@@ -62,6 +62,8 @@ pub struct Counters {
     pub stream: StreamHandle,
     pub alerts: AlertHandle,
     pub tls: Option<Arc<TlsState>>,
+    /// Kineto traces on request (`traces::TraceHub`).
+    pub traces: Option<Arc<crate::traces::TraceMetrics>>,
 }
 
 impl Counters {
@@ -212,6 +214,30 @@ impl Counters {
         ];
         if let Some(tls) = &self.tls {
             out.extend(tls.counters.families());
+        }
+        if let Some(t) = &self.traces {
+            out.extend([
+                Family::plain(
+                    "rankscope_collector_traces_requested_total",
+                    "Kineto traces requested (by the API or automatically).",
+                    &t.requested,
+                ),
+                Family::plain(
+                    "rankscope_collector_trace_ranks_imported_total",
+                    "Ranks whose requested trace was imported.",
+                    &t.imported,
+                ),
+                Family::plain(
+                    "rankscope_collector_trace_ranks_failed_total",
+                    "Ranks whose requested trace failed (reason in GET .../traces).",
+                    &t.failed,
+                ),
+                Family::plain(
+                    "rankscope_collector_control_commands_dropped_total",
+                    "Commands to agents dropped because their control stream was full.",
+                    &t.commands_dropped,
+                ),
+            ]);
         }
         out
     }

@@ -185,6 +185,7 @@ pub async fn start(cfg: Config) -> Result<Collector, StartError> {
         stream: stream.clone(),
         alerts: alerts.clone(),
         tls: tls.clone(),
+        traces: Some(trace_hub.metrics.clone()),
     };
     let otel = if cfg.otlp_endpoint.is_empty() {
         None
