@@ -57,9 +57,22 @@ class Agent:
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
         )
-        wait_for("the agent's socket", lambda: self.socket.exists() or self.proc.poll() is not None)
+        wait_for("the agent's socket", lambda: self._accepts() or self.proc.poll() is not None)
         if self.proc.poll() is not None:
             pytest.fail(f"the agent exited: {self.proc.stderr.read().decode() if self.proc.stderr else ''}")
+
+    def _accepts(self) -> bool:
+        """The socket file appears at bind(), a moment before listen()."""
+        if not self.socket.exists():
+            return False
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            s.connect(str(self.socket))
+            return True
+        except OSError:
+            return False
+        finally:
+            s.close()
 
     @property
     def url(self) -> str:

@@ -62,7 +62,9 @@ async fn binary_on_a_one_thread_runtime_delivers_rank_streams() {
             "the agent exited:\n{}",
             log()
         );
-        socket.exists()
+        // The file appears at bind(), a moment before listen(): wait for a
+        // connection to be accepted, not for the file.
+        std::os::unix::net::UnixStream::connect(&socket).is_ok()
     })
     .await;
 
