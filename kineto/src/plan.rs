@@ -314,18 +314,31 @@ fn pick_steps(scan: &mut Scan, stats: &mut ImportStats) -> (Vec<StepMark>, bool)
         // (the agent aligning ranks) renumbers them.
         let mut opt = std::mem::take(&mut scan.optimizer_steps);
         opt.sort_by_key(|m| (m.end, m.ordinal));
+        let mut ends: Vec<(u64, u64)> = opt.iter().map(|m| (m.end, m.ordinal)).collect();
+        // The time before the first optimizer step is an iteration too when
+        // it is as long as the others (within 20 %): a trace libkineto
+        // started at an iteration boundary (its iteration form). Otherwise
+        // it is the tail of an iteration that began before the trace.
+        let mut gaps: Vec<u64> = ends.windows(2).map(|w| w[1].0 - w[0].0).collect();
+        gaps.sort_unstable();
+        let median = gaps[gaps.len() / 2];
+        let trace_start = scan.bounds.map_or(ends[0].0, |b| b.0);
+        let lead = ends[0].0.saturating_sub(trace_start);
+        if median > 0 && lead * 5 >= median * 4 && lead * 4 <= median * 5 {
+            ends.insert(0, (trace_start, 0));
+        }
         stats.warn(format!(
             "no ProfilerStep annotations: {} iterations taken from torch's Optimizer.step ops",
-            opt.len() - 1
+            ends.len() - 1
         ));
-        let marks = opt
+        let marks = ends
             .windows(2)
             .enumerate()
             .map(|(k, w)| StepMark {
                 step: k as u64,
-                start: w[0].end,
-                end: w[1].end.max(w[0].end),
-                ordinal: w[1].ordinal,
+                start: w[0].0,
+                end: w[1].0.max(w[0].0),
+                ordinal: w[1].1,
             })
             .collect();
         stats.steps_from = crate::StepSource::OptimizerStep;

@@ -143,3 +143,60 @@ fn the_op_summary_counts_each_iterations_operators_with_self_time() {
         "a CPU-only trace has no kernels"
     );
 }
+
+#[test]
+fn a_trace_started_at_an_iteration_boundary_counts_its_first_iteration() {
+    // libkineto's iteration form starts at an iteration: the time before the
+    // first optimizer step (50 us) is as long as the others, so it counts.
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("t.json");
+    let op = |name: &str, ts: u64, dur: u64| {
+        format!(
+            r#"{{"ph":"X","cat":"cpu_op","name":"{name}","pid":1,"tid":1,"ts":{ts},"dur":{dur}}}"#
+        )
+    };
+    let opt = |ts: u64| {
+        format!(
+            r#"{{"ph":"X","cat":"user_annotation","name":"Optimizer.step#SGD.step","pid":1,"tid":1,"ts":{ts},"dur":5}}"#
+        )
+    };
+    let events = [
+        op("aten::mm", 1000, 10),
+        opt(1045),
+        op("aten::mm", 1060, 10),
+        opt(1095),
+        op("aten::mm", 1110, 10),
+        opt(1145),
+    ];
+    std::fs::write(
+        &path,
+        format!(r#"{{"traceEvents":[{}]}}"#, events.join(",")),
+    )
+    .unwrap();
+    let id = proto::RankIdentity {
+        job_id: "j".into(),
+        world_size: 1,
+        ..Default::default()
+    };
+    let r = parse_trace_file(&path, &id, 1 << 20).expect("parse");
+    let steps: Vec<(u64, u64)> = r
+        .events
+        .iter()
+        .filter_map(|e| match &e.kind {
+            Some(proto::event::Kind::StepEnd(x)) => Some((x.step, x.ts_ns)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(steps, [(0, 1_050_000), (1, 1_100_000), (2, 1_150_000)]);
+    // Started 20 us into an iteration instead: that tail is left out.
+    let mut late = events.to_vec();
+    late[0] = op("aten::mm", 1030, 10);
+    std::fs::write(&path, format!(r#"{{"traceEvents":[{}]}}"#, late.join(","))).unwrap();
+    let r = parse_trace_file(&path, &id, 1 << 20).expect("parse");
+    let n = r
+        .events
+        .iter()
+        .filter(|e| matches!(e.kind, Some(proto::event::Kind::StepEnd(_))))
+        .count();
+    assert_eq!(n, 2);
+}

@@ -25,7 +25,17 @@ fn agent_bin() -> PathBuf {
     bin
 }
 
-fn start_agent(config: &Path, port: u16) -> Child {
+/// The agent process, killed when dropped (a failing test leaves no orphan).
+struct AgentProc(Child);
+
+impl Drop for AgentProc {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn start_agent(config: &Path, port: u16) -> AgentProc {
     let child = Command::new(agent_bin())
         .arg("--config")
         .arg(config)
@@ -36,7 +46,7 @@ fn start_agent(config: &Path, port: u16) -> Child {
         assert!(Instant::now() < deadline, "the agent never listened");
         std::thread::sleep(Duration::from_millis(20));
     }
-    child
+    AgentProc(child)
 }
 
 fn record(c: &Client, steps: std::ops::Range<u64>) {
@@ -88,8 +98,8 @@ async fn acknowledged_events_survive_a_killed_agent_and_are_stored_once() {
     let before = client.stats();
     assert_eq!(before.sent, 600, "{before:?}");
     // kill -9 with 600 acknowledged, undelivered events.
-    agent.kill().expect("SIGKILL");
-    agent.wait().unwrap();
+    agent.0.kill().expect("SIGKILL");
+    agent.0.wait().unwrap();
     let spooled = std::fs::read_dir(stack.dir.path().join("spool"))
         .unwrap()
         .count();
@@ -99,7 +109,7 @@ async fn acknowledged_events_survive_a_killed_agent_and_are_stored_once() {
             .await
             .expect("collector"),
     );
-    let mut agent = start_agent(&config, port);
+    let agent = start_agent(&config, port);
     // The rank goes on; the SDK reconnects to the new agent.
     let client = tokio::task::spawn_blocking(move || {
         record(&client, 300..400);
@@ -138,8 +148,7 @@ async fn acknowledged_events_survive_a_killed_agent_and_are_stored_once() {
     })
     .await;
     client.shutdown(Duration::from_secs(5));
-    agent.kill().unwrap();
-    agent.wait().unwrap();
+    drop(agent);
     stack.stop().await;
 }
 

@@ -39,6 +39,7 @@ async fn stack_with(tweak: impl FnOnce(&mut rankscope_collector::Config)) -> Sta
     let mut s = Stack::start_without_agent_with(tweak).await;
     let mut cfg = common::agent_config(&format!("http://{}", s.grpc_addr()), s.dir.path());
     cfg.trace_dir = s.dir.path().join("traces").to_string_lossy().into_owned();
+    cfg.kineto_daemon_name = "dynolog".into();
     // A previous test's agent frees the name as its runtime winds down.
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
@@ -57,25 +58,25 @@ async fn stack_with(tweak: impl FnOnce(&mut rankscope_collector::Config)) -> Sta
 }
 
 /// A plain 2-rank torchrun DDP job on gloo, `KINETO_USE_DAEMON=1`.
-fn launch(job: &str, steps: u32) -> Child {
-    Command::new(rankscope_testkit::venv_python())
-        .args([
-            "-m",
-            "torch.distributed.run",
-            "--nproc-per-node",
-            "2",
-            "--master-port",
-        ])
-        .arg(rankscope_testkit::free_port().to_string())
-        .arg(rankscope_testkit::workspace_root().join("python/tests/workloads/ddp_train.py"))
-        .args(["--steps", &steps.to_string(), "--step-ms", "30"])
-        .env("KINETO_USE_DAEMON", "1")
-        .env("RANKSCOPE_JOB_ID", job)
-        .env("OMP_NUM_THREADS", "1")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("torchrun")
+fn launch(job: &str, steps: u32) -> Group {
+    Group::spawn(
+        Command::new(rankscope_testkit::venv_python())
+            .args([
+                "-m",
+                "torch.distributed.run",
+                "--nproc-per-node",
+                "2",
+                "--master-port",
+            ])
+            .arg(rankscope_testkit::free_port().to_string())
+            .arg(rankscope_testkit::workspace_root().join("python/tests/workloads/ddp_train.py"))
+            .args(["--steps", &steps.to_string(), "--step-ms", "30"])
+            .env("KINETO_USE_DAEMON", "1")
+            .env("RANKSCOPE_JOB_ID", job)
+            .env("OMP_NUM_THREADS", "1")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null()),
+    )
 }
 
 /// Waits until the agent attributed `n` libkineto processes to `job` and
@@ -145,16 +146,42 @@ fn step_ends(stack: &Stack, job: &str, rank: u32) -> Vec<(u64, u64)> {
     .collect()
 }
 
-fn kill(mut child: Child) {
-    let _ = child.kill();
-    let _ = child.wait();
+/// A process group (torchrun and its workers), killed as a whole when
+/// dropped: a failing test leaves no worker polling `@dynolog`.
+struct Group(Child);
+
+impl Group {
+    fn spawn(cmd: &mut Command) -> Self {
+        use std::os::unix::process::CommandExt;
+        Self(cmd.process_group(0).spawn().expect("spawn"))
+    }
+}
+
+impl Drop for Group {
+    fn drop(&mut self) {
+        // SAFETY: kill(2) on our own child's process group.
+        unsafe {
+            libc::kill(-(self.0.id() as i32), libc::SIGKILL);
+        }
+        let _ = self.0.wait();
+    }
+}
+
+fn kill(group: Group) {
+    drop(group);
+}
+
+/// A job id of this run (stale processes of an earlier run never match).
+fn job_id(name: &str) -> String {
+    format!("{name}-{}", std::process::id())
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_rank_of_a_plain_torch_job_is_traced_on_the_same_iterations_and_imported() {
     let _serial = SERIAL.lock().await;
     let stack = stack().await;
-    let job = "traced-plain";
+    let job = job_id("traced-plain");
+    let job = job.as_str();
 
     // Bad input first: clear 4xx messages.
     let out = cli(&stack, &["trace", "--job", "nobody", "--iterations", "2"]);
@@ -169,7 +196,7 @@ async fn every_rank_of_a_plain_torch_job_is_traced_on_the_same_iterations_and_im
 
     let child = launch(job, 600);
     wait_for_processes(&stack, job, 2).await;
-    let out = cli(
+    let out = trace_cli(
         &stack,
         &["trace", "--job", job, "--rank", "7", "--iterations", "2"],
     );
@@ -211,7 +238,15 @@ async fn every_rank_of_a_plain_torch_job_is_traced_on_the_same_iterations_and_im
     // gradient all-reduce joins them), far closer than one iteration apart.
     let r0 = step_ends(&stack, job, 0);
     let r1 = step_ends(&stack, job, 1);
-    assert_eq!(r0.len(), 2, "rank 0 steps {r0:?}");
+    let all = query(
+        &stack,
+        &format!("SELECT rank, step, kind, ts_ns FROM {{db}}.steps WHERE job_id = '{job}' ORDER BY rank, ts_ns"),
+    );
+    assert_eq!(
+        r0.len(),
+        2,
+        "rank 0 steps {r0:?}, rank 1 {r1:?}\n{rows:?}\n{all}"
+    );
     let steps0: Vec<u64> = r0.iter().map(|s| s.0).collect();
     let steps1: Vec<u64> = r1.iter().map(|s| s.0).collect();
     assert_eq!(steps0, steps1, "same steps on both ranks");
@@ -258,7 +293,8 @@ async fn every_rank_of_a_plain_torch_job_is_traced_on_the_same_iterations_and_im
 async fn a_duration_request_for_one_rank_traces_only_that_rank() {
     let _serial = SERIAL.lock().await;
     let stack = stack().await;
-    let job = "traced-one";
+    let job = job_id("traced-one");
+    let job = job.as_str();
     let child = launch(job, 600);
     wait_for_processes(&stack, job, 2).await;
     let out = trace_cli(
@@ -304,7 +340,8 @@ async fn a_duration_request_for_one_rank_traces_only_that_rank() {
 async fn a_rank_whose_process_exits_before_capturing_is_failed_with_the_reason() {
     let _serial = SERIAL.lock().await;
     let stack = stack().await;
-    let job = "traced-exit";
+    let job = job_id("traced-exit");
+    let job = job.as_str();
     let mut child = launch(job, 100);
     wait_for_processes(&stack, job, 2).await;
     // A one-minute trace of a job that ends within seconds.
@@ -327,7 +364,7 @@ async fn a_rank_whose_process_exits_before_capturing_is_failed_with_the_reason()
     );
     // libkineto (torch 2.15, CPU build) may crash the process at exit while
     // an on-demand trace runs: gone either way.
-    let _ = child.wait();
+    let _ = child.0.wait();
     let deadline = Instant::now() + Duration::from_secs(90);
     loop {
         let v = stack.api_get(&format!("/api/v1/jobs/{job}/traces")).await;
@@ -355,7 +392,8 @@ async fn a_straggler_gets_one_automatic_trace_and_trace_diff_puts_its_extra_comp
         c.traces.auto.cooldown_secs = 3600;
     })
     .await;
-    let job = "traced-straggler";
+    let job = job_id("traced-straggler");
+    let job = job.as_str();
     let agent = stack
         .agent
         .as_ref()
@@ -363,36 +401,36 @@ async fn a_straggler_gets_one_automatic_trace_and_trace_diff_puts_its_extra_comp
         .expect("agent unix socket");
     // Live SDK streams (rankscope run) and libkineto's daemon mode at once;
     // rank 2 runs 32 extra forward passes per step.
-    let child = Command::new(rankscope_bin())
-        .arg("run")
-        .arg("--agent")
-        .arg(format!("unix:{}", agent.display()))
-        .args(["--job", job, "--"])
-        .arg(rankscope_testkit::venv_python())
-        .args([
-            "-m",
-            "torch.distributed.run",
-            "--nproc-per-node",
-            "4",
-            "--master-port",
-        ])
-        .arg(rankscope_testkit::free_port().to_string())
-        .arg(rankscope_testkit::workspace_root().join("python/tests/workloads/ddp_train.py"))
-        .args([
-            "--steps",
-            "400",
-            "--slow-rank",
-            "2",
-            "--slow-kind",
-            "compute",
-        ])
-        .env("KINETO_USE_DAEMON", "1")
-        .env("OMP_NUM_THREADS", "1")
-        .env("XDG_CACHE_HOME", stack.dir.path().join("cache"))
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("rankscope run");
+    let child = Group::spawn(
+        Command::new(rankscope_bin())
+            .arg("run")
+            .arg("--agent")
+            .arg(format!("unix:{}", agent.display()))
+            .args(["--job", job, "--"])
+            .arg(rankscope_testkit::venv_python())
+            .args([
+                "-m",
+                "torch.distributed.run",
+                "--nproc-per-node",
+                "4",
+                "--master-port",
+            ])
+            .arg(rankscope_testkit::free_port().to_string())
+            .arg(rankscope_testkit::workspace_root().join("python/tests/workloads/ddp_train.py"))
+            .args([
+                "--steps",
+                "400",
+                "--slow-rank",
+                "2",
+                "--slow-kind",
+                "compute",
+            ])
+            .env("KINETO_USE_DAEMON", "1")
+            .env("OMP_NUM_THREADS", "1")
+            .env("XDG_CACHE_HOME", stack.dir.path().join("cache"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null()),
+    );
     // The verdict links its automatic trace.
     let rows = stack
         .api_poll(
@@ -523,21 +561,22 @@ fn log_file(config: &str) -> Option<PathBuf> {
 async fn a_truncated_trace_file_fails_its_rank_and_the_other_rank_is_imported() {
     let _serial = SERIAL.lock().await;
     let stack = stack().await;
-    let job = "traced-faults";
+    let job = job_id("traced-faults");
+    let job = job.as_str();
     // Two "ranks": long-lived processes the agent attributes by their environ.
-    let ranks: Vec<Child> = (0..2)
+    let ranks: Vec<Group> = (0..2)
         .map(|r| {
-            Command::new("sleep")
-                .arg("300")
-                .env("RANKSCOPE_JOB_ID", job)
-                .env("RANK", r.to_string())
-                .env("WORLD_SIZE", "2")
-                .spawn()
-                .expect("sleep")
+            Group::spawn(
+                Command::new("sleep")
+                    .arg("300")
+                    .env("RANKSCOPE_JOB_ID", job)
+                    .env("RANK", r.to_string())
+                    .env("WORLD_SIZE", "2"),
+            )
         })
         .collect();
     let client = FakeClient::new("faults");
-    let pids: Vec<u32> = ranks.iter().map(Child::id).collect();
+    let pids: Vec<u32> = ranks.iter().map(|g| g.0.id()).collect();
     // Poll until the collector knows both processes and a request is accepted.
     let deadline = Instant::now() + Duration::from_secs(30);
     let http = rankscope_cli::query::http::HttpClient::new(Duration::from_secs(5));
@@ -605,10 +644,7 @@ async fn a_truncated_trace_file_fails_its_rank_and_the_other_rank_is_imported() 
         assert!(Instant::now() < deadline, "never finished: {v}");
         tokio::time::sleep(Duration::from_millis(200)).await;
     };
-    for mut c in ranks {
-        let _ = c.kill();
-        let _ = c.wait();
-    }
+    drop(ranks);
     assert_eq!(rows[0]["state"], "imported", "{rows:?}");
     assert_eq!(rows[1]["state"], "failed", "{rows:?}");
     let reason = rows[1]["reason"].as_str().unwrap();

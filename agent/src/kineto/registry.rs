@@ -188,14 +188,19 @@ impl Registry {
                 roundup,
             } => (
                 // The duration is a fallback: the CPU build of libkineto in
-                // torch 2.15 ignores the iteration form and traces for
-                // ACTIVITIES_DURATION_MSECS (default 500 ms) from the poll.
-                // Ranks poll up to ~1 s apart, so 2 s windows overlap by
-                // about a second, from which the collector keeps the same
+                // torch 2.15 sometimes ignores the iteration form and traces
+                // for ACTIVITIES_DURATION_MSECS (default 500 ms) from the poll.
+                // Ranks poll up to ~1 s apart, so 2 s windows overlap by about
+                // a second, from which the collector keeps the same
                 // iterations on every rank.
+                // One iteration more than asked: libkineto's iteration
+                // form starts inside an optimizer step (torch counts
+                // iterations there), so the first traced "iteration" is
+                // only the tail of one (seen: 2 asked, 1 whole traced).
                 format!(
-                    "PROFILE_START_ITERATION=0\nPROFILE_START_ITERATION_ROUNDUP={}\nACTIVITIES_ITERATIONS={iterations}\nACTIVITIES_DURATION_MSECS={ITERATION_FALLBACK_MS}",
-                    roundup.max(1)
+                    "PROFILE_START_ITERATION=0\nPROFILE_START_ITERATION_ROUNDUP={}\nACTIVITIES_ITERATIONS={}\nACTIVITIES_DURATION_MSECS={ITERATION_FALLBACK_MS}",
+                    roundup.max(1),
+                    iterations + 1
                 ),
                 iterations,
             ),
@@ -383,7 +388,7 @@ mod tests {
         let c0 = r.poll(10, id(0), 2);
         assert!(c0.contains("ACTIVITIES_LOG_FILE=/t/T1-r0-10.json"), "{c0}");
         assert!(c0.contains("PROFILE_START_ITERATION_ROUNDUP=10"), "{c0}");
-        assert!(c0.contains("ACTIVITIES_ITERATIONS=2"), "{c0}");
+        assert!(c0.contains("ACTIVITIES_ITERATIONS=3"), "2 whole ones: {c0}");
         assert_eq!(r.poll(10, id(0), 3), "", "delivered once");
         assert!(r.poll(11, id(1), 3).contains("T1-r1-11.json"));
         let u = r.take_updates();

@@ -46,19 +46,21 @@ async fn binary_on_a_one_thread_runtime_delivers_rank_streams() {
     )
     .unwrap();
     let log = std::fs::File::create(dir.path().join("agent.log")).unwrap();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_rankscope-agent"))
-        .args(["--config", config.to_str().unwrap()])
-        .env_remove("RANKSCOPE_AGENT_CONFIG")
-        .env_remove("RANKSCOPE_NVML_LIBRARY")
-        .stdout(Stdio::null())
-        .stderr(log)
-        .spawn()
-        .expect("start rankscope-agent");
-    let pid = child.id();
+    let mut child = Reap(
+        Command::new(env!("CARGO_BIN_EXE_rankscope-agent"))
+            .args(["--config", config.to_str().unwrap()])
+            .env_remove("RANKSCOPE_AGENT_CONFIG")
+            .env_remove("RANKSCOPE_NVML_LIBRARY")
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("start rankscope-agent"),
+    );
+    let pid = child.0.id();
     let log = || std::fs::read_to_string(dir.path().join("agent.log")).unwrap_or_default();
     wait_until("the agent's Unix socket", || {
         assert!(
-            child.try_wait().unwrap().is_none(),
+            child.0.try_wait().unwrap().is_none(),
             "the agent exited:\n{}",
             log()
         );
@@ -126,7 +128,7 @@ async fn binary_on_a_one_thread_runtime_delivers_rank_streams() {
     assert!(killed.success());
     let deadline = std::time::Instant::now() + WAIT;
     let status = loop {
-        if let Some(s) = child.try_wait().unwrap() {
+        if let Some(s) = child.0.try_wait().unwrap() {
             break s;
         }
         assert!(
@@ -141,4 +143,15 @@ async fn binary_on_a_one_thread_runtime_delivers_rank_streams() {
         "{}",
         log()
     );
+}
+
+/// Kills the agent process if the test fails before it exits (an orphan
+/// would keep its sockets, e.g. `@dynolog`, for the rest of the run).
+struct Reap(std::process::Child);
+
+impl Drop for Reap {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
 }

@@ -57,6 +57,9 @@ pub fn agent_config(collector_url: &str, dir: &std::path::Path) -> rankscope_age
         batch_max_delay_ms: 20,
         retry_initial_ms: 10,
         retry_max_ms: 200,
+        // libkineto's socket name is machine-wide (per network namespace):
+        // only the tests about it (traces.rs, kineto_daemon.rs) serve it.
+        kineto_daemon_name: String::new(),
         ..Default::default()
     }
 }
