@@ -159,12 +159,52 @@ impl Group {
 
 impl Drop for Group {
     fn drop(&mut self) {
+        // torchrun starts its workers in sessions of their own: kill every
+        // descendant by pid, then the group.
+        for pid in descendants(self.0.id()) {
+            // SAFETY: kill(2) on a descendant of our own child.
+            unsafe {
+                libc::kill(pid as i32, libc::SIGKILL);
+            }
+        }
         // SAFETY: kill(2) on our own child's process group.
         unsafe {
             libc::kill(-(self.0.id() as i32), libc::SIGKILL);
         }
         let _ = self.0.wait();
     }
+}
+
+/// Every process below `root` (from /proc/<pid>/stat's parent pid).
+fn descendants(root: u32) -> Vec<u32> {
+    let mut parent: Vec<(u32, u32)> = Vec::new();
+    if let Ok(dir) = std::fs::read_dir("/proc") {
+        for e in dir.flatten() {
+            let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else {
+                continue;
+            };
+            let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+                continue;
+            };
+            // pid (comm) state ppid ...; comm may hold spaces: split after ')'.
+            let ppid = stat
+                .rsplit_once(')')
+                .and_then(|(_, rest)| rest.split_whitespace().nth(1))
+                .and_then(|p| p.parse().ok());
+            if let Some(ppid) = ppid {
+                parent.push((pid, ppid));
+            }
+        }
+    }
+    let mut out = Vec::new();
+    let mut frontier = vec![root];
+    while let Some(p) = frontier.pop() {
+        for (child, _) in parent.iter().filter(|(_, pp)| *pp == p) {
+            out.push(*child);
+            frontier.push(*child);
+        }
+    }
+    out
 }
 
 fn kill(group: Group) {
