@@ -63,6 +63,6 @@ pub use kernels::{
 };
 pub use memcpy::{memcpy_kind, memcpy_summary, MemcpyRow};
 pub use straggler::{
-    score_step, PolicyError, RankStepStats, StepFlag, StragglerCause, StragglerPolicy,
-    StragglerTracker, Verdict, VerdictChange,
+    expected_gain_pct, score_step, PolicyError, RankStepStats, RankStepWait, StepFlag,
+    StragglerCause, StragglerPolicy, StragglerTracker, Verdict, VerdictChange,
 };

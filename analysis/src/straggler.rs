@@ -29,8 +29,10 @@
 //! finite. Limitation: robust statistics need a majority of healthy ranks;
 //! if half the job slows down together, no rank stands out.
 
+pub mod gain;
 pub mod tracker;
 
+pub use gain::{expected_gain_pct, RankStepWait};
 pub use tracker::{StragglerTracker, Verdict, VerdictChange};
 
 use std::fmt;

@@ -284,7 +284,13 @@ struct JobEntry {
     spans: evidence::StepSpans,
     /// The assembler's `partial_steps` already added to the counter.
     partial_steps_counted: u64,
+    /// Per-rank figures of the last [`RECENT_STEPS`] finalized steps (the
+    /// what-if gain of a new straggler verdict).
+    recent: std::collections::VecDeque<(u64, Vec<rankscope_analysis::RankStepWait>)>,
 }
+
+/// Finalized steps whose per-rank figures a job keeps for what-if gains.
+const RECENT_STEPS: usize = 16;
 
 /// GPUs without samples for this long leave the evidence history.
 const GPU_HISTORY_HORIZON_NS: u64 = 600_000_000_000;
@@ -342,6 +348,7 @@ impl Stream {
                     first_seen: HashMap::new(),
                     spans: evidence::StepSpans::default(),
                     partial_steps_counted: 0,
+                    recent: Default::default(),
                 });
                 entry.last_input_ns = now;
                 let mut out = JobOutput::default();
@@ -443,6 +450,24 @@ fn collect(
         .partial_steps
         .fetch_add(partial.saturating_sub(entry.partial_steps_counted), Relaxed);
     entry.partial_steps_counted = partial;
+    for s in &out.steps {
+        let w = rankscope_analysis::RankStepWait {
+            step: s.step,
+            rank: s.rank,
+            step_time_ns: s.step_time_ns,
+            work_ns: s.breakdown.compute_ns + s.dataloader_ns,
+            wait_ns: s.comm_wait_ns,
+        };
+        match entry.recent.back_mut() {
+            Some((step, rows)) if *step == s.step => rows.push(w),
+            _ => {
+                entry.recent.push_back((s.step, vec![w]));
+                if entry.recent.len() > RECENT_STEPS {
+                    entry.recent.pop_front();
+                }
+            }
+        }
+    }
     for s in out.steps {
         let end = s.step_start_ns.saturating_add(s.step_time_ns);
         entry.spans.record(s.step, s.step_start_ns, end);
@@ -551,6 +576,15 @@ fn collect(
             score: v.score,
             cause: v.cause.as_str().to_owned(),
             evidence: hardware,
+            expected_gain_pct: {
+                let rows: Vec<rankscope_analysis::RankStepWait> = entry
+                    .recent
+                    .iter()
+                    .filter(|(step, _)| (v.first_step..=v.last_step).contains(step))
+                    .flat_map(|(_, rows)| rows.iter().copied())
+                    .collect();
+                rankscope_analysis::expected_gain_pct(&rows, v.rank)
+            },
         });
     }
     for c in out.collectives {

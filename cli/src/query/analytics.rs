@@ -99,6 +99,7 @@ const STRAGGLERS: &[Column] = &[
     col("score", "score", Kind::Float2),
     col("cause", "cause", Kind::Plain),
     col("active", "active", Kind::Plain),
+    col("expected_gain_pct", "gain_%", Kind::Pct),
     col("trace_id", "trace", Kind::Plain),
     col("evidence", "evidence", Kind::Plain),
 ];

@@ -161,6 +161,9 @@ pub enum AlertInput {
         score: f64,
         cause: String,
         evidence: String,
+        /// The job's step-time reduction (%) without this rank's slowness
+        /// (`rankscope_analysis::expected_gain_pct`), when known.
+        expected_gain_pct: Option<f64>,
     },
     /// A rank stopped ending steps while others went on.
     RankHang {
@@ -265,11 +268,16 @@ impl Rules {
                 score,
                 cause,
                 evidence,
+                expected_gain_pct,
             } if self.cfg.straggler.enabled => {
                 let k = key(&job, "straggler", i64::from(rank));
                 if active {
+                    let gain = expected_gain_pct
+                        .filter(|g| *g >= 0.5)
+                        .map(|g| format!("; job ~{g:.0}% faster without rank {rank}"))
+                        .unwrap_or_default();
                     let summary = format!(
-                        "rank {rank} on {node} is a straggler ({cause}): {:.0}% slower than the median rank, flagged in {steps_flagged} steps since step {first_step}{}{}",
+                        "rank {rank} on {node} is a straggler ({cause}): {:.0}% slower than the median rank, flagged in {steps_flagged} steps since step {first_step}{gain}{}{}",
                         (slowdown - 1.0) * 100.0,
                         if evidence.is_empty() { "" } else { "; " },
                         evidence
@@ -278,6 +286,7 @@ impl Rules {
                         "first_step": first_step, "last_step": last_step,
                         "steps_flagged": steps_flagged, "slowdown": slowdown,
                         "score": score, "cause": cause, "hardware": evidence,
+                        "expected_gain_pct": expected_gain_pct,
                     });
                     let ev = Evidence {
                         node,

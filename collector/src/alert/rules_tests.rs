@@ -13,6 +13,7 @@ fn straggler(active: bool) -> AlertInput {
         score: 12.0,
         cause: "compute".into(),
         evidence: String::new(),
+        expected_gain_pct: Some(18.4),
     }
 }
 
@@ -33,6 +34,13 @@ fn straggler_fires_and_resolves_with_evidence() {
         a.evidence.summary
     );
     assert_eq!(a.evidence.fields["first_step"], 2);
+    assert!(
+        a.evidence
+            .summary
+            .contains("job ~18% faster without rank 3"),
+        "{}",
+        a.evidence.summary
+    );
     assert!(
         rules.apply(straggler(true), &mut e, 2).is_empty(),
         "one alert while active"

@@ -221,6 +221,10 @@ pub struct StragglerOut {
     cause: String,
     active: bool,
     updated_ns: u64,
+    /// The job's step time reduction (%) if this rank ran like its peers,
+    /// over the verdict's steps (`rankscope_analysis::expected_gain_pct`);
+    /// null without breakdown rows for them.
+    expected_gain_pct: Option<f64>,
     /// The automatic Kineto trace requested when the verdict appeared
     /// (`[traces.auto]`); null without.
     trace_id: Option<String>,
@@ -274,9 +278,29 @@ pub(super) async fn stragglers(
         .into_iter()
         .map(|e| ((e.rank, e.first_step), e))
         .collect();
+    let mut gains = Vec::with_capacity(rows.len());
+    for v in &rows {
+        let steps = st
+            .store
+            .step_breakdowns(&job, Some(v.first_step), Some(v.last_step), None)
+            .await?;
+        let waits: Vec<rankscope_analysis::RankStepWait> = steps
+            .iter()
+            .map(|b| rankscope_analysis::RankStepWait {
+                step: b.step,
+                rank: b.rank,
+                step_time_ns: b.step_time_ns,
+                work_ns: b.compute_ns + b.dataloader_ns,
+                wait_ns: b.comm_wait_ns,
+            })
+            .collect();
+        gains.push(rankscope_analysis::expected_gain_pct(&waits, v.rank));
+    }
     let out: Vec<StragglerOut> = rows
         .into_iter()
-        .map(|v| StragglerOut {
+        .zip(gains)
+        .map(|(v, expected_gain_pct)| StragglerOut {
+            expected_gain_pct,
             evidence: evidence
                 .remove(&(v.rank, v.first_step))
                 .map(EvidenceOut::from)

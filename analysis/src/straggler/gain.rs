@@ -1,0 +1,140 @@
+//! What-if gain of a straggler: how much faster the job's steps would be if
+//! that rank ran like the others.
+//!
+//! In: per (step, rank) the step time, the rank's work (compute + input
+//! time, what the straggler detector scores) and its collective wait (the
+//! PyTorch Profiler's "synchronizing" time: a collective's duration minus
+//! its shortest duration on any rank, summed over the step's collectives).
+//! Out: `expected_gain_pct`.
+//!
+//! In a synchronous job every rank's step ends together, gated by the last
+//! rank to reach each collective. Let the straggler S run like its peers and
+//! the step is gated by the next-slowest rank instead. Two bounds on what S
+//! cost the step, and the estimate is the smaller:
+//! - the wait it causes: the peer that waited the *least* for S is the
+//!   next-slowest, and its wait minus S's own is the time S kept it idle:
+//!   `min_{r != S} wait_{r,s} - wait_{S,s}`. Exact when collectives do not
+//!   overlap compute (e.g. gloo on CPU); with overlapped collectives waits
+//!   are partly hidden behind compute and this over-counts;
+//! - S's excess work over the next-slowest rank: `work_{S,s} - max_{r != S}
+//!   work_{r,s}` (what shrinks from the critical path).
+//!
+//! `gain_s = max(0, min(both))`, capped at the step time; over the verdict's
+//! steps `expected_gain_pct = 100 * sum(gain_s) / sum(step_time_s)`, where
+//! `step_time_s` is the median step time of the step's ranks.
+
+use std::collections::BTreeMap;
+
+/// One rank's figures in one step.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RankStepWait {
+    pub step: u64,
+    pub rank: u32,
+    pub step_time_ns: u64,
+    /// Compute + input time (the straggler detector's work).
+    pub work_ns: u64,
+    pub wait_ns: u64,
+}
+
+/// The job's expected step-time reduction in percent without the straggler
+/// `rank`'s slowness, over the steps in `rows` holding it and at least one
+/// other rank; `None` when there is no such step.
+pub fn expected_gain_pct(rows: &[RankStepWait], rank: u32) -> Option<f64> {
+    let mut steps: BTreeMap<u64, Vec<&RankStepWait>> = BTreeMap::new();
+    for r in rows {
+        steps.entry(r.step).or_default().push(r);
+    }
+    let (mut gain, mut time) = (0u128, 0u128);
+    for ranks in steps.values() {
+        let Some(s) = ranks.iter().find(|r| r.rank == rank) else {
+            continue;
+        };
+        let Some(next_wait) = ranks
+            .iter()
+            .filter(|r| r.rank != rank)
+            .map(|r| r.wait_ns)
+            .min()
+        else {
+            continue;
+        };
+        let next_work = ranks
+            .iter()
+            .filter(|r| r.rank != rank)
+            .map(|r| r.work_ns)
+            .max()
+            .unwrap_or(0);
+        let by_wait = next_wait.saturating_sub(s.wait_ns);
+        let by_work = s.work_ns.saturating_sub(next_work);
+        let mut times: Vec<u64> = ranks.iter().map(|r| r.step_time_ns).collect();
+        times.sort_unstable();
+        let step_time = times[times.len() / 2];
+        gain += u128::from(by_wait.min(by_work).min(step_time));
+        time += u128::from(step_time);
+    }
+    (time > 0).then(|| 100.0 * gain as f64 / time as f64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(step: u64, rank: u32, wait_ns: u64) -> RankStepWait {
+        RankStepWait {
+            step,
+            rank,
+            step_time_ns: 1000,
+            // Work mirrors the wait: whoever waits less worked more.
+            work_ns: 800 - wait_ns.min(800),
+            wait_ns,
+        }
+    }
+
+    #[test]
+    fn the_gain_is_what_the_next_slowest_rank_waited_for_the_straggler() {
+        // Rank 3 arrives 200 ns after the next-slowest (rank 1, wait 200).
+        let rows = [row(0, 0, 250), row(0, 1, 200), row(0, 2, 260), row(0, 3, 0)];
+        assert_eq!(expected_gain_pct(&rows, 3), Some(20.0));
+        // A healthy rank "costs" nothing: others waited less than it.
+        assert_eq!(expected_gain_pct(&rows, 1), Some(0.0));
+        // Steps without the rank or without peers do not count.
+        assert_eq!(expected_gain_pct(&[row(0, 3, 0)], 3), None);
+        assert_eq!(expected_gain_pct(&rows, 9), None);
+    }
+
+    #[test]
+    fn hidden_waits_do_not_count_beyond_the_excess_work() {
+        // Overlapped collectives: peers "wait" 500 ns but S worked only
+        // 100 ns more than the next-slowest.
+        let r = |rank, work_ns, wait_ns| RankStepWait {
+            step: 0,
+            rank,
+            step_time_ns: 1000,
+            work_ns,
+            wait_ns,
+        };
+        let rows = [r(0, 700, 500), r(1, 690, 520), r(2, 800, 0)];
+        assert_eq!(expected_gain_pct(&rows, 2), Some(10.0));
+    }
+
+    #[test]
+    fn steps_are_weighted_by_their_time_and_the_gain_is_capped() {
+        let mut rows = vec![row(0, 0, 100), row(0, 1, 0)];
+        rows.push(RankStepWait {
+            step: 1,
+            rank: 0,
+            step_time_ns: 3000,
+            work_ns: 0,
+            wait_ns: 9000,
+        });
+        rows.push(RankStepWait {
+            step: 1,
+            rank: 1,
+            step_time_ns: 3000,
+            work_ns: 9000,
+            wait_ns: 0,
+        });
+        // (100 + min(9000, 3000)) / (1000 + 3000)
+        let g = expected_gain_pct(&rows, 1).unwrap();
+        assert!((g - 77.5).abs() < 1e-9, "{g}");
+    }
+}

@@ -1,0 +1,76 @@
+//! What-if gain of a straggler (`expected_gain_pct`) against the
+//! simulator's truth: the same seed simulated with and without the slow
+//! rank gives the step time the job would have without it.
+
+mod common;
+
+use common::*;
+use rankscope_cli::simulate::{plan, SimConfig, Straggler};
+
+/// Mean over steps of the step's wall time (first begin to last end).
+fn mean_step_ns(cfg: &SimConfig) -> f64 {
+    let mut by_step: std::collections::BTreeMap<u64, (u64, u64)> = Default::default();
+    for (step, _, start, end) in plan(cfg).step_times() {
+        let e = by_step.entry(step).or_insert((u64::MAX, 0));
+        e.0 = e.0.min(start);
+        e.1 = e.1.max(end);
+    }
+    by_step.values().map(|(a, b)| (b - a) as f64).sum::<f64>() / by_step.len() as f64
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_expected_gain_of_a_planted_straggler_matches_the_simulators_truth() {
+    let stack = Stack::start().await;
+    for (job, factor) in [("what-if-13", 1.3), ("what-if-16", 1.6)] {
+        let mut sim = sim_config(job, 8, 30);
+        sim.stragglers = vec![Straggler { rank: 5, factor }];
+        let mut healthy = sim.clone();
+        healthy.stragglers.clear();
+        let (with, without) = (mean_step_ns(&sim), mean_step_ns(&healthy));
+        let truth = 100.0 * (with - without) / with;
+        assert!(truth > 1.0, "the plant costs something: {truth}");
+        rankscope_cli::simulate::run(&sim, &stack.agent_url())
+            .await
+            .expect("simulate");
+        let rows = stack
+            .api_poll(
+                &format!("/api/v1/jobs/{job}/stragglers"),
+                "stragglers",
+                |r| {
+                    // The verdict over (nearly) the whole run.
+                    r.iter().any(|s| {
+                        s["expected_gain_pct"].is_number() && s["last_step"].as_u64() >= Some(25)
+                    })
+                },
+            )
+            .await;
+        let s = rows
+            .iter()
+            .find(|s| s["rank"] == 5)
+            .expect("rank 5 flagged");
+        let got = s["expected_gain_pct"].as_f64().unwrap();
+        assert!(
+            (got - truth).abs() <= 0.1 * truth,
+            "{job}: expected_gain_pct {got:.2} vs the simulator's {truth:.2}"
+        );
+        eprintln!("{job}: expected_gain_pct {got:.2}%, simulator truth {truth:.2}%");
+        // The alert says it too.
+        let alerts = stack
+            .api_poll(&format!("/api/v1/alerts?job={job}"), "alerts", |r| {
+                r.iter().any(|a| a["rule"] == "straggler")
+            })
+            .await;
+        let a = alerts.iter().find(|a| a["rule"] == "straggler").unwrap();
+        let text = a["summary"].as_str().unwrap_or_default();
+        let said: f64 = text
+            .split("job ~")
+            .nth(1)
+            .and_then(|t| t.split('%').next())
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("no gain in the alert: {text}"));
+        assert!(text.contains("faster without rank 5"), "{text}");
+        // Rounded to a whole percent, over the first steps of the verdict.
+        assert!((said - truth).abs() <= 0.1 * truth + 0.5, "{text}");
+    }
+    stack.stop().await;
+}
