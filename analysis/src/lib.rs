@@ -35,6 +35,7 @@ pub mod breakdown;
 pub mod classify;
 pub mod collectives;
 pub mod describe;
+pub mod goodput;
 pub mod idle;
 pub mod interval;
 pub mod kernels;
@@ -54,6 +55,7 @@ pub use collectives::{
     SizeBucket, UnknownCollOp,
 };
 pub use describe::{describe, Describe};
+pub use goodput::{goodput, peak_flops, Goodput, StepTime};
 pub use idle::{idle_breakdown, queue_length, IdleCategory, IdleRow, QueueRow};
 pub use interval::{
     difference, intersect_len, intersection, total_len, union, union_vec, Interval,
@@ -63,6 +65,6 @@ pub use kernels::{
 };
 pub use memcpy::{memcpy_kind, memcpy_summary, MemcpyRow};
 pub use straggler::{
-    expected_gain_pct, score_step, PolicyError, RankStepStats, RankStepWait, StepFlag,
-    StragglerCause, StragglerPolicy, StragglerTracker, Verdict, VerdictChange,
+    expected_gain_pct, gain_per_step, score_step, PolicyError, RankStepStats, RankStepWait,
+    StepFlag, StragglerCause, StragglerPolicy, StragglerTracker, Verdict, VerdictChange,
 };

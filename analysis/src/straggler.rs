@@ -32,7 +32,7 @@
 pub mod gain;
 pub mod tracker;
 
-pub use gain::{expected_gain_pct, RankStepWait};
+pub use gain::{expected_gain_pct, gain_per_step, RankStepWait};
 pub use tracker::{StragglerTracker, Verdict, VerdictChange};
 
 use std::fmt;

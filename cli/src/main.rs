@@ -106,6 +106,9 @@ enum Command {
     Alerts(AlertsArgs),
     /// Latest sample of every GPU (NVML telemetry from the agents).
     Gpus(GpusArgs),
+    /// Where a job's wall time went (compute, exposed communication, straggler
+    /// wait, input stalls, idle, hung) and, with --flops-per-step, its MFU.
+    Goodput(GoodputArgs),
     /// Trace ranks of a job with Kineto through their agents (processes started
     /// with KINETO_USE_DAEMON=1; no code change) and import the traces.
     Trace(TraceArgs),
@@ -165,6 +168,20 @@ struct TraceArgs {
     /// Wait up to SECS for every rank to be imported or failed; exit 1 unless all imported.
     #[arg(long, value_name = "SECS")]
     wait: Option<u64>,
+    /// Output format.
+    #[arg(long, value_enum, default_value_t = OutputFormat::Table)]
+    format: OutputFormat,
+}
+
+#[derive(Debug, Args)]
+struct GoodputArgs {
+    /// The job.
+    #[arg(long)]
+    job: String,
+    /// Model FLOPs of one training step of the whole job (all ranks), e.g.
+    /// 6 x parameters x tokens per global batch; gives MFU with the GPU's peak.
+    #[arg(long)]
+    flops_per_step: Option<f64>,
     /// Output format.
     #[arg(long, value_enum, default_value_t = OutputFormat::Table)]
     format: OutputFormat,
@@ -514,6 +531,20 @@ async fn run(cli: Cli) -> Result<()> {
                     .map(|r| format!("rank {} {}", r["rank"], r["state"].as_str().unwrap_or("?")))
                     .collect();
                 bail!("trace {id} not imported on every rank: {}", open.join(", "));
+            }
+            Ok(())
+        }
+        Command::Goodput(a) => {
+            use rankscope_cli::query::goodput;
+            let v = goodput::fetch(&http(), &cli.collector, &a.job, a.flops_per_step).await?;
+            if a.format == OutputFormat::Json {
+                println!("{}", serde_json::to_string_pretty(&v)?);
+            } else {
+                let rows = v["parts"].as_array().cloned().unwrap_or_default();
+                if a.format == OutputFormat::Table {
+                    println!("{}", goodput::summary(&v));
+                }
+                print!("{}", columns::render(&rows, goodput::PARTS, a.format));
             }
             Ok(())
         }

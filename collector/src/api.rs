@@ -23,6 +23,7 @@ use serde::{Deserialize, Serialize};
 
 mod alerts;
 mod analytics;
+mod goodput;
 mod gpu;
 pub mod matrix;
 mod telemetry;
@@ -71,6 +72,7 @@ pub fn router(state: ApiState) -> Router {
             post(traces::request).get(traces::list),
         )
         .route("/api/v1/jobs/{job}/traces/{trace}/diff", get(traces::diff))
+        .route("/api/v1/jobs/{job}/goodput", get(goodput::goodput))
         .route("/api/v1/jobs/{job}/matrix", get(matrix::matrix))
         .route(
             "/api/v1/jobs/{job}/collectives/steps",

@@ -21,6 +21,7 @@
 pub mod analytics;
 pub mod cluster;
 mod fault;
+pub mod goodput;
 pub mod gpu_ops;
 mod migrate;
 pub mod per_step;

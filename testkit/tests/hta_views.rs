@@ -284,12 +284,34 @@ async fn every_trace_set_gives_every_view_and_bad_input_is_named() {
         "tracelens_b200_eager_rank0",
         "tracelens_mi300_resnet_rank0",
     ];
+    let mut with_mfu = Vec::new();
     for (i, set) in sets.iter().enumerate() {
         let job = format!("set{i}");
         import_set(&stack, set, &job).await;
         for view in ["kernel-types", "kernels", "idle", "queue", "memcpy"] {
             let body = stack.api_get(&format!("/api/v1/jobs/{job}/{view}")).await;
             assert!(body[view].is_array(), "{set} {view}: {body}");
+        }
+        // Goodput: its parts add up to the wall time; a GPU model of the
+        // peak table gives an MFU (the trace's deviceProperties name it).
+        let g = stack
+            .api_get(&format!("/api/v1/jobs/{job}/goodput?flops_per_step=1e12"))
+            .await;
+        let sum: f64 = g["parts"]
+            .as_array()
+            .unwrap_or_else(|| panic!("{set}: {g}"))
+            .iter()
+            .map(|p| f(&p["ns"]))
+            .sum();
+        assert!((sum - f(&g["wall_ns"])).abs() <= 1.0, "{set}: {g}");
+        let known = g["gpu_name"]
+            .as_str()
+            .and_then(rankscope_analysis::peak_flops)
+            .is_some();
+        assert_eq!(g["mfu_pct"].is_number(), known, "{set}: {g}");
+        assert_eq!(g["mfu_note"].is_string(), !known, "{set}: {g}");
+        if known {
+            with_mfu.push(g["gpu_name"].as_str().unwrap_or_default().to_owned());
         }
         // Every set has kernels: a kernel breakdown that adds up to 100 %.
         let types = rows(&stack, &job, "kernel-types").await;
@@ -304,6 +326,10 @@ async fn every_trace_set_gives_every_view_and_bad_input_is_named() {
         );
     }
 
+    assert!(
+        with_mfu.len() >= 3,
+        "V100, A100 and B200 sets have a peak: {with_mfu:?}"
+    );
     let http = rankscope_cli::query::http::HttpClient::new(std::time::Duration::from_secs(10));
     let base = format!("http://{}", stack.http_addr());
     let err = |path: &str| {

@@ -72,5 +72,43 @@ async fn the_expected_gain_of_a_planted_straggler_matches_the_simulators_truth()
         // Rounded to a whole percent, over the first steps of the verdict.
         assert!((said - truth).abs() <= 0.1 * truth + 0.5, "{text}");
     }
+    // Goodput: the parts add up to the wall time; the straggler's share is there.
+    let g = stack
+        .api_get("/api/v1/jobs/what-if-13/goodput?flops_per_step=1e12")
+        .await;
+    let wall = g["wall_ns"].as_f64().unwrap();
+    let parts = g["parts"].as_array().unwrap();
+    let sum: f64 = parts.iter().map(|p| p["ns"].as_f64().unwrap()).sum();
+    assert!(wall > 0.0 && (sum - wall).abs() <= 1.0, "{g}");
+    let part = |name: &str| {
+        parts
+            .iter()
+            .find(|p| p["part"] == name)
+            .map(|p| p["pct"].as_f64().unwrap())
+            .unwrap_or_else(|| panic!("no {name}: {g}"))
+    };
+    assert!(part("compute") > 30.0, "{g}");
+    assert!(
+        part("straggler_wait") > 5.0,
+        "the straggler's cost shows: {g}"
+    );
+    assert!(
+        g["mfu_pct"].is_null() && g["mfu_note"].is_string(),
+        "no GPU model: {g}"
+    );
+    // Bad input.
+    let url = format!("http://{}", stack.http_addr());
+    for (path, want) in [
+        (
+            "/api/v1/jobs/what-if-13/goodput?flops_per_step=-1",
+            "flops_per_step must be a positive number",
+        ),
+        ("/api/v1/jobs/nobody/goodput", "not found"),
+    ] {
+        let err = rankscope_cli::query::get_json::<serde_json::Value>(&format!("{url}{path}"))
+            .await
+            .expect_err(path);
+        assert!(err.to_string().contains(want), "{path}: {err}");
+    }
     stack.stop().await;
 }

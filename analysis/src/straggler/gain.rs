@@ -40,12 +40,21 @@ pub struct RankStepWait {
 /// `rank`'s slowness, over the steps in `rows` holding it and at least one
 /// other rank; `None` when there is no such step.
 pub fn expected_gain_pct(rows: &[RankStepWait], rank: u32) -> Option<f64> {
+    let per_step = gain_per_step(rows, rank);
+    let gain: u128 = per_step.values().map(|g| u128::from(g.0)).sum();
+    let time: u128 = per_step.values().map(|g| u128::from(g.1)).sum();
+    (time > 0).then(|| 100.0 * gain as f64 / time as f64)
+}
+
+/// Per step holding `rank` and another rank: (what `rank` cost the step,
+/// the step's median step time), ns.
+pub fn gain_per_step(rows: &[RankStepWait], rank: u32) -> BTreeMap<u64, (u64, u64)> {
     let mut steps: BTreeMap<u64, Vec<&RankStepWait>> = BTreeMap::new();
     for r in rows {
         steps.entry(r.step).or_default().push(r);
     }
-    let (mut gain, mut time) = (0u128, 0u128);
-    for ranks in steps.values() {
+    let mut out = BTreeMap::new();
+    for (step, ranks) in &steps {
         let Some(s) = ranks.iter().find(|r| r.rank == rank) else {
             continue;
         };
@@ -68,10 +77,9 @@ pub fn expected_gain_pct(rows: &[RankStepWait], rank: u32) -> Option<f64> {
         let mut times: Vec<u64> = ranks.iter().map(|r| r.step_time_ns).collect();
         times.sort_unstable();
         let step_time = times[times.len() / 2];
-        gain += u128::from(by_wait.min(by_work).min(step_time));
-        time += u128::from(step_time);
+        out.insert(*step, (by_wait.min(by_work).min(step_time), step_time));
     }
-    (time > 0).then(|| 100.0 * gain as f64 / time as f64)
+    out
 }
 
 #[cfg(test)]
