@@ -106,6 +106,9 @@ enum Command {
     Alerts(AlertsArgs),
     /// Latest sample of every GPU (NVML telemetry from the agents).
     Gpus(GpusArgs),
+    /// One rank's kernels against another's (same job or --vs-job): calls and
+    /// time per step per kernel, the largest differences first.
+    Diff(DiffArgs),
     /// Where a job's wall time went (compute, exposed communication, straggler
     /// wait, input stalls, idle, hung) and, with --flops-per-step, its MFU.
     Goodput(GoodputArgs),
@@ -168,6 +171,32 @@ struct TraceArgs {
     /// Wait up to SECS for every rank to be imported or failed; exit 1 unless all imported.
     #[arg(long, value_name = "SECS")]
     wait: Option<u64>,
+    /// Output format.
+    #[arg(long, value_enum, default_value_t = OutputFormat::Table)]
+    format: OutputFormat,
+}
+
+#[derive(Debug, Args)]
+#[command(group(clap::ArgGroup::new("other").required(true).multiple(true).args(["vs_rank", "vs_job"])))]
+struct DiffArgs {
+    /// The job.
+    #[arg(long)]
+    job: String,
+    /// The rank to look at (e.g. a straggler).
+    #[arg(long)]
+    rank: u32,
+    /// The rank to compare it with (default with --vs-job: the same rank).
+    #[arg(long)]
+    vs_rank: Option<u32>,
+    /// Compare with this job instead of the same one.
+    #[arg(long)]
+    vs_job: Option<String>,
+    /// Steps A..B (inclusive); default: all.
+    #[arg(long)]
+    steps: Option<String>,
+    /// Rows to show (the largest differences).
+    #[arg(long, default_value_t = 20)]
+    top: usize,
     /// Output format.
     #[arg(long, value_enum, default_value_t = OutputFormat::Table)]
     format: OutputFormat,
@@ -532,6 +561,35 @@ async fn run(cli: Cli) -> Result<()> {
                     .collect();
                 bail!("trace {id} not imported on every rank: {}", open.join(", "));
             }
+            Ok(())
+        }
+        Command::Diff(a) => {
+            use rankscope_cli::query::diff;
+            let steps = match &a.steps {
+                Some(s) => Some(diff::parse_steps(s).map_err(anyhow::Error::msg)?),
+                None => None,
+            };
+            let q = diff::DiffQuery {
+                rank: a.rank,
+                vs_rank: a.vs_rank,
+                vs_job: a.vs_job.clone(),
+                steps,
+            };
+            let v = diff::fetch(&http(), &cli.collector, &a.job, &q).await?;
+            let mut rows = v["rows"].as_array().cloned().unwrap_or_default();
+            rows.truncate(a.top);
+            if a.format == OutputFormat::Table {
+                println!(
+                    "a = {} rank {} ({} steps), b = {} rank {} ({} steps), per step",
+                    a.job,
+                    v["rank"],
+                    v["steps_a"],
+                    v["vs_job"].as_str().unwrap_or(""),
+                    v["vs_rank"],
+                    v["steps_b"]
+                );
+            }
+            print!("{}", columns::render(&rows, diff::DIFF, a.format));
             Ok(())
         }
         Command::Goodput(a) => {

@@ -12,6 +12,7 @@
 
 pub mod analytics;
 pub mod columns;
+pub mod diff;
 pub mod format;
 pub mod goodput;
 pub mod gpu;

@@ -23,6 +23,7 @@ use serde::{Deserialize, Serialize};
 
 mod alerts;
 mod analytics;
+mod diff;
 mod goodput;
 mod gpu;
 pub mod matrix;
@@ -73,6 +74,7 @@ pub fn router(state: ApiState) -> Router {
         )
         .route("/api/v1/jobs/{job}/traces/{trace}/diff", get(traces::diff))
         .route("/api/v1/jobs/{job}/goodput", get(goodput::goodput))
+        .route("/api/v1/jobs/{job}/diff", get(diff::diff))
         .route("/api/v1/jobs/{job}/matrix", get(matrix::matrix))
         .route(
             "/api/v1/jobs/{job}/collectives/steps",

@@ -20,6 +20,7 @@
 
 pub mod analytics;
 pub mod cluster;
+pub mod diff;
 mod fault;
 pub mod goodput;
 pub mod gpu_ops;

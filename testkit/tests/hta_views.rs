@@ -320,6 +320,18 @@ async fn every_trace_set_gives_every_view_and_bad_input_is_named() {
             *pct.entry(t["rank"].as_u64().unwrap()).or_default() += f(&t["pct"]);
         }
         assert!(!pct.is_empty(), "{set}");
+        // diff of a rank against itself: every kernel, no difference.
+        let r = pct.keys().min().copied().unwrap();
+        let d = stack
+            .api_get(&format!("/api/v1/jobs/{job}/diff?rank={r}&vs_rank={r}"))
+            .await;
+        let rows = d["rows"].as_array().unwrap_or_else(|| panic!("{set}: {d}"));
+        assert!(!rows.is_empty(), "{set}: {d}");
+        assert!(
+            rows.iter()
+                .all(|x| f(&x["diff_ns_per_step"]).abs() < 1e-6 && x["only_on"] == ""),
+            "{set}: {d}"
+        );
         assert!(
             pct.values().all(|p| (p - 100.0).abs() < 1e-6),
             "{set}: {pct:?}"

@@ -96,9 +96,46 @@ async fn the_expected_gain_of_a_planted_straggler_matches_the_simulators_truth()
         g["mfu_pct"].is_null() && g["mfu_note"].is_string(),
         "no GPU model: {g}"
     );
+    // diff: the straggler's slowed compute kernels come first.
+    let d = stack
+        .api_get("/api/v1/jobs/what-if-13/diff?rank=5&vs_rank=0&from_step=5&to_step=25")
+        .await;
+    let rows = d["rows"].as_array().unwrap();
+    assert!(rows.len() > 3, "{d}");
+    for r in &rows[..3] {
+        assert_eq!(r["category"], "computation", "{r}");
+        assert!(r["diff_ns_per_step"].as_f64().unwrap() > 0.0, "{r}");
+        assert_eq!(r["only_on"], "", "{r}");
+    }
+    assert_eq!(
+        (d["steps_a"].as_u64(), d["steps_b"].as_u64()),
+        (Some(21), Some(21))
+    );
+    // Across jobs: rank 5 at 1.6x against rank 5 at 1.3x.
+    let d = stack
+        .api_get("/api/v1/jobs/what-if-16/diff?rank=5&vs_job=what-if-13")
+        .await;
+    let first = &d["rows"][0];
+    assert!(first["diff_ns_per_step"].as_f64().unwrap() > 0.0, "{d}");
     // Bad input.
     let url = format!("http://{}", stack.http_addr());
     for (path, want) in [
+        (
+            "/api/v1/jobs/what-if-13/diff?rank=5&vs_rank=0&from_step=9&to_step=3",
+            "empty step range",
+        ),
+        (
+            "/api/v1/jobs/what-if-13/diff?rank=42&vs_rank=0",
+            "rank 42 of job \"what-if-13\" has no complete step",
+        ),
+        (
+            "/api/v1/jobs/what-if-13/diff?rank=5",
+            "give vs_rank, vs_job or both",
+        ),
+        (
+            "/api/v1/jobs/nobody/diff?rank=5&vs_rank=0",
+            "job \"nobody\" not found",
+        ),
         (
             "/api/v1/jobs/what-if-13/goodput?flops_per_step=-1",
             "flops_per_step must be a positive number",

@@ -1,0 +1,93 @@
+//! Queries of `rankscope diff` (`api::diff`).
+
+use clickhouse::Row;
+use serde::Deserialize;
+
+use super::{Store, StoreError};
+
+const DIFF_KERNELS_SQL: &str = include_str!("../../queries/diff_kernels.sql");
+const DIFF_STEPS_SQL: &str = include_str!("../../queries/diff_steps.sql");
+const DIFF_WAIT_SQL: &str = include_str!("../../queries/diff_wait.sql");
+
+#[derive(Debug, Row, Deserialize)]
+struct Wait {
+    wait_ns: u64,
+}
+
+/// One kernel name of one side.
+#[derive(Debug, Clone, PartialEq, Row, Deserialize)]
+pub struct DiffKernel {
+    pub name: String,
+    pub kind: i8,
+    pub calls: u64,
+    pub sum_ns: u64,
+}
+
+/// A rank's steps in a range.
+#[derive(Debug, Clone, Copy, PartialEq, Row, Deserialize)]
+pub struct StepWindow {
+    pub from_ns: u64,
+    pub to_ns: u64,
+    pub steps: u64,
+}
+
+impl Store {
+    /// The window of `rank`'s steps `first..=last`.
+    pub async fn step_window(
+        &self,
+        job: &str,
+        rank: u32,
+        first: u64,
+        last: u64,
+    ) -> Result<StepWindow, StoreError> {
+        self.client()
+            .query(DIFF_STEPS_SQL)
+            .bind(job)
+            .bind(rank)
+            .bind(first)
+            .bind(last)
+            .fetch_one()
+            .await
+            .map_err(StoreError::query("diff steps"))
+    }
+
+    /// `rank`'s collective wait summed over steps `first..=last`.
+    pub async fn rank_wait(
+        &self,
+        job: &str,
+        rank: u32,
+        first: u64,
+        last: u64,
+    ) -> Result<u64, StoreError> {
+        let w: Wait = self
+            .client()
+            .query(DIFF_WAIT_SQL)
+            .bind(job)
+            .bind(rank)
+            .bind(first)
+            .bind(last)
+            .fetch_one()
+            .await
+            .map_err(StoreError::query("diff wait"))?;
+        Ok(w.wait_ns)
+    }
+
+    /// `rank`'s kernels that started in `from_ns..=to_ns`, by name and kind.
+    pub async fn diff_kernels(
+        &self,
+        job: &str,
+        rank: u32,
+        from_ns: u64,
+        to_ns: u64,
+    ) -> Result<Vec<DiffKernel>, StoreError> {
+        self.client()
+            .query(DIFF_KERNELS_SQL)
+            .bind(job)
+            .bind(rank)
+            .bind(from_ns)
+            .bind(to_ns)
+            .fetch_all()
+            .await
+            .map_err(StoreError::query("diff kernels"))
+    }
+}
