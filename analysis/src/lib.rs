@@ -39,6 +39,7 @@ pub mod goodput;
 pub mod idle;
 pub mod interval;
 pub mod kernels;
+pub mod launches;
 pub mod memcpy;
 pub mod stats;
 pub mod straggler;
@@ -63,6 +64,7 @@ pub use interval::{
 pub use kernels::{
     is_enqueue_launch, kernel_table, kernel_type_times, GpuOp, KernelRow, LaunchCall,
 };
+pub use launches::{launch_stats, LaunchObs, LaunchStats, HTA_LAUNCH_APIS};
 pub use memcpy::{memcpy_kind, memcpy_summary, MemcpyRow};
 pub use straggler::{
     expected_gain_pct, gain_per_step, score_step, PolicyError, RankStepStats, RankStepWait,

@@ -100,6 +100,9 @@ enum Command {
     Queue(GpuArgs),
     /// Memcpy / memset calls, bytes, time and GB/s per direction.
     Memcpy(GpuArgs),
+    /// Kernel launch statistics per rank: short kernels, runtime and launch-delay
+    /// outliers (HTA get_cuda_kernel_launch_stats).
+    Launches(GpuArgs),
     /// Import PyTorch profiler (Kineto) traces: files or folders, one file per rank.
     Import(ImportArgs),
     /// Alerts (straggler, hang, low GPU utilization, collective slowdown).
@@ -647,6 +650,7 @@ async fn run(cli: Cli) -> Result<()> {
         Command::Idle(a) => gpu_view(&http(), &cli.collector, GpuView::Idle, &a).await,
         Command::Queue(a) => gpu_view(&http(), &cli.collector, GpuView::Queue, &a).await,
         Command::Memcpy(a) => gpu_view(&http(), &cli.collector, GpuView::Memcpy, &a).await,
+        Command::Launches(a) => gpu_view(&http(), &cli.collector, GpuView::Launches, &a).await,
         Command::Stragglers(a) => {
             view(
                 &http(),

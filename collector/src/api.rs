@@ -68,6 +68,7 @@ pub fn router(state: ApiState) -> Router {
         .route("/api/v1/jobs/{job}/idle", get(gpu::idle))
         .route("/api/v1/jobs/{job}/queue", get(gpu::queue))
         .route("/api/v1/jobs/{job}/memcpy", get(gpu::memcpy))
+        .route("/api/v1/jobs/{job}/launches", get(gpu::launches))
         .route(
             "/api/v1/jobs/{job}/traces",
             post(traces::request).get(traces::list),

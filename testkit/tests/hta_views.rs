@@ -288,7 +288,14 @@ async fn every_trace_set_gives_every_view_and_bad_input_is_named() {
     for (i, set) in sets.iter().enumerate() {
         let job = format!("set{i}");
         import_set(&stack, set, &job).await;
-        for view in ["kernel-types", "kernels", "idle", "queue", "memcpy"] {
+        for view in [
+            "kernel-types",
+            "kernels",
+            "idle",
+            "queue",
+            "memcpy",
+            "launches",
+        ] {
             let body = stack.api_get(&format!("/api/v1/jobs/{job}/{view}")).await;
             assert!(body[view].is_array(), "{set} {view}: {body}");
         }
@@ -342,6 +349,18 @@ async fn every_trace_set_gives_every_view_and_bad_input_is_named() {
         with_mfu.len() >= 3,
         "V100, A100 and B200 sets have a peak: {with_mfu:?}"
     );
+    // Launch statistics: every DLRM rank launches hundreds of kernels; HTA's
+    // three filters count subsets of them.
+    let l = rows(&stack, "set4", "launches").await;
+    assert_eq!(l.len(), 8, "{l:?}");
+    for r in &l {
+        let n = r["launches"].as_u64().unwrap();
+        assert!(n > 100, "{r}");
+        for k in ["short_kernels", "runtime_outliers", "launch_delay_outliers"] {
+            assert!(r[k].as_u64().unwrap() <= n, "{k}: {r}");
+        }
+        assert!(r["max_cpu_kernel"].is_string(), "{r}");
+    }
     let http = rankscope_cli::query::http::HttpClient::new(std::time::Duration::from_secs(10));
     let base = format!("http://{}", stack.http_addr());
     let err = |path: &str| {

@@ -19,6 +19,7 @@ pub enum GpuView {
     Idle,
     Queue,
     Memcpy,
+    Launches,
 }
 
 /// Options of the GPU commands.
@@ -40,6 +41,12 @@ pub struct GpuArgs {
     /// `idle`: gaps below this are kernel_wait (HTA consecutive_kernel_delay).
     #[arg(long, value_name = "US")]
     pub kernel_delay_us: Option<u64>,
+    /// `launches`: HTA runtime_cutoff, us (default 50).
+    #[arg(long, value_name = "US")]
+    pub runtime_cutoff_us: Option<u64>,
+    /// `launches`: HTA launch_delay_cutoff, us (default 100).
+    #[arg(long, value_name = "US")]
+    pub launch_delay_cutoff_us: Option<u64>,
     /// Output format.
     #[arg(long, value_enum, default_value_t = OutputFormat::Table)]
     pub format: OutputFormat,
@@ -54,6 +61,7 @@ impl GpuView {
             GpuView::Idle => "idle",
             GpuView::Queue => "queue",
             GpuView::Memcpy => "memcpy",
+            GpuView::Launches => "launches",
         }
     }
 
@@ -65,6 +73,7 @@ impl GpuView {
             GpuView::Idle => IDLE,
             GpuView::Queue => QUEUE,
             GpuView::Memcpy => MEMCPY,
+            GpuView::Launches => LAUNCHES,
         }
     }
 }
@@ -127,6 +136,20 @@ const MEMCPY: &[Column] = &[
 ];
 
 /// URL of `view` with the options it takes (absent ones left out).
+const LAUNCHES: &[Column] = &[
+    col("rank", "rank", Kind::Plain),
+    col("launches", "launches", Kind::Plain),
+    col("short_kernels", "short_kernels", Kind::Plain),
+    col("runtime_outliers", "runtime_outliers", Kind::Plain),
+    col("launch_delay_outliers", "delay_outliers", Kind::Plain),
+    col("mean_cpu_ns", "mean_cpu_ms", Kind::NsAsMs),
+    col("mean_launch_delay_ns", "mean_delay_ms", Kind::NsAsMs),
+    col("max_cpu_ns", "max_cpu_ms", Kind::NsAsMs),
+    col("max_cpu_kernel", "max_cpu_kernel", Kind::Plain),
+    col("max_launch_delay_ns", "max_delay_ms", Kind::NsAsMs),
+    col("max_launch_delay_kernel", "max_delay_kernel", Kind::Plain),
+];
+
 pub fn gpu_url(collector: &str, view: GpuView, a: &GpuArgs) -> String {
     let mut url = format!(
         "{}/api/v1/jobs/{}/{}",
@@ -149,6 +172,14 @@ pub fn gpu_url(collector: &str, view: GpuView, a: &GpuArgs) -> String {
     if view == GpuView::Idle {
         if let Some(d) = a.kernel_delay_us {
             params.push(("kernel_delay_us", d.to_string()));
+        }
+    }
+    if view == GpuView::Launches {
+        if let Some(r) = a.runtime_cutoff_us {
+            params.push(("runtime_cutoff_us", r.to_string()));
+        }
+        if let Some(d) = a.launch_delay_cutoff_us {
+            params.push(("launch_delay_cutoff_us", d.to_string()));
         }
     }
     for (i, (k, v)) in params.iter().enumerate() {
@@ -185,6 +216,8 @@ mod tests {
             top: Some(5),
             ratio: Some(0.9),
             kernel_delay_us: Some(10),
+            runtime_cutoff_us: Some(20),
+            launch_delay_cutoff_us: None,
             format: OutputFormat::Table,
         };
         assert_eq!(
@@ -194,6 +227,10 @@ mod tests {
         assert_eq!(
             gpu_url("http://c", GpuView::Idle, &a),
             "http://c/api/v1/jobs/a%2Fb/idle?rank=3&kernel_delay_us=10"
+        );
+        assert_eq!(
+            gpu_url("http://c", GpuView::Launches, &a),
+            "http://c/api/v1/jobs/a%2Fb/launches?rank=3&runtime_cutoff_us=20"
         );
         let b = GpuArgs { rank: None, ..a };
         assert_eq!(

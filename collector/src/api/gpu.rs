@@ -34,6 +34,10 @@ pub struct GpuQuery {
     ratio: Option<f64>,
     /// `idle`: HTA `consecutive_kernel_delay`, microseconds.
     kernel_delay_us: Option<u64>,
+    /// `launches`: HTA `runtime_cutoff`, microseconds (default 50).
+    runtime_cutoff_us: Option<u64>,
+    /// `launches`: HTA `launch_delay_cutoff`, microseconds (default 100).
+    launch_delay_cutoff_us: Option<u64>,
 }
 
 fn bad(msg: impl Into<String>) -> ApiError {
@@ -216,4 +220,63 @@ pub(super) async fn memcpy(
         }
     }
     Ok(Json(json!({ "job": job, "memcpy": rows })))
+}
+
+/// `GET /api/v1/jobs/{job}/launches[?rank=&runtime_cutoff_us=&launch_delay_cutoff_us=]`:
+/// HTA's kernel launch statistics per rank (`rankscope_analysis::launch_stats`):
+/// only activities whose launch call is one of [`rankscope_analysis::HTA_LAUNCH_APIS`]
+/// count; a rank without recorded launch calls (live ranks without a trace)
+/// has 0 launches.
+pub(super) async fn launches(
+    State(st): State<ApiState>,
+    Path(job): Path<String>,
+    Query(q): Query<GpuQuery>,
+) -> Result<Json<Value>, ApiError> {
+    let runtime = q.runtime_cutoff_us.unwrap_or(50);
+    let delay = q.launch_delay_cutoff_us.unwrap_or(100);
+    if runtime == 0 || delay == 0 {
+        return Err(bad(
+            "runtime_cutoff_us and launch_delay_cutoff_us must be >= 1",
+        ));
+    }
+    let ranks = load(&st, &job, q.rank).await?;
+    let mut rows = Vec::new();
+    for r in &ranks {
+        let obs: Vec<rankscope_analysis::LaunchObs<'_>> = r
+            .ops
+            .iter()
+            .filter_map(|o| {
+                let (call, api) = o.launch.as_ref()?;
+                rankscope_analysis::HTA_LAUNCH_APIS
+                    .contains(&api.as_ref())
+                    .then(|| {
+                        rankscope_analysis::LaunchObs::new(
+                            &o.name,
+                            (call.start_ns, call.end_ns),
+                            (o.start_ns, o.end_ns),
+                        )
+                    })
+            })
+            .collect();
+        let s = rankscope_analysis::launch_stats(&obs, runtime * 1000, delay * 1000);
+        rows.push(json!({
+            "rank": r.rank,
+            "launches": s.launches,
+            "short_kernels": s.short_kernels,
+            "runtime_outliers": s.runtime_outliers,
+            "launch_delay_outliers": s.launch_delay_outliers,
+            "mean_cpu_ns": s.mean_cpu_ns,
+            "mean_launch_delay_ns": s.mean_delay_ns,
+            "max_cpu_ns": s.max_cpu.as_ref().map(|m| m.1),
+            "max_cpu_kernel": s.max_cpu.map(|m| m.0),
+            "max_launch_delay_ns": s.max_delay.as_ref().map(|m| m.1),
+            "max_launch_delay_kernel": s.max_delay.map(|m| m.0),
+        }));
+    }
+    Ok(Json(json!({
+        "job": job,
+        "runtime_cutoff_us": runtime,
+        "launch_delay_cutoff_us": delay,
+        "launches": rows,
+    })))
 }
