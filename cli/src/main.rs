@@ -488,8 +488,23 @@ async fn run(cli: Cli) -> Result<()> {
                 from_step: args.from_step,
                 to_step: args.to_step,
             };
-            let steps = query::fetch_steps(&http(), &cli.collector, &args.job, &q).await?;
-            print!("{}", format::render_steps(&steps.steps, args.format));
+            let client = http();
+            let steps = query::fetch_steps(&client, &cli.collector, &args.job, &q).await?;
+            let lo = steps.steps.iter().map(|s| s.step).min();
+            let hi = steps.steps.iter().map(|s| s.step).max();
+            let waits = match (args.format, lo, hi) {
+                // Who the others waited for: best effort (none over 1,000 steps).
+                (query::OutputFormat::Table, Some(lo), Some(hi)) => {
+                    query::fetch_step_waits(&client, &cli.collector, &args.job, lo, hi)
+                        .await
+                        .unwrap_or_default()
+                }
+                _ => Vec::new(),
+            };
+            print!(
+                "{}",
+                format::render_steps_with(&steps.steps, &waits, args.format)
+            );
             Ok(())
         }
         Command::Breakdown(a) => {

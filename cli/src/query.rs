@@ -198,3 +198,77 @@ mod tests {
         assert_eq!(j.run_id, "");
     }
 }
+
+/// Per (step, rank) work and collective wait of `job`'s steps `from..=to`
+/// (the matrix route), for the steps table's `waited_for` columns. At most
+/// the route's 1,000 steps; a wider range answers an error.
+pub async fn fetch_step_waits(
+    client: &HttpClient,
+    collector: &str,
+    job: &str,
+    from: u64,
+    to: u64,
+) -> Result<Vec<format::StepWait>, HttpError> {
+    let url = format!(
+        "{}/api/v1/jobs/{}/matrix?from_step={from}&to_step={to}&fields=compute_ns,dataloader_ns,comm_wait_ns",
+        collector.trim_end_matches('/'),
+        percent_encode(job)
+    );
+    let v: serde_json::Value = client.get_json(&url).await?;
+    Ok(step_waits_of(&v))
+}
+
+/// The matrix answer (`values[field][rank_index * steps + step_index]`) as rows.
+pub fn step_waits_of(v: &serde_json::Value) -> Vec<format::StepWait> {
+    let list = |k: &str| -> Vec<u64> {
+        v[k].as_array()
+            .map(|a| a.iter().filter_map(serde_json::Value::as_u64).collect())
+            .unwrap_or_default()
+    };
+    let (steps, ranks) = (list("steps"), list("ranks"));
+    let col = |f: &str, i: usize| v["values"][f][i].as_u64();
+    let mut out = Vec::new();
+    for (ri, rank) in ranks.iter().enumerate() {
+        for (si, step) in steps.iter().enumerate() {
+            let i = ri * steps.len() + si;
+            let (Some(c), Some(w)) = (col("compute_ns", i), col("comm_wait_ns", i)) else {
+                continue;
+            };
+            out.push(format::StepWait {
+                step: *step,
+                rank: u32::try_from(*rank).unwrap_or(u32::MAX),
+                work_ns: c + col("dataloader_ns", i).unwrap_or(0),
+                wait_ns: w,
+            });
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod step_wait_tests {
+    use super::*;
+
+    #[test]
+    fn the_matrix_answer_becomes_rows_and_gaps_are_skipped() {
+        let v = serde_json::json!({
+            "steps": [4, 5], "ranks": [0, 7],
+            "values": {
+                "compute_ns": [10, 11, 20, null],
+                "dataloader_ns": [1, 1, 2, null],
+                "comm_wait_ns": [5, 6, 0, null]
+            }
+        });
+        let rows = step_waits_of(&v);
+        assert_eq!(rows.len(), 3);
+        assert_eq!(
+            rows[2],
+            format::StepWait {
+                step: 4,
+                rank: 7,
+                work_ns: 22,
+                wait_ns: 0
+            }
+        );
+    }
+}

@@ -72,6 +72,25 @@ async fn the_expected_gain_of_a_planted_straggler_matches_the_simulators_truth()
         // Rounded to a whole percent, over the first steps of the verdict.
         assert!((said - truth).abs() <= 0.1 * truth + 0.5, "{text}");
     }
+    // The terminal view names the rank the others wait for (not a random
+    // "slowest" step time: every rank's step takes as long).
+    let exe = std::env::current_exe().unwrap();
+    let bin = exe
+        .parent()
+        .and_then(std::path::Path::parent)
+        .unwrap()
+        .join("rankscope");
+    let out = std::process::Command::new(bin)
+        .args(["--collector", &format!("http://{}", stack.http_addr())])
+        .args(["steps", "--job", "what-if-13", "--last", "10"])
+        .output()
+        .expect("rankscope steps");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    assert!(
+        text.contains("the others waited for r5 in 10 of 10 steps"),
+        "{text}"
+    );
     // Goodput: the parts add up to the wall time; the straggler's share is there.
     let g = stack
         .api_get("/api/v1/jobs/what-if-13/goodput?flops_per_step=1e12")

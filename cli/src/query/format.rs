@@ -3,11 +3,15 @@
 //! In: rows from the API. Out: the text to print (pure functions).
 //!
 //! Steps table: one row per step. Up to [`MAX_RANK_COLUMNS`] ranks get one
-//! column each (step time in ms, 3 decimals) followed by the median, the
-//! max/median ratio and the slowest rank; wider jobs get summary columns
-//! (ranks, min, median, max, max/median, slowest). A footer names the rank
-//! that was slowest most often. JSON and CSV carry the API's rows unchanged,
-//! with the API's field names.
+//! column each (step time in ms, 3 decimals) followed by the median and the
+//! max/median ratio; wider jobs get summary columns (ranks, min, median, max,
+//! max/median). In a synchronous job every rank's step time is the same (the
+//! others wait in collectives), so the slowest step time names no one: with
+//! the steps' breakdowns the table shows the rank the others waited for
+//! (`waited_for`: the least collective wait, most work on ties), its work
+//! (compute + input) over the step's median work, and the others' median
+//! wait; a footer names the rank waited for most often. JSON and CSV carry
+//! the API's rows unchanged, with the API's field names.
 
 use super::{JobInfo, OutputFormat, StepRow};
 use std::collections::BTreeMap;
@@ -22,6 +26,25 @@ pub fn render_jobs(jobs: &[JobInfo], format: OutputFormat) -> String {
         OutputFormat::Table => jobs_table(jobs),
         OutputFormat::Json => json_array(jobs),
         OutputFormat::Csv => jobs_csv(jobs),
+    }
+}
+
+/// One rank's figures in one step, from the step's breakdown.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StepWait {
+    pub step: u64,
+    pub rank: u32,
+    /// Compute + input (dataloader) time.
+    pub work_ns: u64,
+    /// Collective wait (PyTorch Profiler "synchronizing" time).
+    pub wait_ns: u64,
+}
+
+/// Renders step rows; a table also names who the others waited for, from `waits`.
+pub fn render_steps_with(rows: &[StepRow], waits: &[StepWait], format: OutputFormat) -> String {
+    match format {
+        OutputFormat::Table => steps_table_with(rows, waits),
+        _ => render_steps(rows, format),
     }
 }
 
@@ -118,8 +141,40 @@ pub fn steps_csv(rows: &[StepRow]) -> String {
     out
 }
 
-/// Step times per step, for people.
+/// Step times per step, for people (no breakdowns: nobody is named).
 pub fn steps_table(rows: &[StepRow]) -> String {
+    steps_table_with(rows, &[])
+}
+
+/// Who the others waited for in one step: (rank, its work / median work,
+/// the others' median wait in ns).
+fn waited_for(waits: &[&StepWait]) -> Option<(u32, f64, f64)> {
+    if waits.len() < 2 {
+        return None;
+    }
+    let who = waits
+        .iter()
+        .min_by(|a, b| a.wait_ns.cmp(&b.wait_ns).then(b.work_ns.cmp(&a.work_ns)))?;
+    let mut work: Vec<u64> = waits.iter().map(|w| w.work_ns).collect();
+    work.sort_unstable();
+    let median_work = work[work.len() / 2] as f64;
+    let mut others: Vec<u64> = waits
+        .iter()
+        .filter(|w| w.rank != who.rank)
+        .map(|w| w.wait_ns)
+        .collect();
+    others.sort_unstable();
+    let others_wait = others[others.len() / 2] as f64;
+    let ratio = if median_work > 0.0 {
+        who.work_ns as f64 / median_work
+    } else {
+        1.0
+    };
+    Some((who.rank, ratio, others_wait))
+}
+
+/// Step times per step, with who the others waited for.
+pub fn steps_table_with(rows: &[StepRow], waits: &[StepWait]) -> String {
     if rows.is_empty() {
         return "(no steps)\n".to_string();
     }
@@ -144,13 +199,24 @@ pub fn steps_table(rows: &[StepRow]) -> String {
         header.extend(ranks.iter().map(|r| format!("r{r}_ms")));
         header.push("median_ms".into());
     }
-    header.extend(["max/median", "slowest"].map(String::from));
+    header.extend(
+        [
+            "max/median",
+            "waited_for",
+            "its_work/median",
+            "others_wait_ms",
+        ]
+        .map(String::from),
+    );
 
-    let mut slowest_count: BTreeMap<u32, u64> = BTreeMap::new();
+    let mut by_step_waits: BTreeMap<u64, Vec<&StepWait>> = BTreeMap::new();
+    for w in waits {
+        by_step_waits.entry(w.step).or_default().push(w);
+    }
+    let mut waited: BTreeMap<u32, (u64, f64, f64)> = BTreeMap::new();
     let mut table_rows = Vec::with_capacity(by_step.len());
     for (step, times) in &by_step {
         let stats = StepStats::of(times);
-        *slowest_count.entry(stats.slowest).or_default() += 1;
         let mut row = vec![step.to_string()];
         if wide {
             row.push(times.len().to_string());
@@ -164,23 +230,37 @@ pub fn steps_table(rows: &[StepRow]) -> String {
             row.push(ms_f(stats.median_ns));
         }
         row.push(ratio(stats.max_ns, stats.median_ns));
-        row.push(format!("r{}", stats.slowest));
+        match by_step_waits.get(step).and_then(|w| waited_for(w)) {
+            Some((rank, work, others)) => {
+                let e = waited.entry(rank).or_default();
+                e.0 += 1;
+                e.1 += work;
+                e.2 += others;
+                row.extend([format!("r{rank}"), format!("{work:.3}"), ms_f(others)]);
+            }
+            None => row.extend(["-", "-", "-"].map(String::from)),
+        }
         table_rows.push(row);
     }
-    let mut right = vec![true; header.len()];
-    if let Some(last) = right.last_mut() {
-        *last = false;
-    }
+    let right = vec![true; header.len()];
     let mut out = table(&header, &table_rows, &right);
-    if let Some((rank, n)) = slowest_count
+    match waited
         .iter()
-        .max_by_key(|(r, n)| (**n, std::cmp::Reverse(**r)))
+        .max_by_key(|(r, e)| (e.0, std::cmp::Reverse(**r)))
     {
-        let _ = writeln!(
-            out,
-            "slowest rank: r{rank} (slowest in {n} of {} steps)",
-            by_step.len()
-        );
+        Some((rank, (n, work, others))) => {
+            let k = *n as f64;
+            let _ = writeln!(
+                out,
+                "the others waited for r{rank} in {n} of {} steps (its compute + input {:.2}x the median; the others' median wait {} ms per step)",
+                by_step.len(),
+                work / k,
+                ms_f(others / k)
+            );
+        }
+        None => out.push_str(
+            "(no breakdowns for these steps yet: the rank the others wait for is named once the steps are analysed)\n",
+        ),
     }
     out
 }
@@ -191,8 +271,6 @@ struct StepStats {
     min_ns: u64,
     max_ns: u64,
     median_ns: f64,
-    /// Rank with the longest step (lowest rank on ties).
-    slowest: u32,
 }
 
 impl StepStats {
@@ -208,15 +286,10 @@ impl StepStats {
         } else {
             (sorted[n / 2 - 1] as f64 + sorted[n / 2] as f64) / 2.0
         };
-        let slowest = times
-            .iter()
-            .max_by(|a, b| a.1.cmp(b.1).then(b.0.cmp(a.0)))
-            .map_or(0, |(&rank, _)| rank);
         Self {
             min_ns: sorted.first().copied().unwrap_or(0),
             max_ns: sorted.last().copied().unwrap_or(0),
             median_ns,
-            slowest,
         }
     }
 }

@@ -25,48 +25,74 @@ fn job() -> JobInfo {
     }
 }
 
-#[test]
-fn steps_table_has_a_column_per_rank_and_the_slowest() {
-    let rows = vec![
-        row(0, 0, 100),
-        row(0, 1, 130),
-        row(0, 2, 101),
-        row(1, 0, 99),
-        row(1, 1, 128),
-        row(1, 2, 100),
-    ];
-    let expected = "\
-step    r0_ms    r1_ms    r2_ms  median_ms  max/median  slowest
-   0  100.000  130.000  101.000    101.000       1.287  r1
-   1   99.000  128.000  100.000    100.000       1.280  r1
-slowest rank: r1 (slowest in 2 of 2 steps)
-";
-    assert_eq!(steps_table(&rows), expected);
+fn wait(step: u64, rank: u32, work_ms: u64, wait_ms: u64) -> StepWait {
+    StepWait {
+        step,
+        rank,
+        work_ns: work_ms * 1_000_000,
+        wait_ns: wait_ms * 1_000_000,
+    }
 }
 
 #[test]
-fn steps_table_marks_missing_ranks_and_breaks_ties_low() {
+fn steps_table_names_the_rank_the_others_waited_for() {
+    // A synchronous job: every rank's step takes 130 ms because rank 2
+    // computes 120 ms while the others compute 90 and wait 30.
+    let rows = vec![
+        row(0, 0, 130),
+        row(0, 1, 130),
+        row(0, 2, 130),
+        row(1, 0, 131),
+        row(1, 1, 130),
+        row(1, 2, 130),
+    ];
+    let waits = vec![
+        wait(0, 0, 90, 30),
+        wait(0, 1, 91, 29),
+        wait(0, 2, 120, 0),
+        wait(1, 0, 90, 31),
+        wait(1, 1, 90, 30),
+        wait(1, 2, 120, 1),
+    ];
+    let expected = "\
+step    r0_ms    r1_ms    r2_ms  median_ms  max/median  waited_for  its_work/median  others_wait_ms
+   0  130.000  130.000  130.000    130.000       1.000          r2            1.319          30.000
+   1  131.000  130.000  130.000    130.000       1.008          r2            1.333          31.000
+the others waited for r2 in 2 of 2 steps (its compute + input 1.33x the median; the others' median wait 30.500 ms per step)
+";
+    assert_eq!(steps_table_with(&rows, &waits), expected);
+}
+
+#[test]
+fn steps_table_without_breakdowns_names_nobody_and_marks_missing_ranks() {
     let rows = vec![row(3, 0, 10), row(3, 1, 10), row(4, 1, 12)];
     let expected = "\
-step   r0_ms   r1_ms  median_ms  max/median  slowest
-   3  10.000  10.000     10.000       1.000  r0
-   4       -  12.000     12.000       1.000  r1
-slowest rank: r0 (slowest in 1 of 2 steps)
+step   r0_ms   r1_ms  median_ms  max/median  waited_for  its_work/median  others_wait_ms
+   3  10.000  10.000     10.000       1.000           -                -               -
+   4       -  12.000     12.000       1.000           -                -               -
+(no breakdowns for these steps yet: the rank the others wait for is named once the steps are analysed)
 ";
     assert_eq!(steps_table(&rows), expected);
 }
 
 #[test]
 fn steps_table_summarises_wide_jobs() {
-    let rows: Vec<StepRow> = (0..32)
-        .map(|r| row(7, r, if r == 20 { 150 } else { 100 + u64::from(r % 2) }))
+    let rows: Vec<StepRow> = (0..32).map(|r| row(7, r, 150)).collect();
+    let waits: Vec<StepWait> = (0..32)
+        .map(|r| {
+            if r == 20 {
+                wait(7, r, 140, 0)
+            } else {
+                wait(7, r, 100, 40)
+            }
+        })
         .collect();
     let expected = "\
-step  ranks   min_ms  median_ms   max_ms  max/median  slowest
-   7     32  100.000    101.000  150.000       1.485  r20
-slowest rank: r20 (slowest in 1 of 1 steps)
+step  ranks   min_ms  median_ms   max_ms  max/median  waited_for  its_work/median  others_wait_ms
+   7     32  150.000    150.000  150.000       1.000         r20            1.400          40.000
+the others waited for r20 in 1 of 1 steps (its compute + input 1.40x the median; the others' median wait 40.000 ms per step)
 ";
-    assert_eq!(steps_table(&rows), expected);
+    assert_eq!(steps_table_with(&rows, &waits), expected);
 }
 
 #[test]

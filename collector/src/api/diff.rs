@@ -11,11 +11,12 @@
 //! first step in the range and the end of its last; per-step figures
 //! divide by the steps it completed there. A communication kernel's time
 //! includes waiting for the other ranks (the PyTorch Profiler's
-//! "synchronizing" time, which `stragglers` and `goodput` account for): the
-//! side's collective wait per step is shared out over its communication
-//! kernels by their time (`wait_ns_per_step_*`), and the difference compares
-//! the time without it (`diff_ns_per_step`), so a straggler's slow kernels
-//! come before its peers' waiting. 400: no `rank`, neither `vs_rank`
+//! "synchronizing" time, which `stragglers` and `goodput` account for);
+//! both sides run the same collectives, so the part they have in common is
+//! the transfer and the excess on one side is its wait
+//! (`wait_ns_per_step_*`). The difference compares the time without that
+//! wait (`diff_ns_per_step`), so a straggler's slow kernels come before its
+//! peers' waiting. 400: no `rank`, neither `vs_rank`
 //! nor `vs_job`, an empty step range; 404: unknown job, or a rank with no
 //! complete step in the range.
 
@@ -77,7 +78,7 @@ async fn side(
     rank: u32,
     first: u64,
     last: u64,
-) -> Result<(BTreeMap<(String, i8), (f64, f64, f64)>, u64), ApiError> {
+) -> Result<(BTreeMap<(String, i8), (f64, f64)>, u64), ApiError> {
     let w = st.store.step_window(job, rank, first, last).await?;
     if w.steps == 0 {
         st.require_job(job, true).await?;
@@ -87,29 +88,12 @@ async fn side(
         ));
     }
     let n = w.steps as f64;
-    let kernels = st.store.diff_kernels(job, rank, w.from_ns, w.to_ns).await?;
-    let wait = st.store.rank_wait(job, rank, first, last).await? as f64 / n;
-    let is_comm = |name: &str, kind: i8| {
-        kind == 1
-            && rankscope_analysis::classify_kernel(name, rankscope_analysis::GpuEventKind::Kernel)
-                == rankscope_analysis::KernelClass::Communication
-    };
-    let comm_ns: f64 = kernels
-        .iter()
-        .filter(|k| is_comm(&k.name, k.kind))
-        .map(|k| k.sum_ns as f64 / n)
-        .sum();
-    let rows = kernels
+    let rows = st
+        .store
+        .diff_kernels(job, rank, w.from_ns, w.to_ns)
+        .await?
         .into_iter()
-        .map(|k| {
-            let ns = k.sum_ns as f64 / n;
-            let share = if is_comm(&k.name, k.kind) && comm_ns > 0.0 {
-                (wait * ns / comm_ns).min(ns)
-            } else {
-                0.0
-            };
-            ((k.name, k.kind), (k.calls as f64 / n, ns, share))
-        })
+        .map(|k| ((k.name, k.kind), (k.calls as f64 / n, k.sum_ns as f64 / n)))
         .collect();
     Ok((rows, w.steps))
 }
@@ -143,15 +127,27 @@ pub(super) async fn diff(
     let mut rows: Vec<DiffRow> = keys
         .into_iter()
         .map(|k| {
-            let (ca, na, wa) = a.get(k).copied().unwrap_or_default();
-            let (cb, nb, wb) = b.get(k).copied().unwrap_or_default();
+            let (ca, na) = a.get(k).copied().unwrap_or_default();
+            let (cb, nb) = b.get(k).copied().unwrap_or_default();
             let kind = match k.1 {
                 2 => rankscope_analysis::GpuEventKind::Memcpy,
                 3 => rankscope_analysis::GpuEventKind::Memset,
                 _ => rankscope_analysis::GpuEventKind::Kernel,
             };
+            let class = rankscope_analysis::classify_kernel(&k.0, kind);
+            // Both sides ran it: the common part is the transfer, the
+            // excess the side's wait for the others.
+            let (wa, wb) = if class == rankscope_analysis::KernelClass::Communication
+                && a.contains_key(k)
+                && b.contains_key(k)
+            {
+                let common = na.min(nb);
+                (na - common, nb - common)
+            } else {
+                (0.0, 0.0)
+            };
             DiffRow {
-                category: rankscope_analysis::classify_kernel(&k.0, kind).as_str(),
+                category: class.as_str(),
                 name: k.0.clone(),
                 calls_per_step_a: ca,
                 ns_per_step_a: na,

@@ -7,12 +7,6 @@ use super::{Store, StoreError};
 
 const DIFF_KERNELS_SQL: &str = include_str!("../../queries/diff_kernels.sql");
 const DIFF_STEPS_SQL: &str = include_str!("../../queries/diff_steps.sql");
-const DIFF_WAIT_SQL: &str = include_str!("../../queries/diff_wait.sql");
-
-#[derive(Debug, Row, Deserialize)]
-struct Wait {
-    wait_ns: u64,
-}
 
 /// One kernel name of one side.
 #[derive(Debug, Clone, PartialEq, Row, Deserialize)]
@@ -49,27 +43,6 @@ impl Store {
             .fetch_one()
             .await
             .map_err(StoreError::query("diff steps"))
-    }
-
-    /// `rank`'s collective wait summed over steps `first..=last`.
-    pub async fn rank_wait(
-        &self,
-        job: &str,
-        rank: u32,
-        first: u64,
-        last: u64,
-    ) -> Result<u64, StoreError> {
-        let w: Wait = self
-            .client()
-            .query(DIFF_WAIT_SQL)
-            .bind(job)
-            .bind(rank)
-            .bind(first)
-            .bind(last)
-            .fetch_one()
-            .await
-            .map_err(StoreError::query("diff wait"))?;
-        Ok(w.wait_ns)
     }
 
     /// `rank`'s kernels that started in `from_ns..=to_ns`, by name and kind.
