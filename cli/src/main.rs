@@ -112,6 +112,8 @@ enum Command {
     /// One rank's kernels against another's (same job or --vs-job): calls and
     /// time per step per kernel, the largest differences first.
     Diff(DiffArgs),
+    /// The job's events as a Chrome Trace Event file (Perfetto, chrome://tracing).
+    Timeline(TimelineArgs),
     /// Where a job's wall time went (compute, exposed communication, straggler
     /// wait, input stalls, idle, hung) and, with --flops-per-step, its MFU.
     Goodput(GoodputArgs),
@@ -203,6 +205,22 @@ struct DiffArgs {
     /// Output format.
     #[arg(long, value_enum, default_value_t = OutputFormat::Table)]
     format: OutputFormat,
+}
+
+#[derive(Debug, Args)]
+struct TimelineArgs {
+    /// The job.
+    #[arg(long)]
+    job: String,
+    /// Steps A..B (inclusive); default: every event of the job.
+    #[arg(long)]
+    steps: Option<String>,
+    /// A rank to include (repeat for more); default: all.
+    #[arg(long = "rank")]
+    ranks: Vec<u32>,
+    /// Output file (`.json`, or `.json.gz` for gzip).
+    #[arg(short = 'o', long = "output")]
+    output: std::path::PathBuf,
 }
 
 #[derive(Debug, Args)]
@@ -608,6 +626,25 @@ async fn run(cli: Cli) -> Result<()> {
                 );
             }
             print!("{}", columns::render(&rows, diff::DIFF, a.format));
+            Ok(())
+        }
+        Command::Timeline(a) => {
+            let steps = match &a.steps {
+                Some(s) => {
+                    Some(rankscope_cli::query::diff::parse_steps(s).map_err(anyhow::Error::msg)?)
+                }
+                None => None,
+            };
+            let n = rankscope_cli::query::timeline::export(
+                &http(),
+                &cli.collector,
+                &a.job,
+                steps,
+                &a.ranks,
+                &a.output,
+            )
+            .await?;
+            eprintln!("wrote {n} trace events to {}", a.output.display());
             Ok(())
         }
         Command::Goodput(a) => {

@@ -28,6 +28,7 @@ mod goodput;
 mod gpu;
 pub mod matrix;
 mod telemetry;
+mod timeline;
 mod traces;
 mod ui;
 
@@ -76,6 +77,7 @@ pub fn router(state: ApiState) -> Router {
         .route("/api/v1/jobs/{job}/traces/{trace}/diff", get(traces::diff))
         .route("/api/v1/jobs/{job}/goodput", get(goodput::goodput))
         .route("/api/v1/jobs/{job}/diff", get(diff::diff))
+        .route("/api/v1/jobs/{job}/timeline", get(timeline::timeline))
         .route("/api/v1/jobs/{job}/matrix", get(matrix::matrix))
         .route(
             "/api/v1/jobs/{job}/collectives/steps",

@@ -30,6 +30,7 @@ mod read;
 mod retention;
 pub mod rows;
 pub mod telemetry;
+pub mod timeline;
 pub mod traces;
 mod writer;
 

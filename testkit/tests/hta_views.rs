@@ -387,3 +387,110 @@ async fn every_trace_set_gives_every_view_and_bad_input_is_named() {
     assert!(e.contains("400") && e.contains("ratio"), "{e}");
     stack.stop().await;
 }
+
+/// Round trip: a timeline exported per rank (`rankscope timeline --rank R`)
+/// from an imported trace set, imported again as a new job, gives the same
+/// per-rank temporal breakdown, kernel breakdown and steps.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_exported_timeline_imports_back_to_the_same_breakdown() {
+    let stack = Stack::start_without_agent().await;
+    import_set(&stack, "hta_trace_filter_2rank_sm80", "rt-src").await;
+    let dir = tempfile::tempdir().unwrap();
+    let exe = std::env::current_exe().unwrap();
+    let bin = exe
+        .parent()
+        .and_then(std::path::Path::parent)
+        .unwrap()
+        .join("rankscope");
+    let collector = format!("http://{}", stack.http_addr());
+    for rank in [0, 1] {
+        let out = std::process::Command::new(&bin)
+            .args([
+                "--collector",
+                &collector,
+                "timeline",
+                "--job",
+                "rt-src",
+                "--rank",
+            ])
+            .arg(rank.to_string())
+            .arg("-o")
+            .arg(dir.path().join(format!("rank{rank}.json.gz")))
+            .output()
+            .expect("rankscope timeline");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    // The file is a Chrome trace: a named process per rank, flows balanced.
+    let mut json = Vec::new();
+    std::io::Read::read_to_end(
+        &mut flate2::read::MultiGzDecoder::new(
+            std::fs::File::open(dir.path().join("rank0.json.gz")).unwrap(),
+        ),
+        &mut json,
+    )
+    .unwrap();
+    let v: Value = serde_json::from_slice(&json).unwrap();
+    let ev = v["traceEvents"].as_array().unwrap();
+    assert!(ev.iter().any(|e| e["ph"] == "M"
+        && e["name"] == "process_name"
+        && e["args"]["name"]
+            .as_str()
+            .unwrap_or("")
+            .starts_with("rank 0")));
+    assert_eq!(v["distributedInfo"]["rank"], 0);
+    let files = import::discover(&[dir.path().to_path_buf()]).expect("files");
+    let opts = import::ImportOptions::new("rt-dst");
+    send::import_and_send(files, &opts, &send_opts(&stack))
+        .await
+        .expect("import the timeline");
+    let key = |rows: Vec<Value>| {
+        let mut v: Vec<String> = rows
+            .iter()
+            .map(|r| {
+                let mut r = r.clone();
+                if let Some(o) = r.as_object_mut() {
+                    o.remove("job");
+                }
+                r.to_string()
+            })
+            .collect();
+        v.sort();
+        v
+    };
+    for view in ["ranks", "kernel-types", "memcpy"] {
+        let a = key(rows(&stack, "rt-src", view).await);
+        let b = key(rows(&stack, "rt-dst", view).await);
+        assert!(!a.is_empty(), "{view}");
+        assert_eq!(a, b, "{view}: the round trip changed it");
+    }
+    // Bad input: an empty range and an unknown job are 4xx with the reason.
+    let http = rankscope_cli::query::http::HttpClient::new(std::time::Duration::from_secs(10));
+    for (path, want) in [
+        (
+            "/api/v1/jobs/rt-src/timeline?from_step=9&to_step=3",
+            "empty step range",
+        ),
+        (
+            "/api/v1/jobs/rt-src/timeline?from_step=100000&to_step=100001",
+            "no step of job",
+        ),
+        ("/api/v1/jobs/nobody/timeline", "not found"),
+        ("/api/v1/jobs/rt-src/timeline?ranks=x", "not a rank number"),
+        (
+            "/api/v1/jobs/rt-src/timeline?max_events=10",
+            "over the cap of 10",
+        ),
+    ] {
+        let e = http
+            .get_json::<Value>(&format!("{collector}{path}"))
+            .await
+            .expect_err(path)
+            .to_string();
+        assert!(e.contains(want), "{path}: {e}");
+    }
+    stack.stop().await;
+}

@@ -1,0 +1,5 @@
+-- Spans of one job in a time window (job, from, to bound), for the timeline export.
+SELECT rank, toString(category) AS category, name, start_ns, end_ns, stream, device
+FROM spans
+WHERE job_id = ? AND start_ns >= ? AND start_ns <= ?
+ORDER BY rank, start_ns
