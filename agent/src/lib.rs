@@ -251,15 +251,19 @@ pub async fn start(config: Config) -> Result<AgentHandle, AgentError> {
     ));
     let svc = IngestService(Arc::clone(&ingest));
     let (server_stop, stop_rx) = watch::channel(false);
-    let control = control::Control {
-        client: control_client,
-        auth: (!config.collector_token.is_empty())
+    // `authorization` of the control stream and the spool's resends (the
+    // uplink validated the token above).
+    let auth: Option<tonic::metadata::MetadataValue<tonic::metadata::Ascii>> =
+        (!config.collector_token.is_empty())
             .then(|| {
                 rankscope_proto::auth::bearer(&config.collector_token)
                     .parse()
                     .ok()
             })
-            .flatten(),
+            .flatten();
+    let control = control::Control {
+        client: control_client,
+        auth: auth.clone(),
         hello: rankscope_proto::v1::AgentHello {
             agent_id: config.agent_id.clone(),
             node: config.node.clone(),
@@ -277,13 +281,7 @@ pub async fn start(config: Config) -> Result<AgentHandle, AgentError> {
     if let Some(s) = &spool {
         let resend = spool::Resend {
             client: control_resend_client,
-            auth: (!config.collector_token.is_empty())
-                .then(|| {
-                    rankscope_proto::auth::bearer(&config.collector_token)
-                        .parse()
-                        .ok()
-                })
-                .flatten(),
+            auth: auth.clone(),
             backoff: config.backoff().map_err(config::ConfigError::from)?,
             rng: SmallRng::seed_from_u64(rng.random()),
             metrics: Arc::clone(&metrics),

@@ -221,48 +221,17 @@ pub async fn start(cfg: Config) -> Result<Collector, StartError> {
     .with_traces(trace_hub.clone());
     let server = proto::collector_ingest_server::CollectorIngestServer::new(svc)
         .max_decoding_message_size(cfg.max_message_bytes);
-    let server = {
-        let (token, metrics) = (cfg.auth_token.clone(), metrics.clone());
-        tonic::service::interceptor::InterceptedService::new(
-            server,
-            move |req: tonic::Request<()>| {
-                let header = req
-                    .metadata()
-                    .get("authorization")
-                    .and_then(|v| v.to_str().ok());
-                if rankscope_proto::auth::authorized(header, &token) {
-                    Ok(req)
-                } else {
-                    metrics.reject("unauthenticated");
-                    Err(tonic::Status::unauthenticated(
-                        "missing or wrong bearer token (agent collector_token / RANKSCOPE_TOKEN)",
-                    ))
-                }
-            },
-        )
-    };
-    let control = {
-        let (token, metrics) = (cfg.auth_token.clone(), metrics.clone());
-        tonic::service::interceptor::InterceptedService::new(
-            proto::collector_control_server::CollectorControlServer::new(
-                traces::control::ControlService::new(trace_hub.clone()),
-            ),
-            move |req: tonic::Request<()>| {
-                let header = req
-                    .metadata()
-                    .get("authorization")
-                    .and_then(|v| v.to_str().ok());
-                if rankscope_proto::auth::authorized(header, &token) {
-                    Ok(req)
-                } else {
-                    metrics.reject("unauthenticated");
-                    Err(tonic::Status::unauthenticated(
-                        "missing or wrong bearer token (agent collector_token / RANKSCOPE_TOKEN)",
-                    ))
-                }
-            },
-        )
-    };
+    let server = tonic::service::interceptor::InterceptedService::new(
+        server,
+        token_check(cfg.auth_token.clone(), metrics.clone()),
+    );
+    // The agents' control streams: the same token as ingest.
+    let control = tonic::service::interceptor::InterceptedService::new(
+        proto::collector_control_server::CollectorControlServer::new(
+            traces::control::ControlService::new(trace_hub.clone()),
+        ),
+        token_check(cfg.auth_token.clone(), metrics.clone()),
+    );
     let grpc_task = {
         let stop = wait_for(shutdown_rx.clone());
         let router = tonic::transport::Server::builder()
@@ -363,6 +332,28 @@ pub async fn start(cfg: Config) -> Result<Collector, StartError> {
         shutdown,
         tasks,
     })
+}
+
+/// The gRPC interceptor both agent-facing services share: the bearer token
+/// in `authorization`, counted as `unauthenticated` when wrong or missing.
+fn token_check(
+    token: String,
+    metrics: Arc<metrics::Metrics>,
+) -> impl FnMut(tonic::Request<()>) -> Result<tonic::Request<()>, tonic::Status> + Clone {
+    move |req: tonic::Request<()>| {
+        let header = req
+            .metadata()
+            .get("authorization")
+            .and_then(|v| v.to_str().ok());
+        if rankscope_proto::auth::authorized(header, &token) {
+            Ok(req)
+        } else {
+            metrics.reject("unauthenticated");
+            Err(tonic::Status::unauthenticated(
+                "missing or wrong bearer token (agent collector_token / RANKSCOPE_TOKEN)",
+            ))
+        }
+    }
 }
 
 /// The HTTP API's socket: plaintext (loopback or `allow_insecure`) or TLS.

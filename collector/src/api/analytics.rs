@@ -280,20 +280,7 @@ pub(super) async fn stragglers(
         .collect();
     let mut gains = Vec::with_capacity(rows.len());
     for v in &rows {
-        let steps = st
-            .store
-            .step_breakdowns(&job, Some(v.first_step), Some(v.last_step), None)
-            .await?;
-        let waits: Vec<rankscope_analysis::RankStepWait> = steps
-            .iter()
-            .map(|b| rankscope_analysis::RankStepWait {
-                step: b.step,
-                rank: b.rank,
-                step_time_ns: b.step_time_ns,
-                work_ns: b.compute_ns + b.dataloader_ns,
-                wait_ns: b.comm_wait_ns,
-            })
-            .collect();
+        let waits = step_waits(&st, &job, v.first_step, v.last_step).await?;
         gains.push(rankscope_analysis::expected_gain_pct(&waits, v.rank));
     }
     let out: Vec<StragglerOut> = rows
@@ -319,6 +306,30 @@ pub(super) async fn stragglers(
         })
         .collect();
     Ok(Json(serde_json::json!({ "job": job, "stragglers": out })))
+}
+
+/// Per (step, rank) of steps `first..=last`: step time, work (compute +
+/// input) and collective wait, the what-if gain's input.
+pub(super) async fn step_waits(
+    st: &ApiState,
+    job: &str,
+    first: u64,
+    last: u64,
+) -> Result<Vec<rankscope_analysis::RankStepWait>, ApiError> {
+    let steps = st
+        .store
+        .step_breakdowns(job, Some(first), Some(last), None)
+        .await?;
+    Ok(steps
+        .iter()
+        .map(|b| rankscope_analysis::RankStepWait {
+            step: b.step,
+            rank: b.rank,
+            step_time_ns: b.step_time_ns,
+            work_ns: b.compute_ns + b.dataloader_ns,
+            wait_ns: b.comm_wait_ns,
+        })
+        .collect())
 }
 
 pub(super) async fn hangs(

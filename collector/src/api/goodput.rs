@@ -62,20 +62,7 @@ pub(super) async fn goodput(
     // Time lost to stragglers, per step: each verdict's what-if gain.
     let mut wait: BTreeMap<u64, u64> = BTreeMap::new();
     for v in st.store.stragglers(&job).await? {
-        let rows = st
-            .store
-            .step_breakdowns(&job, Some(v.first_step), Some(v.last_step), None)
-            .await?;
-        let rows: Vec<rankscope_analysis::RankStepWait> = rows
-            .iter()
-            .map(|b| rankscope_analysis::RankStepWait {
-                step: b.step,
-                rank: b.rank,
-                step_time_ns: b.step_time_ns,
-                work_ns: b.compute_ns + b.dataloader_ns,
-                wait_ns: b.comm_wait_ns,
-            })
-            .collect();
+        let rows = super::analytics::step_waits(&st, &job, v.first_step, v.last_step).await?;
         for (step, (gain, _)) in rankscope_analysis::gain_per_step(&rows, v.rank) {
             *wait.entry(step).or_default() += gain;
         }
