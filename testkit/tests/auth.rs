@@ -65,3 +65,48 @@ async fn ingest_and_api_require_the_token() {
     assert_eq!(get("", "/metrics").await, 200);
     stack.stop().await;
 }
+
+/// The agents' control stream (Kineto trace requests) takes the same token:
+/// without it the stream is refused and counted, with it it opens.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_control_stream_requires_the_token() {
+    use rankscope_proto::v1 as proto;
+    let stack = Stack::start_without_agent_with(|c| c.auth_token = "s3cret".into()).await;
+    let open = |token: Option<&'static str>| {
+        let url = format!("http://{}", stack.grpc_addr());
+        async move {
+            let mut client = proto::collector_control_client::CollectorControlClient::connect(url)
+                .await
+                .expect("connect");
+            let hello = proto::AgentReport {
+                hello: Some(proto::AgentHello {
+                    agent_id: "a".into(),
+                    node: "n".into(),
+                    agent_session: 1,
+                    kineto_listening: false,
+                }),
+                ..Default::default()
+            };
+            let mut req = tonic::Request::new(tokio_stream::iter(vec![hello]));
+            if let Some(t) = token {
+                req.metadata_mut()
+                    .insert("authorization", format!("Bearer {t}").parse().unwrap());
+            }
+            client.control(req).await.map(|_| ())
+        }
+    };
+    let err = open(None).await.expect_err("no token");
+    assert_eq!(err.code(), tonic::Code::Unauthenticated, "{err:?}");
+    let err = open(Some("wrong")).await.expect_err("wrong token");
+    assert_eq!(err.code(), tonic::Code::Unauthenticated, "{err:?}");
+    open(Some("s3cret"))
+        .await
+        .expect("the right token opens the stream");
+    let refused = stack.collector.as_ref().unwrap().metrics().rejected();
+    assert_eq!(
+        refused.get("unauthenticated").copied(),
+        Some(2),
+        "{refused:?}"
+    );
+    stack.stop().await;
+}
