@@ -251,6 +251,31 @@ struct Trace {
     job_max_step: Option<u64>,
 }
 
+impl Trace {
+    /// A rank of this trace in the `requested` state.
+    fn requested_view(&self, trace_id: &str, rank: u32, subject: i64, now: u64) -> TraceRankView {
+        let (iterations, duration_ms) = mode_fields(self.mode);
+        TraceRankView {
+            trace_id: trace_id.to_owned(),
+            job_id: self.job.clone(),
+            rank,
+            node: String::new(),
+            state: "requested".into(),
+            reason: String::new(),
+            origin: self.origin.clone(),
+            requested_at_ns: self.requested_at_ns,
+            updated_at_ns: now,
+            iterations,
+            duration_ms,
+            first_step: -1,
+            steps: 0,
+            events: 0,
+            pid: 0,
+            subject,
+        }
+    }
+}
+
 struct AgentConn {
     node: String,
     tx: mpsc::Sender<proto::ControlCommand>,
@@ -455,7 +480,6 @@ impl TraceHub {
             };
             book.next_trace += 1;
             let trace_id = format!("tr-{}-{}", now / 1_000_000, book.next_trace);
-            let (iterations, duration_ms) = mode_fields(req.mode);
             let mut t = Trace {
                 job: req.job.clone(),
                 mode: req.mode,
@@ -468,28 +492,10 @@ impl TraceHub {
                 keep: (0, 0),
                 job_max_step: max_step,
             };
+            let subject = req.subject.map_or(-1, i64::from);
             for r in &targets {
-                t.ranks.insert(
-                    *r,
-                    TraceRankView {
-                        trace_id: trace_id.clone(),
-                        job_id: req.job.clone(),
-                        rank: *r,
-                        node: String::new(),
-                        state: "requested".into(),
-                        reason: String::new(),
-                        origin: req.origin.clone(),
-                        requested_at_ns: now,
-                        updated_at_ns: now,
-                        iterations,
-                        duration_ms,
-                        first_step: -1,
-                        steps: 0,
-                        events: 0,
-                        pid: 0,
-                        subject: req.subject.map_or(-1, i64::from),
-                    },
-                );
+                let v = t.requested_view(&trace_id, *r, subject, now);
+                t.ranks.insert(*r, v);
             }
             let cmd = command_of(&trace_id, &t);
             let views: Vec<TraceRankView> = t.ranks.values().cloned().collect();
@@ -581,27 +587,8 @@ impl TraceHub {
                 job_max_step: None,
             };
             for r in targets {
-                t.ranks.insert(
-                    r,
-                    TraceRankView {
-                        trace_id: trace_id.clone(),
-                        job_id: job.to_owned(),
-                        rank: r,
-                        node: String::new(),
-                        state: "requested".into(),
-                        reason: String::new(),
-                        origin: origin.clone(),
-                        requested_at_ns: now,
-                        updated_at_ns: now,
-                        iterations: a.iterations,
-                        duration_ms: 0,
-                        first_step: -1,
-                        steps: 0,
-                        events: 0,
-                        pid: 0,
-                        subject: i64::from(rank),
-                    },
-                );
+                let v = t.requested_view(&trace_id, r, i64::from(rank), now);
+                t.ranks.insert(r, v);
             }
             let cmd = command_of(&trace_id, &t);
             let views: Vec<TraceRankView> = t.ranks.values().cloned().collect();
@@ -852,28 +839,14 @@ impl TraceHub {
                 if !t.asked.is_empty() && !t.asked.contains(&s.rank) {
                     continue;
                 }
-                let (iterations, duration_ms) = mode_fields(t.mode);
-                let origin = t.origin.clone();
-                let requested_at_ns = t.requested_at_ns;
                 let subject = t.ranks.values().next().map_or(-1, |v| v.subject);
-                let v = t.ranks.entry(s.rank).or_insert_with(|| TraceRankView {
-                    trace_id: s.trace_id.clone(),
-                    job_id: t.job.clone(),
-                    rank: s.rank,
-                    node: String::new(),
-                    state: "requested".into(),
-                    reason: String::new(),
-                    origin,
-                    requested_at_ns,
-                    updated_at_ns: now,
-                    iterations,
-                    duration_ms,
-                    first_step: -1,
-                    steps: 0,
-                    events: 0,
-                    pid: 0,
-                    subject,
-                });
+                if !t.ranks.contains_key(&s.rank) {
+                    let v = t.requested_view(&s.trace_id, s.rank, subject, now);
+                    t.ranks.insert(s.rank, v);
+                }
+                let Some(v) = t.ranks.get_mut(&s.rank) else {
+                    continue;
+                };
                 let state = s.state.as_str();
                 let forward = state == "failed" || rank_of_state(state) > rank_of_state(&v.state);
                 if finished(&v.state)

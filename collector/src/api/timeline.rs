@@ -53,8 +53,8 @@ fn bad(m: impl Into<String>) -> ApiError {
 }
 
 fn us(ns: u64, base: u64) -> f64 {
-    // Three decimals of a microsecond: exact nanoseconds.
-    ((ns.saturating_sub(base)) as f64 / 1000.0 * 1000.0).round() / 1000.0
+    // Whole nanoseconds are three decimals of a microsecond: exact.
+    ns.saturating_sub(base) as f64 / 1000.0
 }
 
 pub(super) async fn timeline(
