@@ -136,6 +136,8 @@ pub struct AlertMetrics {
     pub resolved: AtomicU64,
     /// Failed writes of alert rows.
     pub write_failures: AtomicU64,
+    /// Firing alerts read back at start-up whose rule is unknown.
+    pub restore_skipped: AtomicU64,
 }
 
 /// Submits analytics events to the alert task. Cheap to clone.
@@ -169,6 +171,7 @@ impl AlertHandle {
 pub fn spawn_alerts(
     cfg: AlertsConfig,
     writer: WriterHandle,
+    firing: Vec<crate::store::analytics::AlertReadRow>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(AlertHandle, tokio::task::JoinHandle<()>), rankscope_proto::tls::TlsError> {
     let (tx, rx) = mpsc::channel(cfg.queue_capacity.max(1));
@@ -178,11 +181,21 @@ pub fn spawn_alerts(
         .into_iter()
         .map(|(name, s)| Ok(sink::spawn_sink(name, s, cfg.generator_url.clone())?.0))
         .collect::<Result<_, rankscope_proto::tls::TlsError>>()?;
+    let mut engine = Engine::new(
+        cfg.renotify_interval_secs.saturating_mul(1_000_000_000),
+        cfg.cooldown_secs.saturating_mul(1_000_000_000),
+    );
+    let now = now_ns();
+    for row in firing {
+        match restored_alert(row) {
+            Some(a) => engine.restore(a, now),
+            None => {
+                metrics.restore_skipped.fetch_add(1, Relaxed);
+            }
+        }
+    }
     let task = AlertTask {
-        engine: Engine::new(
-            cfg.renotify_interval_secs.saturating_mul(1_000_000_000),
-            cfg.cooldown_secs.saturating_mul(1_000_000_000),
-        ),
+        engine,
         rules: Rules::new(cfg.rules.clone()),
         writer,
         sinks: sinks.clone(),
@@ -255,6 +268,28 @@ impl AlertTask {
             }
         });
     }
+}
+
+/// A firing alert read back from the `alerts` table; `None` for a rule this
+/// collector does not know (the table outlives a downgrade).
+fn restored_alert(row: crate::store::analytics::AlertReadRow) -> Option<Alert> {
+    let rule = rules::RULE_NAMES.iter().find(|r| **r == row.rule)?;
+    Some(Alert {
+        key: AlertKey {
+            job: row.job_id,
+            rule,
+            rank: row.rank,
+        },
+        severity: row.severity,
+        state: AlertState::Firing,
+        started_at_ns: row.started_at_ns,
+        resolved_at_ns: 0,
+        evidence: Evidence {
+            node: row.node,
+            summary: row.summary,
+            fields: serde_json::from_str(&row.evidence).unwrap_or(serde_json::Value::Null),
+        },
+    })
 }
 
 /// The `alerts` row of a transition.

@@ -45,6 +45,8 @@ pub enum StartError {
     Config(#[from] config::ConfigError),
     #[error("ClickHouse: {0}")]
     Store(#[from] store::StoreError),
+    #[error("rebuilding live state from ClickHouse: {0}")]
+    Recover(store::StoreError),
     #[error("{0}")]
     Otel(String),
     #[error("TLS: {0}")]
@@ -161,9 +163,58 @@ pub async fn start(cfg: Config) -> Result<Collector, StartError> {
         .policy()
         .map_err(config::ConfigError::Invalid)?;
     let gauges = Arc::new(gauges::JobGauges::default());
+    // After a crash: the live state of running jobs and the firing alerts
+    // come back from ClickHouse before any batch is accepted.
+    let started = std::time::Instant::now();
+    let now = service::now_ns();
+    let uncommitted = if cfg.stream.recover_horizon_secs == 0 {
+        Vec::new()
+    } else {
+        let since = now.saturating_sub(
+            cfg.stream
+                .recover_horizon_secs
+                .saturating_mul(1_000_000_000),
+        );
+        store
+            .uncommitted_batches(since)
+            .await
+            .map_err(StartError::Recover)?
+    };
+    let (recovered, recover_stats) = stream::recover::load(
+        &store,
+        &cfg.stream,
+        &policy,
+        &uncommitted.iter().cloned().collect(),
+        now,
+    )
+    .await
+    .map_err(StartError::Recover)?;
+    let firing = if cfg.stream.recover_horizon_secs == 0 {
+        Vec::new()
+    } else {
+        store
+            .alerts(None, true)
+            .await
+            .map_err(StartError::Recover)?
+    };
+    if recover_stats.jobs + recover_stats.jobs_skipped > 0
+        || !firing.is_empty()
+        || !uncommitted.is_empty()
+    {
+        tracing::info!(
+            jobs = recover_stats.jobs,
+            jobs_skipped = recover_stats.jobs_skipped,
+            events = recover_stats.events_replayed,
+            firing_alerts = firing.len(),
+            uncommitted_batches = uncommitted.len(),
+            ms = started.elapsed().as_millis() as u64,
+            "live state rebuilt from ClickHouse"
+        );
+    }
     let (alerts, alerts_task) = alert::spawn_alerts(
         cfg.alerts.clone(),
         writer.clone(),
+        firing,
         wait_for(shutdown_rx.clone()),
     )?;
     let (stream, stream_task) = stream::spawn_stream(
@@ -176,6 +227,7 @@ pub async fn start(cfg: Config) -> Result<Collector, StartError> {
             traces: Some(trace_hub.clone()),
         },
         writer.clone(),
+        recovered,
         wait_for(shutdown_rx.clone()),
     );
 
@@ -218,7 +270,8 @@ pub async fn start(cfg: Config) -> Result<Collector, StartError> {
         dedupe,
         metrics.clone(),
     )
-    .with_traces(trace_hub.clone());
+    .with_traces(trace_hub.clone())
+    .with_uncommitted(uncommitted);
     let server = proto::collector_ingest_server::CollectorIngestServer::new(svc)
         .max_decoding_message_size(cfg.max_message_bytes);
     let server = tonic::service::interceptor::InterceptedService::new(

@@ -21,7 +21,7 @@ use tonic::{Request, Response, Status};
 use crate::convert;
 use crate::dedupe::{Dedupe, Verdict};
 use crate::metrics::Metrics;
-use crate::store::{Store, WriteError, WriterHandle};
+use crate::store::{BatchKey, Store, WriteError, WriterHandle};
 use crate::stream::StreamHandle;
 
 /// Implementation of `CollectorIngest`.
@@ -33,6 +33,10 @@ pub struct IngestService {
     dedupe: Arc<Mutex<Dedupe>>,
     metrics: Arc<Metrics>,
     traces: Option<crate::traces::TraceHub>,
+    /// Batches a killed collector may have stored in part (read at start-up,
+    /// see `store::writer`): when one comes again, only the tables that lack
+    /// its rows are written.
+    uncommitted: Arc<Mutex<std::collections::HashSet<BatchKey>>>,
 }
 
 impl IngestService {
@@ -51,7 +55,36 @@ impl IngestService {
             dedupe,
             metrics,
             traces: None,
+            uncommitted: Arc::default(),
         }
+    }
+
+    /// The batches found uncommitted at start-up.
+    pub fn with_uncommitted(mut self, keys: Vec<BatchKey>) -> Self {
+        self.uncommitted = Arc::new(Mutex::new(keys.into_iter().collect()));
+        self
+    }
+
+    /// Leaves out of `rows` the tables that already hold an uncommitted
+    /// batch's rows; `Ok(false)` when the batch is not uncommitted.
+    async fn complete_uncommitted(
+        &self,
+        key: &BatchKey,
+        rows: &mut crate::store::RowSet,
+    ) -> Result<bool, Status> {
+        let suspect = self.uncommitted.lock().is_ok_and(|u| u.contains(key));
+        if !suspect {
+            return Ok(false);
+        }
+        let held =
+            self.store.tables_holding(key, rows).await.map_err(|e| {
+                Status::unavailable(format!("cannot check an uncommitted batch: {e}"))
+            })?;
+        tracing::info!(agent = %key.0, session = key.1, seq = key.2, tables = ?held.iter().map(|t| t.name()).collect::<Vec<_>>(), "completing a batch a killed collector stored in part");
+        for t in held {
+            rows.clear_table(t);
+        }
+        Ok(true)
     }
 
     /// Reports stored batches that finish a trace import to `hub`.
@@ -145,8 +178,23 @@ impl proto::collector_ingest_server::CollectorIngest for IngestService {
             }
             Verdict::New => {}
         }
+        let mut rows = rows;
+        let key = (batch.agent_id.clone(), batch.agent_session, batch.seq);
+        let completing = match self.complete_uncommitted(&key, &mut rows).await {
+            Ok(c) => c,
+            Err(status) => {
+                self.finish(&batch, false);
+                self.metrics.batches_retry.fetch_add(1, Relaxed);
+                return Err(status);
+            }
+        };
         let n = rows.len() as u64;
         let result = self.writer.write(rows).await;
+        if completing && result.is_ok() {
+            if let Ok(mut u) = self.uncommitted.lock() {
+                u.remove(&key);
+            }
+        }
         self.finish(
             &batch,
             !matches!(

@@ -27,6 +27,7 @@ pub mod gpu_ops;
 mod migrate;
 pub mod per_step;
 mod read;
+mod recover;
 mod retention;
 pub mod rows;
 pub mod telemetry;
@@ -42,6 +43,10 @@ use serde::{Deserialize, Serialize};
 
 pub use migrate::{split_statements, Migration, MIGRATIONS};
 pub use read::{JobRow, StepTimeRow};
+pub use recover::{
+    BatchKey, RecoverBreakdown, RecoverCollective, RecoverJob, RecoverKernel, RecoverMarker,
+    RecoverRank, RecoverSpan, RecoverVerdict,
+};
 pub use rows::{
     AlertRow, BatchRow, BreakdownRow, CollectiveRow, HangRow, KernelRow, LaunchRow, RankRow,
     RowSet, SpanRow, StepRow, Text, TraceOpRow, TraceRankRow, VerdictRow,
@@ -189,11 +194,12 @@ pub enum Table {
     KernelLaunches,
     TraceRanks,
     TraceOps,
+    IngestIntents,
 }
 
 impl Table {
     /// Every table (the writer stores `ingest_batches` after the event tables).
-    pub const ALL: [Table; 18] = [
+    pub const ALL: [Table; 19] = [
         Table::Steps,
         Table::Spans,
         Table::Collectives,
@@ -212,6 +218,7 @@ impl Table {
         Table::KernelLaunches,
         Table::TraceRanks,
         Table::TraceOps,
+        Table::IngestIntents,
     ];
 
     /// The table's name in ClickHouse.
@@ -235,6 +242,7 @@ impl Table {
             Table::KernelLaunches => "kernel_launches",
             Table::TraceRanks => "trace_ranks",
             Table::TraceOps => "trace_ops",
+            Table::IngestIntents => "ingest_intents",
         }
     }
 

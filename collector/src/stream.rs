@@ -18,6 +18,7 @@
 
 pub mod evidence;
 pub mod job;
+pub mod recover;
 pub mod reorder;
 
 use std::collections::HashMap;
@@ -155,6 +156,12 @@ pub struct StreamConfig {
     pub gpu_history_samples: usize,
     /// Most GPUs whose samples are kept (beyond: ignored, counted).
     pub gpu_history_max_gpus: usize,
+    /// At start-up, jobs with a step marker this recent get their live state
+    /// (unfinalized steps, straggler window) rebuilt from ClickHouse; 0: off.
+    pub recover_horizon_secs: u64,
+    /// A job with more rows than this after its last finalized step (in any
+    /// table) is not rebuilt.
+    pub recover_max_rows: u64,
 }
 
 impl Default for StreamConfig {
@@ -171,6 +178,8 @@ impl Default for StreamConfig {
             straggler: StragglerConfig::default(),
             gpu_history_samples: 128,
             gpu_history_max_gpus: 4096,
+            recover_horizon_secs: 3_600,
+            recover_max_rows: 5_000_000,
         }
     }
 }
@@ -227,6 +236,7 @@ pub fn spawn_stream(
     policy: StragglerPolicy,
     outputs: Outputs,
     writer: WriterHandle,
+    recovered: Vec<recover::JobSnapshot>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> (StreamHandle, tokio::task::JoinHandle<()>) {
     let (tx, rx) = mpsc::channel(cfg.queue_capacity.max(1));
@@ -250,7 +260,7 @@ pub fn spawn_stream(
         writer,
         metrics: metrics.clone(),
     };
-    let handle = tokio::spawn(task.run(rx, shutdown));
+    let handle = tokio::spawn(task.run(rx, recovered, shutdown));
     (StreamHandle { tx, metrics }, handle)
 }
 
@@ -308,8 +318,16 @@ struct Stream {
 }
 
 impl Stream {
-    async fn run(mut self, mut rx: mpsc::Receiver<Submission>, shutdown: impl Future<Output = ()>) {
+    async fn run(
+        mut self,
+        mut rx: mpsc::Receiver<Submission>,
+        recovered: Vec<recover::JobSnapshot>,
+        shutdown: impl Future<Output = ()>,
+    ) {
         tokio::pin!(shutdown);
+        if !recovered.is_empty() {
+            self.restore(recovered, now_ns());
+        }
         let mut tick = tokio::time::interval(Duration::from_millis(self.cfg.tick_ms.max(1)));
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut ready = Vec::new();
@@ -332,6 +350,60 @@ impl Stream {
                 }
             }
         }
+    }
+
+    /// Rebuilds the live state of `snaps` (`recover`), then pushes the
+    /// stored events of their open steps through assembly: what finalizes
+    /// now is written and alerted as usual.
+    fn restore(&mut self, snaps: Vec<recover::JobSnapshot>, now: u64) {
+        let mut inputs = Vec::new();
+        for snap in snaps {
+            let replayed = recover::replay(self.policy, &snap.finalized, RECENT_STEPS);
+            let world_size = snap.ranks.iter().map(|r| r.world_size).max().unwrap_or(1);
+            let ranks = snap.ranks.iter().map(|r| {
+                let last = (r.ends > 0).then_some(r.last_end);
+                (r.rank, r.node.clone(), r.run_id.clone(), last)
+            });
+            let assembler = JobAssembler::resume(
+                world_size,
+                self.limits,
+                replayed.tracker,
+                snap.last_finalized,
+                ranks,
+                now,
+            );
+            let mut spans = evidence::StepSpans::default();
+            for (step, start, end) in replayed.spans {
+                spans.record(step, start, end);
+            }
+            let active: std::collections::HashSet<(u32, u64)> = assembler
+                .active_verdicts()
+                .iter()
+                .map(|v| (v.rank, v.first_step))
+                .collect();
+            let first_seen = snap
+                .first_seen
+                .iter()
+                .filter(|(k, _)| active.contains(k))
+                .map(|(k, v)| (*k, *v))
+                .collect();
+            inputs.push(StreamInput {
+                groups: recover::rank_inputs(&snap),
+                gpu: Vec::new(),
+            });
+            self.jobs.insert(
+                snap.job,
+                JobEntry {
+                    assembler,
+                    last_input_ns: now,
+                    first_seen,
+                    spans,
+                    partial_steps_counted: 0,
+                    recent: replayed.recent,
+                },
+            );
+        }
+        self.consume(&mut inputs, now);
     }
 
     fn consume(&mut self, ready: &mut Vec<StreamInput>, now: u64) {

@@ -121,6 +121,19 @@ impl Engine {
         }
     }
 
+    /// Takes back an alert that was firing when the collector stopped (read
+    /// from the `alerts` table at start-up): it is active again without a new
+    /// transition, so a condition that still holds does not notify twice.
+    pub fn restore(&mut self, alert: Alert, now_ns: u64) {
+        self.active.insert(
+            alert.key.clone(),
+            Active {
+                alert,
+                last_notified_ns: now_ns,
+            },
+        );
+    }
+
     /// Whether `key` is firing.
     pub fn is_active(&self, key: &AlertKey) -> bool {
         self.active.contains_key(key)

@@ -28,6 +28,14 @@ use serde::{Deserialize, Serialize};
 
 use super::engine::{AlertKey, Engine, Evidence, Transition};
 
+/// Every rule name an [`AlertKey`](super::AlertKey) carries.
+pub const RULE_NAMES: [&str; 4] = [
+    "straggler",
+    "hang",
+    "low_gpu_utilization",
+    "collective_slowdown",
+];
+
 /// Toggle and severity of a rule.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]

@@ -80,6 +80,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "0008_trace_ops",
         sql: include_str!("../../schema/0008_trace_ops.sql"),
     },
+    Migration {
+        version: 9,
+        name: "0009_ingest_intents",
+        sql: include_str!("../../schema/0009_ingest_intents.sql"),
+    },
 ];
 
 const CREATE_TABLE_SQL: &str = include_str!("../../queries/schema_migrations.sql");
@@ -321,6 +326,7 @@ mod tests {
             (6, "0006_kernel_launches", "fnv1a64:86ffd72a04181f6d"),
             (7, "0007_traces", "fnv1a64:33d3b6253281c527"),
             (8, "0008_trace_ops", "fnv1a64:5b5e90ed4b191b72"),
+            (9, "0009_ingest_intents", "fnv1a64:e4daec9fb376e443"),
         ];
         let actual: Vec<(u32, &str, String)> = MIGRATIONS
             .iter()

@@ -275,7 +275,65 @@ pub struct RowSet {
     pub telemetry: TelemetryRows,
 }
 
+/// The first and last time of `rows`, `None` when there are none.
+fn time_range<T>(rows: &[T], ts: impl Fn(&T) -> u64) -> Option<(u64, u64)> {
+    rows.iter().map(ts).fold(None, |r, t| match r {
+        None => Some((t, t)),
+        Some((a, b)) => Some((a.min(t), b.max(t))),
+    })
+}
+
 impl RowSet {
+    /// Per table with an agent batch's rows (`batch_seq` column): the table,
+    /// its time column and the time range of the rows here.
+    pub fn batch_time_ranges(&self) -> [(super::Table, &'static str, Option<(u64, u64)>); 9] {
+        use super::Table as T;
+        let t = &self.telemetry;
+        [
+            (T::Steps, "ts_ns", time_range(&self.steps, |r| r.ts_ns)),
+            (
+                T::Spans,
+                "start_ns",
+                time_range(&self.spans, |r| r.start_ns),
+            ),
+            (
+                T::Collectives,
+                "start_ns",
+                time_range(&self.collectives, |r| r.start_ns),
+            ),
+            (
+                T::Kernels,
+                "start_ns",
+                time_range(&self.kernels, |r| r.start_ns),
+            ),
+            (
+                T::KernelLaunches,
+                "kernel_start_ns",
+                time_range(&self.launches, |r| r.kernel_start_ns),
+            ),
+            (
+                T::GpuSamples,
+                "ts_ns",
+                time_range(&t.gpu_samples, |r| r.ts_ns),
+            ),
+            (
+                T::HostSamples,
+                "ts_ns",
+                time_range(&t.host_samples, |r| r.ts_ns),
+            ),
+            (
+                T::RankGpuSamples,
+                "ts_ns",
+                time_range(&t.rank_gpu, |r| r.ts_ns),
+            ),
+            (
+                T::RankProcessSamples,
+                "ts_ns",
+                time_range(&t.rank_process, |r| r.ts_ns),
+            ),
+        ]
+    }
+
     /// Drops the rows of `table` (not `ingest_batches`: a batch's own row is
     /// always written last).
     pub fn clear_table(&mut self, table: super::Table) {
@@ -298,7 +356,7 @@ impl RowSet {
             T::RankGpuSamples => self.telemetry.rank_gpu.clear(),
             T::RankProcessSamples => self.telemetry.rank_process.clear(),
             T::StragglerEvidence => self.telemetry.evidence.clear(),
-            T::IngestBatches => {}
+            T::IngestBatches | T::IngestIntents => {}
         }
     }
 

@@ -12,9 +12,10 @@
 //!
 //! Flush policy: when buffered rows reach `batch_max_rows`, or `flush_interval_ms` after
 //! the first row entered an empty buffer (no free-running tick), or at shutdown (after
-//! draining the queue). The event tables and `ranks` are inserted concurrently,
-//! `ingest_batches` only after all of them succeeded, so a stored batch row implies its
-//! event rows are stored.
+//! draining the queue). First an `ingest_intents` row per agent batch, then the event
+//! tables and `ranks` concurrently, `ingest_batches` only after all of them succeeded, so
+//! a stored batch row implies its event rows are stored, and an intent without it marks
+//! a batch a killed collector may have stored in part.
 //!
 //! Failure: if any INSERT of a flush fails, every row set of the flush gets the error:
 //! [`WriteError::Unavailable`] when retrying may help, [`WriteError::Rejected`] when
@@ -22,9 +23,10 @@
 //! to its end (none is cancelled half-way); the tables that took their rows are
 //! remembered per agent batch (`Partial`), and when the agent sends the batch again
 //! those tables are left out, so a partial flush never leaves a row stored twice. That
-//! memory is bounded and dies with the process: a collector killed between a partial
-//! flush and the retry can still store some rows of that batch twice (ClickHouse 18.16
-//! has no insert deduplication for non-replicated tables).
+//! memory is bounded and dies with the process; after a kill -9 the intents take its
+//! place: the ingest service asks ClickHouse which tables hold an uncommitted batch
+//! and leaves those out (ClickHouse 18.16 has no insert deduplication for
+//! non-replicated tables).
 
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
@@ -397,6 +399,15 @@ impl Writer {
     /// tables that did take their rows are returned with the error, so the
     /// retry of the same agent batches can leave them out (see [`Partial`]).
     async fn write_all(&self, sets: &[RowSet]) -> Result<(), FlushError> {
+        // The intent first: a batch with an intent and no `ingest_batches`
+        // row was cut short here (migration 0009, `Store::uncommitted`).
+        self.write_table(Table::IngestIntents, sets, |r| &r.batches)
+            .await
+            .map_err(|(table, error)| FlushError {
+                table,
+                error,
+                written: 0,
+            })?;
         let results = tokio::join!(
             self.write_table(Table::Steps, sets, |r| &r.steps),
             self.write_table(Table::Spans, sets, |r| &r.spans),

@@ -216,6 +216,44 @@ impl JobAssembler {
         }
     }
 
+    /// A job's assembler rebuilt after a restart (`stream::recover`): the
+    /// straggler tracker replayed from stored breakdowns, steps up to
+    /// `last_finalized` final, and each rank as (rank, node, run id, last
+    /// ended step), active as of `now_ns`.
+    pub fn resume(
+        world_size: u32,
+        limits: AssemblyLimits,
+        tracker: StragglerTracker,
+        last_finalized: Option<u64>,
+        ranks: impl IntoIterator<Item = (u32, String, String, Option<u64>)>,
+        now_ns: u64,
+    ) -> Self {
+        let mut a = Self::new(world_size, *tracker.policy(), limits);
+        a.tracker = tracker;
+        a.last_finalized = last_finalized;
+        a.last_step_end_wall_ns = now_ns;
+        for (rank, node, run_id, last_step_end) in ranks {
+            a.ranks.insert(
+                rank,
+                RankState {
+                    node,
+                    run_id,
+                    last_step_end,
+                    last_activity_wall_ns: now_ns,
+                    // Connected again only when it sends (see `push`).
+                    closed: true,
+                    ..RankState::default()
+                },
+            );
+        }
+        a
+    }
+
+    /// The active straggler verdicts.
+    pub fn active_verdicts(&self) -> Vec<rankscope_analysis::Verdict> {
+        self.tracker.active_verdicts()
+    }
+
     /// Unfinalized steps held.
     pub fn pending_steps(&self) -> usize {
         self.pending.len()

@@ -73,6 +73,10 @@ const SCHEMA: &[(&str, &[Expect])] = &[
     ),
     ("0007_traces", &[Create("trace_ranks", JOB, "MergeTree")]),
     ("0008_trace_ops", &[Create("trace_ops", JOB, "MergeTree")]),
+    (
+        "0009_ingest_intents",
+        &[Create("ingest_intents", NODE, "MergeTree")],
+    ),
 ];
 
 fn schema() -> ClusterSchema {
