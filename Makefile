@@ -4,7 +4,7 @@ CARGO ?= cargo
 BIN := target/release
 DEMO_JOB ?= demo-$(shell date +%s)
 
-.PHONY: deps build demo up down status test lint fmt clean-state bench bench-sdk py
+.PHONY: deps build demo up down status test lint fmt clean-state bench bench-sdk py fuzz soak
 
 ## The Python environment of the rank SDK: a venv (RANKSCOPE_VENV, default .venv)
 ## with PyPI torch (CPU is enough), pytest, maturin and the `rankscope` package
@@ -83,3 +83,16 @@ bench: deps build
 ## `rankscope run` (4 gloo ranks, interleaved runs); writes bench/RESULTS-sdk.md.
 bench-sdk: build py
 	$(VENV)/bin/python bench/sdk/run.py --bin-dir $(BIN) --out-dir bench
+
+## Fuzzing (issue 14): every target of rankscope-fuzz (kineto, ingest, config,
+## query) for 1,000,000 generated inputs each (~8 min on 2 cores); fails on a
+## panic, a hang or runaway memory. `make test` runs a 2,000-input smoke of each.
+fuzz:
+	$(CARGO) run --release --locked -p rankscope-fuzz -- --target all --inputs 1000000
+
+## Soak (issue 14): 512 simulated agents x 8 ranks against one release collector
+## and a private ClickHouse for 10 minutes; writes bench/soak.json and
+## bench/SOAK.md, fails when an acknowledged event was not stored. Not in `make test`.
+soak: deps build
+	$(CARGO) build --release --locked -p rankscope-bench --bin rankscope-soak
+	$(BIN)/rankscope-soak --out-dir bench

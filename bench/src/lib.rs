@@ -36,6 +36,7 @@ pub mod import;
 pub mod profile;
 pub mod query;
 pub mod report;
+pub mod soak;
 pub mod stack;
 pub mod stats;
 pub mod straggler;

@@ -198,6 +198,77 @@ pub struct StepsQuery {
     last: Option<u64>,
 }
 
+impl StepsQuery {
+    fn check(&self) -> Result<(), ApiError> {
+        if let (Some(a), Some(b)) = (self.from_step, self.to_step) {
+            if a > b {
+                return Err(ApiError(
+                    StatusCode::BAD_REQUEST,
+                    format!("from_step = {a} is after to_step = {b}"),
+                ));
+            }
+        }
+        if self.last == Some(0) {
+            return Err(ApiError(
+                StatusCode::BAD_REQUEST,
+                "last must be >= 1".into(),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Routes [`check_query`] knows.
+pub const QUERY_ROUTES: &[&str] = &[
+    "steps",
+    "gpu/kernels",
+    "gpu/idle",
+    "gpu/launches",
+    "timeline",
+    "matrix",
+    "alerts",
+    "goodput",
+    "breakdown",
+    "collectives",
+    "gpus",
+    "diff",
+    "traces/list",
+    "traces/diff",
+];
+
+/// A route's query string as its handler takes it, without the store:
+/// parsed as axum's `Query` extractor does, then (where the checks are
+/// factored out of the handler) validated. `Err` is the 400 message. For
+/// the fuzzer (`rankscope-fuzz`, target `query`).
+pub fn check_query(route: &str, uri: &http::Uri) -> Result<(), String> {
+    fn parse<T: serde::de::DeserializeOwned>(uri: &http::Uri) -> Result<T, String> {
+        Query::<T>::try_from_uri(uri)
+            .map(|q| q.0)
+            .map_err(|e| format!("parse: {e}"))
+    }
+    let checked = |r: Result<(), ApiError>| r.map_err(|e| format!("invalid: {}", e.1));
+    match route {
+        "steps" => checked(parse::<StepsQuery>(uri)?.check()),
+        "gpu/kernels" => checked(parse::<gpu::GpuQuery>(uri)?.kernels_args().map(drop)),
+        "gpu/idle" => checked(parse::<gpu::GpuQuery>(uri)?.idle_delay_ns().map(drop)),
+        "gpu/launches" => checked(parse::<gpu::GpuQuery>(uri)?.launches_cutoffs_ns().map(drop)),
+        "timeline" => checked(parse::<timeline::TimelineQuery>(uri)?.check().map(drop)),
+        "matrix" => {
+            let q = parse::<matrix::RangeQuery>(uri)?;
+            checked(matrix::parse_fields(q.fields.as_deref()).map(drop))
+        }
+        "alerts" => parse::<alerts::AlertsQuery>(uri).map(drop),
+        "goodput" => parse::<goodput::GoodputQuery>(uri).map(drop),
+        "breakdown" => parse::<analytics::BreakdownQuery>(uri).map(drop),
+        "collectives" => parse::<analytics::CollectivesQuery>(uri).map(drop),
+        "gpus" => parse::<telemetry::GpusQuery>(uri).map(drop),
+        "diff" => parse::<diff::DiffQuery>(uri).map(drop),
+        "traces/list" => parse::<traces::ListQuery>(uri).map(drop),
+        "traces/diff" => parse::<traces::DiffQuery>(uri).map(drop),
+        _ => Err(format!("unknown route {route:?}")),
+    }
+}
+
 #[derive(Serialize)]
 struct StepsResponse {
     job: String,
@@ -209,20 +280,7 @@ async fn steps(
     Path(job): Path<String>,
     Query(q): Query<StepsQuery>,
 ) -> Result<Json<StepsResponse>, ApiError> {
-    if let (Some(a), Some(b)) = (q.from_step, q.to_step) {
-        if a > b {
-            return Err(ApiError(
-                StatusCode::BAD_REQUEST,
-                format!("from_step = {a} is after to_step = {b}"),
-            ));
-        }
-    }
-    if q.last == Some(0) {
-        return Err(ApiError(
-            StatusCode::BAD_REQUEST,
-            "last must be >= 1".into(),
-        ));
-    }
+    q.check()?;
     let steps = st
         .store
         .step_times(&job, q.from_step, q.to_step, q.last)

@@ -93,6 +93,73 @@ impl IngestService {
         self
     }
 
+    /// Writes a batch marked in flight, acknowledges it to duplicate
+    /// detection and hands it to analytics.
+    async fn store_new(
+        &self,
+        batch: proto::AgentBatch,
+        rows: crate::store::RowSet,
+        received: std::time::Instant,
+    ) -> Result<Response<proto::IngestAck>, Status> {
+        use std::sync::atomic::Ordering::Relaxed;
+        let mut rows = rows;
+        let key = (batch.agent_id.clone(), batch.agent_session, batch.seq);
+        let completing = match self.complete_uncommitted(&key, &mut rows).await {
+            Ok(c) => c,
+            Err(status) => {
+                self.finish(&batch, false);
+                self.metrics.batches_retry.fetch_add(1, Relaxed);
+                return Err(status);
+            }
+        };
+        let n = rows.len() as u64;
+        let result = self.writer.write(rows).await;
+        if completing && result.is_ok() {
+            if let Ok(mut u) = self.uncommitted.lock() {
+                u.remove(&key);
+            }
+        }
+        self.finish(
+            &batch,
+            !matches!(
+                result,
+                Err(WriteError::Unavailable(_) | WriteError::Overloaded)
+            ),
+        );
+        match result {
+            Ok(_) => {
+                if let Some(hub) = &self.traces {
+                    hub.stored(&batch);
+                }
+                self.stream.submit(
+                    &batch.agent_id,
+                    batch.agent_session,
+                    batch.seq,
+                    Some(convert::stream_input(&batch)),
+                );
+                self.metrics.batches_stored.fetch_add(1, Relaxed);
+                self.metrics.batch_latency.observe(received.elapsed());
+                self.metrics.events_stored.fetch_add(n, Relaxed);
+                Ok(Response::new(proto::IngestAck {
+                    seq: batch.seq,
+                    rows: n,
+                    duplicate: false,
+                }))
+            }
+            Err(e @ (WriteError::Unavailable(_) | WriteError::Overloaded)) => {
+                self.metrics.batches_retry.fetch_add(1, Relaxed);
+                Err(Status::unavailable(e.to_string()))
+            }
+            Err(e) => {
+                self.metrics.reject("clickhouse_rejected");
+                self.stream
+                    .submit(&batch.agent_id, batch.agent_session, batch.seq, None);
+                tracing::warn!(agent = %batch.agent_id, seq = batch.seq, error = %e, "ClickHouse rejected a batch; dropping it");
+                Err(Status::invalid_argument(e.to_string()))
+            }
+        }
+    }
+
     /// Seeds duplicate detection for a session this collector has not seen
     /// (its stored seqs are in ClickHouse after a restart or a re-import).
     async fn ensure_session(&self, b: &proto::AgentBatch) -> Result<(), Status> {
@@ -178,61 +245,13 @@ impl proto::collector_ingest_server::CollectorIngest for IngestService {
             }
             Verdict::New => {}
         }
-        let mut rows = rows;
-        let key = (batch.agent_id.clone(), batch.agent_session, batch.seq);
-        let completing = match self.complete_uncommitted(&key, &mut rows).await {
-            Ok(c) => c,
-            Err(status) => {
-                self.finish(&batch, false);
-                self.metrics.batches_retry.fetch_add(1, Relaxed);
-                return Err(status);
-            }
-        };
-        let n = rows.len() as u64;
-        let result = self.writer.write(rows).await;
-        if completing && result.is_ok() {
-            if let Ok(mut u) = self.uncommitted.lock() {
-                u.remove(&key);
-            }
-        }
-        self.finish(
-            &batch,
-            !matches!(
-                result,
-                Err(WriteError::Unavailable(_) | WriteError::Overloaded)
-            ),
-        );
-        match result {
-            Ok(_) => {
-                if let Some(hub) = &self.traces {
-                    hub.stored(&batch);
-                }
-                self.stream.submit(
-                    &batch.agent_id,
-                    batch.agent_session,
-                    batch.seq,
-                    Some(convert::stream_input(&batch)),
-                );
-                self.metrics.batches_stored.fetch_add(1, Relaxed);
-                self.metrics.batch_latency.observe(received.elapsed());
-                self.metrics.events_stored.fetch_add(n, Relaxed);
-                Ok(Response::new(proto::IngestAck {
-                    seq: batch.seq,
-                    rows: n,
-                    duplicate: false,
-                }))
-            }
-            Err(e @ (WriteError::Unavailable(_) | WriteError::Overloaded)) => {
-                self.metrics.batches_retry.fetch_add(1, Relaxed);
-                Err(Status::unavailable(e.to_string()))
-            }
-            Err(e) => {
-                self.metrics.reject("clickhouse_rejected");
-                self.stream
-                    .submit(&batch.agent_id, batch.agent_session, batch.seq, None);
-                tracing::warn!(agent = %batch.agent_id, seq = batch.seq, error = %e, "ClickHouse rejected a batch; dropping it");
-                Err(Status::invalid_argument(e.to_string()))
-            }
-        }
+        // Once a batch is marked in flight its write runs to the end in its
+        // own task: a caller that goes away (an agent killed mid-request)
+        // cancels this future, and a cancelled write would leave the batch
+        // in flight for good, refusing every retry of it.
+        let this = self.clone();
+        tokio::spawn(async move { this.store_new(batch, rows, received).await })
+            .await
+            .map_err(|e| Status::internal(format!("storing the batch failed: {e}")))?
     }
 }

@@ -25,6 +25,10 @@ pub enum Problem {
     /// The file is larger than the caller's cap.
     #[error("too large: {bytes} bytes, the limit is {max_bytes}")]
     TooLarge { bytes: u64, max_bytes: u64 },
+    /// The decompressed JSON is larger than the caller's cap
+    /// (`ImportOptions::max_json_bytes`; a gzip bomb).
+    #[error("too large: the decompressed JSON exceeds {max_bytes} bytes")]
+    JsonTooLarge { max_bytes: u64 },
     /// The JSON ends before the document is complete.
     #[error("truncated: the JSON ends early (line {line}, column {column})")]
     Truncated { line: usize, column: usize },

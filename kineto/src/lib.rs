@@ -13,8 +13,9 @@
 //!
 //! Entry points: [`import_file`] / [`import_file_with_progress`] (streaming,
 //! bounded memory, any file size), [`import_to_memory`] (all events at
-//! once) and [`parse_trace_file`] (the agent's: a rank identity it already
-//! knows and a cap on the file size, all events at once).
+//! once), [`import_bytes`] (the same for a file already in memory) and
+//! [`parse_trace_file`] (the agent's: a rank identity it already knows and
+//! a cap on the file size, all events at once).
 //!
 //! What becomes what:
 //! - identity: `distributedInfo.rank` / `world_size` (or the caller's
@@ -93,7 +94,7 @@ use rankscope_proto::v1 as proto;
 pub use discover::discover;
 pub use error::{ImportError, Problem};
 pub use ops::{op_summary, OpStat};
-pub use parse::parse_trace_file;
+pub use parse::{parse_trace_file, MAX_GZIP_EXPANSION};
 pub use stats::{EventCounts, ImportStats, StepSource, MAX_WARNINGS};
 
 use emit::{Emitter, Window};
@@ -101,6 +102,7 @@ use names::Interner;
 use plan::Plan;
 use raw::TopMeta;
 use scan::Scan;
+use source::Input;
 
 /// Default events per chunk.
 pub const DEFAULT_CHUNK_EVENTS: usize = 10_000;
@@ -125,6 +127,10 @@ pub struct ImportOptions {
     /// Most records one ordering pass buffers (>= 1); more events need more
     /// passes over the file, the output is the same.
     pub max_buffered_events: usize,
+    /// Most decompressed JSON bytes one pass may read (`None`: no cap);
+    /// more fails the import with [`Problem::JsonTooLarge`]. Bounds the
+    /// time a gzip bomb costs (its memory is bounded anyway: streaming).
+    pub max_json_bytes: Option<u64>,
 }
 
 impl ImportOptions {
@@ -138,6 +144,7 @@ impl ImportOptions {
             world_size_override: None,
             chunk_events: DEFAULT_CHUNK_EVENTS,
             max_buffered_events: DEFAULT_MAX_BUFFERED_EVENTS,
+            max_json_bytes: None,
         }
     }
 }
@@ -220,20 +227,40 @@ where
     F: FnMut(Chunk) -> Result<(), E>,
     E: Into<Box<dyn std::error::Error + Send + Sync>>,
 {
-    run(path, opts, &mut progress, sink).map_err(|p| p.at(path))
+    run(Input::File(path), path, opts, &mut progress, sink).map_err(|p| p.at(path))
 }
 
 /// Imports `path` into memory: all chunks joined.
 pub fn import_to_memory(path: &Path, opts: &ImportOptions) -> Result<ImportedRank, ImportError> {
+    to_memory(Input::File(path), path, opts)
+}
+
+/// [`import_to_memory`] for a trace file's bytes (plain or gzip JSON)
+/// already in memory; `name` stands for the file's path (the `trace_file`
+/// label and errors).
+pub fn import_bytes(
+    name: &Path,
+    bytes: &[u8],
+    opts: &ImportOptions,
+) -> Result<ImportedRank, ImportError> {
+    to_memory(Input::Bytes(bytes), name, opts)
+}
+
+fn to_memory(
+    input: Input<'_>,
+    path: &Path,
+    opts: &ImportOptions,
+) -> Result<ImportedRank, ImportError> {
     let mut names = HashMap::new();
     let mut events = Vec::new();
-    let summary = import_file(path, opts, |c: Chunk| {
+    let summary = run(input, path, opts, &mut |_| {}, |c: Chunk| {
         for n in c.names {
             names.entry(n.id).or_insert(n);
         }
         events.extend(c.events);
         Ok::<(), std::convert::Infallible>(())
-    })?;
+    })
+    .map_err(|p| p.at(path))?;
     let mut names: Vec<proto::InternedName> = names.into_values().collect();
     names.sort_by_key(|n| n.id);
     Ok(ImportedRank {
@@ -245,6 +272,7 @@ pub fn import_to_memory(path: &Path, opts: &ImportOptions) -> Result<ImportedRan
 }
 
 fn run<F, E>(
+    input: Input<'_>,
     path: &Path,
     opts: &ImportOptions,
     progress: &mut dyn FnMut(&Progress),
@@ -257,7 +285,8 @@ where
     if opts.job.is_empty() {
         return Err(Problem::BadOptions("the job id is empty".into()));
     }
-    let file_bytes_total = std::fs::metadata(path).map_err(Problem::Io)?.len();
+    let file_bytes_total = input.len().map_err(Problem::Io)?;
+    let max_json = opts.max_json_bytes.unwrap_or(u64::MAX);
     let report = |pass: u32| {
         move |read: u64| Progress {
             pass,
@@ -271,7 +300,8 @@ where
     let mut scan = Scan::default();
     let at = report(1);
     let first = source::pass(
-        path,
+        input,
+        max_json,
         &mut meta,
         &mut scan,
         true,
@@ -325,7 +355,8 @@ where
         let mut again = TopMeta::default();
         let at = report(passes);
         let bytes = source::pass(
-            path,
+            input,
+            max_json,
             &mut again,
             &mut window,
             false,

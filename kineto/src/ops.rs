@@ -88,7 +88,15 @@ impl EventHandler for Collect {
 pub fn op_summary(path: &Path, windows: &[(u64, u64)]) -> Result<Vec<OpStat>, ImportError> {
     let mut meta = TopMeta::default();
     let mut c = Collect::default();
-    source::pass(path, &mut meta, &mut c, true, None).map_err(|p| p.at(path))?;
+    source::pass(
+        source::Input::File(path),
+        u64::MAX,
+        &mut meta,
+        &mut c,
+        true,
+        None,
+    )
+    .map_err(|p| p.at(path))?;
     let base = meta.base_time_ns.unwrap_or(0);
     let window_of = |t: u64| {
         let k = windows.partition_point(|w| w.0 <= t);

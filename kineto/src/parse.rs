@@ -18,13 +18,18 @@
 //!
 //! Memory: everything the file yields is held at once, about 100 bytes per
 //! output event; the size cap bounds it (a trace's JSON is ~200-400 bytes
-//! per event, gzip ~10x less).
+//! per event, gzip ~10x less): the decompressed JSON may be at most
+//! [`MAX_GZIP_EXPANSION`] times the cap (real traces compress 10-15x), so a
+//! gzip bomb fails with [`Problem::JsonTooLarge`].
 
 use std::path::Path;
 
 use rankscope_proto::v1 as proto;
 
 use crate::{import_to_memory, ImportError, ImportOptions, ImportedRank, Problem};
+
+/// The decompressed JSON of a file may be this many times `max_file_bytes`.
+pub const MAX_GZIP_EXPANSION: u64 = 32;
 
 /// Parses the trace file at `path`, written by the rank `rank`, into
 /// memory; refuses a file larger than `max_file_bytes` before reading it.
@@ -48,6 +53,7 @@ pub fn parse_trace_file(
     opts.node.clone_from(&rank.node);
     opts.rank_override = Some(rank.rank);
     opts.world_size_override = Some(rank.world_size);
+    opts.max_json_bytes = Some(max_file_bytes.saturating_mul(MAX_GZIP_EXPANSION));
     let mut out = import_to_memory(path, &opts)?;
     let id = &mut out.identity;
     if rank.pid != 0 {

@@ -1,6 +1,6 @@
 //! Reading a trace file: plain or gzip JSON, one streaming pass at a time.
 //!
-//! In: a path. Out: one pass of [`raw`](super::raw) deserialization over
+//! In: a path or the bytes of a file ([`Input`]). Out: one pass of [`raw`](super::raw) deserialization over
 //! the file (events to a handler), byte counts, and progress callbacks with
 //! the file bytes read so far; or a [`Problem`] saying what is wrong with
 //! the file.
@@ -48,6 +48,48 @@ impl<R: Read> Read for Counting<'_, R> {
     }
 }
 
+/// Where a trace comes from: a file, or its bytes already in memory.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Input<'a> {
+    File(&'a Path),
+    Bytes(&'a [u8]),
+}
+
+impl Input<'_> {
+    /// The size of the (possibly compressed) file.
+    pub(crate) fn len(&self) -> io::Result<u64> {
+        match self {
+            Input::File(p) => Ok(std::fs::metadata(p)?.len()),
+            Input::Bytes(b) => Ok(b.len() as u64),
+        }
+    }
+}
+
+/// Fails reads once more than `max` bytes came through (a gzip bomb).
+struct Capped<R> {
+    inner: R,
+    left: u64,
+}
+
+impl<R: Read> Read for Capped<R> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        if self.left == 0 {
+            // One byte more than allowed means the limit is exceeded.
+            let mut probe = [0u8; 1];
+            return match self.inner.read(&mut probe)? {
+                0 => Ok(0),
+                _ => Err(io::Error::new(io::ErrorKind::FileTooLarge, "json limit")),
+            };
+        }
+        let want = buf
+            .len()
+            .min(usize::try_from(self.left).unwrap_or(usize::MAX));
+        let n = self.inner.read(&mut buf[..want])?;
+        self.left -= n as u64;
+        Ok(n)
+    }
+}
+
 /// Bytes one pass read.
 #[derive(Debug, Clone, Copy, Default)]
 pub(crate) struct PassBytes {
@@ -57,19 +99,24 @@ pub(crate) struct PassBytes {
     pub json: u64,
 }
 
-/// Opens `path` as a decompressed byte stream; the counters see the file
-/// bytes and the JSON bytes read.
+/// Opens `input` as a decompressed byte stream of at most `max_json`
+/// bytes (more fails the read with `ErrorKind::FileTooLarge`); the
+/// counters see the file bytes and the JSON bytes read.
 fn open<'a>(
-    path: &Path,
+    input: Input<'a>,
+    max_json: u64,
     file_count: Rc<Cell<u64>>,
     json_count: Rc<Cell<u64>>,
     on_progress: Option<&'a mut dyn FnMut(u64)>,
 ) -> io::Result<(Box<dyn Read + 'a>, bool)> {
-    let file = File::open(path)?;
+    let raw: Box<dyn Read + 'a> = match input {
+        Input::File(path) => Box::new(File::open(path)?),
+        Input::Bytes(bytes) => Box::new(bytes),
+    };
     let mut buffered = BufReader::with_capacity(
         FILE_BUFFER_BYTES,
         Counting {
-            inner: file,
+            inner: raw,
             count: file_count,
             next_report: 0,
             on_progress,
@@ -82,7 +129,10 @@ fn open<'a>(
         Box::new(buffered)
     };
     let counted = Counting {
-        inner: decoded,
+        inner: Capped {
+            inner: decoded,
+            left: max_json,
+        },
         count: json_count,
         next_report: u64::MAX,
         on_progress: None,
@@ -95,17 +145,24 @@ fn open<'a>(
 
 /// One streaming pass over the file: metadata into `meta` (when
 /// `read_meta`), events into `handler`.
-pub(crate) fn pass<H: EventHandler>(
-    path: &Path,
+pub(crate) fn pass<'a, H: EventHandler>(
+    input: Input<'a>,
+    max_json: u64,
     meta: &mut TopMeta,
     handler: &mut H,
     read_meta: bool,
-    on_progress: Option<&mut dyn FnMut(u64)>,
+    on_progress: Option<&'a mut dyn FnMut(u64)>,
 ) -> Result<PassBytes, Problem> {
     let file_count = Rc::new(Cell::new(0));
     let json_count = Rc::new(Cell::new(0));
-    let (reader, gzip) =
-        open(path, file_count.clone(), json_count.clone(), on_progress).map_err(Problem::Io)?;
+    let (reader, gzip) = open(
+        input,
+        max_json,
+        file_count.clone(),
+        json_count.clone(),
+        on_progress,
+    )
+    .map_err(Problem::Io)?;
     let mut de = serde_json::Deserializer::from_reader(reader);
     let seed = TopSeed {
         meta,
@@ -114,7 +171,7 @@ pub(crate) fn pass<H: EventHandler>(
     };
     seed.deserialize(&mut de)
         .and_then(|()| de.end())
-        .map_err(|e| json_problem(e, gzip))?;
+        .map_err(|e| json_problem(e, gzip, max_json))?;
     Ok(PassBytes {
         file: file_count.get(),
         json: json_count.get(),
@@ -122,7 +179,7 @@ pub(crate) fn pass<H: EventHandler>(
 }
 
 /// What a `serde_json` error means for the user.
-fn json_problem(e: serde_json::Error, gzip: bool) -> Problem {
+fn json_problem(e: serde_json::Error, gzip: bool, max_json: u64) -> Problem {
     use serde_json::error::Category;
     let (line, column) = (e.line(), e.column());
     match e.classify() {
@@ -139,6 +196,9 @@ fn json_problem(e: serde_json::Error, gzip: bool) -> Problem {
         Category::Io => {
             let io = io::Error::from(e);
             match io.kind() {
+                io::ErrorKind::FileTooLarge => Problem::JsonTooLarge {
+                    max_bytes: max_json,
+                },
                 io::ErrorKind::UnexpectedEof if gzip => Problem::TruncatedGzip,
                 io::ErrorKind::InvalidInput | io::ErrorKind::InvalidData if gzip => {
                     Problem::CorruptGzip(io.to_string())
@@ -164,7 +224,13 @@ fn without_position(e: &serde_json::Error) -> String {
 /// are kept so that importing them reports the problem.
 pub(crate) fn looks_like_trace(path: &Path) -> bool {
     const SNIFF_BYTES: u64 = 64 << 10;
-    let (reader, _) = match open(path, Rc::default(), Rc::default(), None) {
+    let (reader, _) = match open(
+        Input::File(path),
+        u64::MAX,
+        Rc::default(),
+        Rc::default(),
+        None,
+    ) {
         Ok(r) => r,
         Err(_) => return true,
     };

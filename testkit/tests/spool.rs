@@ -186,3 +186,105 @@ async fn a_full_spool_drops_the_newest_events_and_counts_them() {
     assert_eq!(m.dropped("spool_full"), stats.dropped_by_agent, "{m:?}");
     agent.shutdown().await;
 }
+
+/// `rankscope simulate` goes on across a kill -9 and restart of the agent:
+/// the messages in flight at the kill are counted as lost on the rank side,
+/// the ranks reconnect, and everything the agents acknowledged is stored
+/// exactly once (the spool keeps what the killed agent had accepted).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn simulated_ranks_reconnect_after_the_agent_is_killed() {
+    let stack = Stack::start_without_agent().await;
+    let port = rankscope_testkit::free_port();
+    let config = stack.dir.path().join("agent.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "listen_addr = \"127.0.0.1:{port}\"\nmetrics_listen_addr = \"\"\nunix_socket_path = \"\"\n\
+             collector_url = \"http://{}\"\nagent_id = \"sim-agent\"\nnode = \"sim-node\"\n\
+             gpu_sample_interval_ms = 0\nhost_sample_interval_ms = 0\nkineto_daemon_name = \"\"\n\
+             retry_initial_ms = 10\nretry_max_ms = 200\nspool_dir = \"{}\"\n",
+            stack.grpc_addr(),
+            stack.dir.path().join("spool").display()
+        ),
+    )
+    .unwrap();
+    let mut agent = start_agent(&config, port);
+    let job = "sim-reconnect";
+    let mut sim = sim_config(job, 8, 60);
+    sim.layers = 4;
+    let total = rankscope_cli::simulate::plan(&sim).event_counts().total();
+    // About 6 s of sending, so the kill lands mid-job.
+    sim.rate_events_per_s = Some(total as f64 / 6.0);
+    let url = format!("http://127.0.0.1:{port}");
+    let ranks = tokio::spawn(async move { rankscope_cli::simulate::run(&sim, &url).await });
+    let db = stack.database.clone();
+    eventually(60, "a quarter of the job stored", || {
+        stack
+            .clickhouse
+            .query(&format!(
+                "SELECT count() FROM {db}.steps WHERE job_id = '{job}'"
+            ))
+            .ok()
+            .and_then(|s| s.trim().parse::<u64>().ok())
+            .is_some_and(|n| n >= 8 * 2 * 60 / 4)
+    })
+    .await;
+    agent.0.kill().expect("SIGKILL");
+    agent.0.wait().unwrap();
+    let agent = start_agent(&config, port);
+    let s = ranks.await.unwrap().expect("the ranks went on");
+    assert!(s.disconnects >= 8, "every rank's stream broke: {s:?}");
+    assert_eq!(s.dropped, 0, "{s:?}");
+    assert_eq!(s.messages_rejected, 0, "{s:?}");
+    assert_eq!(s.events_sent, total, "{s:?}");
+    assert_eq!(
+        s.accepted + s.lost_disconnected,
+        s.events_sent,
+        "every event acknowledged or counted as lost: {s:?}"
+    );
+    // Acknowledged events are stored; a lost message may have been spooled
+    // by the agent just before the kill, so it may be stored too.
+    let stored = |stack: &Stack| -> u64 {
+        ["steps", "spans", "collectives", "kernels"]
+            .iter()
+            .map(|t| {
+                stack
+                    .clickhouse
+                    .query(&format!(
+                        "SELECT count() FROM {db}.{t} WHERE job_id = '{job}'"
+                    ))
+                    .ok()
+                    .and_then(|s| s.trim().parse::<u64>().ok())
+                    .unwrap_or(0)
+            })
+            .sum()
+    };
+    eventually(60, "every acknowledged event stored", || {
+        stored(&stack) >= s.accepted
+    })
+    .await;
+    let spool = stack.dir.path().join("spool");
+    let left = || -> Vec<String> {
+        std::fs::read_dir(&spool)
+            .map(|d| {
+                d.filter_map(|e| e.ok())
+                    .map(|e| e.file_name().to_string_lossy().into_owned())
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while !left().is_empty() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the spool did not empty: {:?}",
+            left()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let n = stored(&stack);
+    assert!(n <= s.events_sent, "{n} stored of {} sent", s.events_sent);
+    assert_eq!(stack.distinct_event_keys(job).await, n, "stored once");
+    drop(agent);
+    stack.stop().await;
+}

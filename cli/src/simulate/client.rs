@@ -169,6 +169,8 @@ fn summarise(
         events_sent: 0,
         accepted: 0,
         dropped: 0,
+        lost_disconnected: 0,
+        disconnects: 0,
         messages_sent: 0,
         messages_rejected: 0,
         first_rejection: None,
@@ -182,6 +184,8 @@ fn summarise(
         s.sent_by_kind.kernels += o.sent.kernels;
         s.accepted += o.accepted;
         s.dropped += o.dropped;
+        s.lost_disconnected += o.lost;
+        s.disconnects += o.disconnects;
         s.messages_sent += o.messages_sent;
         s.messages_rejected += o.rejected;
         if s.first_rejection.is_none() {

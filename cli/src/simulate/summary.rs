@@ -38,6 +38,11 @@ pub struct SimSummary {
     pub accepted: u64,
     /// Events the agent dropped (queue full).
     pub dropped: u64,
+    /// Events in messages in flight when a stream to the agent broke (the
+    /// agent restarted or went away); never resent.
+    pub lost_disconnected: u64,
+    /// Streams that broke and were opened again.
+    pub disconnects: u64,
     /// RankMessages sent.
     pub messages_sent: u64,
     /// RankMessages the agent rejected.
@@ -91,6 +96,13 @@ impl SimSummary {
             ("accepted", self.accepted.to_string()),
             ("dropped", self.dropped.to_string()),
             (
+                "lost",
+                format!(
+                    "{} in flight over {} broken stream(s)",
+                    self.lost_disconnected, self.disconnects
+                ),
+            ),
+            (
                 "messages",
                 format!(
                     "{} sent, {} rejected",
@@ -136,6 +148,8 @@ mod tests {
             events_sent: 200,
             accepted: 190,
             dropped: 10,
+            lost_disconnected: 0,
+            disconnects: 0,
             messages_sent: 8,
             messages_rejected: 1,
             first_rejection: Some("code 3: bad".into()),

@@ -40,6 +40,50 @@ pub struct GpuQuery {
     launch_delay_cutoff_us: Option<u64>,
 }
 
+impl GpuQuery {
+    /// `kernels`: `top` and `ratio`, checked.
+    pub(super) fn kernels_args(&self) -> Result<(usize, f64), ApiError> {
+        let top = self.top.unwrap_or(DEFAULT_NUM_KERNELS);
+        let ratio = self.ratio.unwrap_or(DEFAULT_DURATION_RATIO);
+        if top == 0 {
+            return Err(bad("top must be >= 1"));
+        }
+        if !(ratio > 0.0 && ratio <= 1.0) {
+            return Err(bad(format!("ratio must be in (0, 1], got {ratio}")));
+        }
+        Ok((top, ratio))
+    }
+
+    /// `idle`: the consecutive-kernel delay, ns.
+    pub(super) fn idle_delay_ns(&self) -> Result<u64, ApiError> {
+        Ok(match self.kernel_delay_us {
+            Some(us) => us
+                .checked_mul(1000)
+                .ok_or_else(|| bad("kernel_delay_us is too large"))?,
+            None => DEFAULT_CONSECUTIVE_KERNEL_DELAY_NS,
+        })
+    }
+
+    /// `launches`: the runtime and launch-delay cutoffs, ns.
+    pub(super) fn launches_cutoffs_ns(&self) -> Result<(u64, u64), ApiError> {
+        let runtime = self.runtime_cutoff_us.unwrap_or(50);
+        let delay = self.launch_delay_cutoff_us.unwrap_or(100);
+        if runtime == 0 || delay == 0 {
+            return Err(bad(
+                "runtime_cutoff_us and launch_delay_cutoff_us must be >= 1",
+            ));
+        }
+        // Found while wiring the fuzzer: `runtime * 1000` overflowed (a wrong cutoff
+        // in release builds, a panic in debug ones).
+        match (runtime.checked_mul(1000), delay.checked_mul(1000)) {
+            (Some(r), Some(d)) => Ok((r, d)),
+            _ => Err(bad(
+                "runtime_cutoff_us and launch_delay_cutoff_us are too large",
+            )),
+        }
+    }
+}
+
 fn bad(msg: impl Into<String>) -> ApiError {
     ApiError(StatusCode::BAD_REQUEST, msg.into())
 }
@@ -99,14 +143,7 @@ pub(super) async fn kernels(
     Path(job): Path<String>,
     Query(q): Query<GpuQuery>,
 ) -> Result<Json<Value>, ApiError> {
-    let top = q.top.unwrap_or(DEFAULT_NUM_KERNELS);
-    let ratio = q.ratio.unwrap_or(DEFAULT_DURATION_RATIO);
-    if top == 0 {
-        return Err(bad("top must be >= 1"));
-    }
-    if !(ratio > 0.0 && ratio <= 1.0) {
-        return Err(bad(format!("ratio must be in (0, 1], got {ratio}")));
-    }
+    let (top, ratio) = q.kernels_args()?;
     let ranks = load(&st, &job, q.rank).await?;
     let mut rows = Vec::new();
     for r in &ranks {
@@ -150,12 +187,7 @@ pub(super) async fn idle(
     Path(job): Path<String>,
     Query(q): Query<GpuQuery>,
 ) -> Result<Json<Value>, ApiError> {
-    let delay_ns = match q.kernel_delay_us {
-        Some(us) => us
-            .checked_mul(1000)
-            .ok_or_else(|| bad("kernel_delay_us is too large"))?,
-        None => DEFAULT_CONSECUTIVE_KERNEL_DELAY_NS,
-    };
+    let delay_ns = q.idle_delay_ns()?;
     let ranks = load(&st, &job, q.rank).await?;
     let mut rows = Vec::new();
     for r in &ranks {
@@ -232,13 +264,7 @@ pub(super) async fn launches(
     Path(job): Path<String>,
     Query(q): Query<GpuQuery>,
 ) -> Result<Json<Value>, ApiError> {
-    let runtime = q.runtime_cutoff_us.unwrap_or(50);
-    let delay = q.launch_delay_cutoff_us.unwrap_or(100);
-    if runtime == 0 || delay == 0 {
-        return Err(bad(
-            "runtime_cutoff_us and launch_delay_cutoff_us must be >= 1",
-        ));
-    }
+    let (runtime_ns, delay_ns) = q.launches_cutoffs_ns()?;
     let ranks = load(&st, &job, q.rank).await?;
     let mut rows = Vec::new();
     for r in &ranks {
@@ -258,7 +284,7 @@ pub(super) async fn launches(
                     })
             })
             .collect();
-        let s = rankscope_analysis::launch_stats(&obs, runtime * 1000, delay * 1000);
+        let s = rankscope_analysis::launch_stats(&obs, runtime_ns, delay_ns);
         rows.push(json!({
             "rank": r.rank,
             "launches": s.launches,
@@ -275,8 +301,8 @@ pub(super) async fn launches(
     }
     Ok(Json(json!({
         "job": job,
-        "runtime_cutoff_us": runtime,
-        "launch_delay_cutoff_us": delay,
+        "runtime_cutoff_us": runtime_ns / 1000,
+        "launch_delay_cutoff_us": delay_ns / 1000,
         "launches": rows,
     })))
 }

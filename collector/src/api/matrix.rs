@@ -62,7 +62,7 @@ pub struct RangeQuery {
     to_step: Option<u64>,
     last: Option<u64>,
     /// Matrix only: comma-separated field names.
-    fields: Option<String>,
+    pub(super) fields: Option<String>,
 }
 
 fn bad(msg: String) -> ApiError {
@@ -118,7 +118,7 @@ async fn range(st: &ApiState, job: &str, q: &RangeQuery) -> Result<Option<(u64, 
 }
 
 /// The parsed `fields` list: (name, whether it is a GPU field).
-fn parse_fields(fields: Option<&str>) -> Result<Vec<(&'static str, bool)>, ApiError> {
+pub(super) fn parse_fields(fields: Option<&str>) -> Result<Vec<(&'static str, bool)>, ApiError> {
     let mut out = Vec::new();
     for f in fields.unwrap_or(DEFAULT_FIELDS).split(',').map(str::trim) {
         let known = BREAKDOWN_FIELDS

@@ -48,6 +48,36 @@ pub(super) struct TimelineQuery {
     max_events: Option<usize>,
 }
 
+impl TimelineQuery {
+    /// The ranks asked for (all: `None`) and the step range, checked.
+    #[allow(clippy::type_complexity)]
+    pub(super) fn check(&self) -> Result<(Option<Vec<u32>>, u64, u64), ApiError> {
+        let wanted: Option<Vec<u32>> = match &self.ranks {
+            None => None,
+            Some(s) => Some(
+                s.split(',')
+                    .filter(|x| !x.trim().is_empty())
+                    .map(|x| {
+                        x.trim()
+                            .parse::<u32>()
+                            .map_err(|_| bad(format!("ranks: {x:?} is not a rank number")))
+                    })
+                    .collect::<Result<_, _>>()?,
+            ),
+        };
+        let (first, last) = (
+            self.from_step.unwrap_or(0),
+            self.to_step.unwrap_or(u64::MAX),
+        );
+        if first > last {
+            return Err(bad(format!(
+                "empty step range: from_step {first} > to_step {last}"
+            )));
+        }
+        Ok((wanted, first, last))
+    }
+}
+
 fn bad(m: impl Into<String>) -> ApiError {
     ApiError(StatusCode::BAD_REQUEST, m.into())
 }
@@ -62,27 +92,9 @@ pub(super) async fn timeline(
     Path(job): Path<String>,
     Query(q): Query<TimelineQuery>,
 ) -> Result<Json<Value>, ApiError> {
-    let wanted: Option<Vec<u32>> = match &q.ranks {
-        None => None,
-        Some(s) => Some(
-            s.split(',')
-                .filter(|x| !x.trim().is_empty())
-                .map(|x| {
-                    x.trim()
-                        .parse::<u32>()
-                        .map_err(|_| bad(format!("ranks: {x:?} is not a rank number")))
-                })
-                .collect::<Result<_, _>>()?,
-        ),
-    };
+    let (wanted, first, last) = q.check()?;
     let keep = |r: u32| wanted.as_ref().is_none_or(|w| w.contains(&r));
     let ranged = q.from_step.is_some() || q.to_step.is_some();
-    let (first, last) = (q.from_step.unwrap_or(0), q.to_step.unwrap_or(u64::MAX));
-    if first > last {
-        return Err(bad(format!(
-            "empty step range: from_step {first} > to_step {last}"
-        )));
-    }
     let steps: Vec<_> = st
         .store
         .step_times(&job, Some(first), Some(last), None)

@@ -275,6 +275,9 @@ pub struct RowSet {
     pub telemetry: TelemetryRows,
 }
 
+/// A table, its time column and the first and last time of some rows.
+pub type BatchTimeRange = (super::Table, &'static str, Option<(u64, u64)>);
+
 /// The first and last time of `rows`, `None` when there are none.
 fn time_range<T>(rows: &[T], ts: impl Fn(&T) -> u64) -> Option<(u64, u64)> {
     rows.iter().map(ts).fold(None, |r, t| match r {
@@ -286,7 +289,7 @@ fn time_range<T>(rows: &[T], ts: impl Fn(&T) -> u64) -> Option<(u64, u64)> {
 impl RowSet {
     /// Per table with an agent batch's rows (`batch_seq` column): the table,
     /// its time column and the time range of the rows here.
-    pub fn batch_time_ranges(&self) -> [(super::Table, &'static str, Option<(u64, u64)>); 9] {
+    pub fn batch_time_ranges(&self) -> [BatchTimeRange; 9] {
         use super::Table as T;
         let t = &self.telemetry;
         [

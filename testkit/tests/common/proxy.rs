@@ -1,6 +1,8 @@
 //! A TCP proxy the tests can switch off, to take a real server "down" and
 //! bring it back without restarting it (the collector keeps its ClickHouse
-//! URL; connections through the proxy are refused while it is down).
+//! URL; connections through the proxy are refused while it is down). It can
+//! also black-hole traffic (`set_blackhole`): connections stay open and
+//! nothing moves, as across a network partition that drops packets.
 
 use std::net::SocketAddr;
 
@@ -10,6 +12,7 @@ use tokio::sync::watch;
 pub struct Proxy {
     pub addr: SocketAddr,
     up: watch::Sender<bool>,
+    blackhole: watch::Sender<bool>,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -18,6 +21,7 @@ impl Proxy {
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind proxy");
         let addr = listener.local_addr().expect("proxy addr");
         let (up, up_rx) = watch::channel(true);
+        let (blackhole, hole_rx) = watch::channel(false);
         let task = tokio::spawn(async move {
             loop {
                 let Ok((client, _)) = listener.accept().await else {
@@ -28,7 +32,13 @@ impl Proxy {
                     continue;
                 }
                 let mut rx = up_rx.clone();
+                let mut hole = hole_rx.clone();
                 tokio::spawn(async move {
+                    if *hole.borrow() {
+                        // Held open, silent, until the partition heals.
+                        let _ = hole.wait_for(|h| !*h).await;
+                        return;
+                    }
                     let Ok(server) = TcpStream::connect(target).await else {
                         return;
                     };
@@ -36,15 +46,31 @@ impl Proxy {
                     tokio::select! {
                         _ = tokio::io::copy_bidirectional(&mut c, &mut s) => {}
                         _ = rx.wait_for(|up| !*up) => {} // going down cuts live connections
+                        _ = hole.wait_for(|h| *h) => {
+                            // Nothing moves any more; both ends stay open
+                            // until the partition heals, then are cut.
+                            let _ = hole.wait_for(|h| !*h).await;
+                        }
                     }
                 });
             }
         });
-        Self { addr, up, task }
+        Self {
+            addr,
+            up,
+            blackhole,
+            task,
+        }
     }
 
     pub fn set_up(&self, up: bool) {
         self.up.send_replace(up);
+    }
+
+    /// Drops all traffic silently (`true`) or heals (`false`).
+    #[allow(dead_code)] // not every test binary partitions
+    pub fn set_blackhole(&self, on: bool) {
+        self.blackhole.send_replace(on);
     }
 }
 

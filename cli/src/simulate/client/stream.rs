@@ -9,6 +9,13 @@
 //! it, and never again; message `seq` starts at 1 and increases by one; acks
 //! must come back in order (`seq` of the oldest unacknowledged message); at
 //! most [`WINDOW`] messages are unacknowledged at once.
+//!
+//! Reconnects: when the stream breaks (the agent restarted or went away),
+//! the messages in flight are counted as lost (`lost_disconnected`, as the
+//! SDK's `dropped_disconnected`: never resent, so nothing is stored twice),
+//! and the message at hand is sent on a new stream whose first message
+//! carries the identity and every name defined so far. Retries back off from
+//! 100 ms to 1 s and give up after [`RECONNECT_TIMEOUT`] per outage.
 
 use super::pace::{wait_until_wall_ns, Pacer};
 use super::SimError;
@@ -31,6 +38,11 @@ const CLOSE_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long an ack may take; the agent never blocks a rank, so a silent
 /// agent is broken, not busy.
 const ACK_TIMEOUT: Duration = Duration::from_secs(60);
+/// How long one outage of the agent may last before the rank gives up.
+const RECONNECT_TIMEOUT: Duration = Duration::from_secs(60);
+/// First and longest wait between reconnection attempts.
+const RETRY_INITIAL: Duration = Duration::from_millis(100);
+const RETRY_MAX: Duration = Duration::from_secs(1);
 
 /// How one rank sends.
 #[derive(Debug, Clone)]
@@ -54,6 +66,10 @@ pub struct RankOutcome {
     pub dropped: u64,
     pub rejected: u64,
     pub first_rejection: Option<String>,
+    /// Events in messages that were in flight when a stream broke.
+    pub lost: u64,
+    /// Streams that broke (each followed by a reconnect, or the end).
+    pub disconnects: u64,
 }
 
 /// Cuts a rank's event sequence into messages, interning names.
@@ -121,9 +137,8 @@ pub async fn run_rank(
     channel: Channel,
     mut steps: mpsc::Receiver<RankStep>,
 ) -> Result<RankOutcome, SimError> {
-    let rank = opts.identity.rank;
     let mut builder = MessageBuilder::new(opts.identity.clone(), opts.events_per_message);
-    let mut sender = Sender::new(rank, channel, opts.pacer.clone());
+    let mut sender = Sender::new(opts.identity.clone(), channel, opts.pacer.clone());
     while let Some(step) = steps.recv().await {
         if opts.realtime {
             wait_until_wall_ns(step.end_ns).await;
@@ -143,30 +158,52 @@ pub async fn run_rank(
     sender.finish().await
 }
 
-/// The gRPC side of one stream: sends messages, reads acks in order.
+/// The gRPC side of one rank: sends messages, reads acks in order, and
+/// opens a new stream when one breaks.
 struct Sender {
     rank: u32,
+    identity: proto::RankIdentity,
+    /// Every name defined so far (sent again on a new stream).
+    names: Vec<proto::InternedName>,
+    /// The next message opens a stream: it carries identity and names.
+    fresh: bool,
     client: RankIngestClient<Channel>,
     pacer: Option<Arc<Pacer>>,
     tx: Option<mpsc::Sender<proto::RankMessage>>,
     rx: Option<mpsc::Receiver<proto::RankMessage>>,
     acks: Option<tonic::Streaming<proto::RankAck>>,
-    in_flight: VecDeque<u64>,
+    /// (seq, events) of the unacknowledged messages.
+    in_flight: VecDeque<(u64, u64)>,
     outcome: RankOutcome,
 }
 
+/// Whether the error is the stream breaking (worth a new stream).
+fn is_disconnect(e: &SimError) -> bool {
+    use tonic::Code;
+    match e {
+        SimError::Unacked { .. } => true,
+        SimError::Stream { code, .. } => matches!(
+            code,
+            Code::Unavailable | Code::Unknown | Code::Cancelled | Code::Aborted
+        ),
+        _ => false,
+    }
+}
+
 impl Sender {
-    fn new(rank: u32, channel: Channel, pacer: Option<Arc<Pacer>>) -> Self {
-        let (tx, rx) = mpsc::channel(WINDOW);
+    fn new(identity: proto::RankIdentity, channel: Channel, pacer: Option<Arc<Pacer>>) -> Self {
         let client = RankIngestClient::new(channel)
             .max_decoding_message_size(64 << 20)
             .max_encoding_message_size(64 << 20);
         Self {
-            rank,
+            rank: identity.rank,
+            identity,
+            names: Vec::new(),
+            fresh: true,
             client,
             pacer,
-            tx: Some(tx),
-            rx: Some(rx),
+            tx: None,
+            rx: None,
             acks: None,
             in_flight: VecDeque::with_capacity(WINDOW),
             outcome: RankOutcome::default(),
@@ -177,38 +214,99 @@ impl Sender {
         if let Some(pacer) = &self.pacer {
             pacer.acquire(msg.events.len()).await;
         }
-        while self.in_flight.len() >= WINDOW {
-            self.read_ack().await?;
+        if let Some(table) = &msg.names {
+            self.names.extend(table.names.iter().cloned());
         }
-        self.outcome.messages_sent += 1;
-        for e in &msg.events {
-            self.outcome.sent.add(e);
-        }
-        self.in_flight.push_back(msg.seq);
-        let tx = self.tx.as_ref().ok_or(SimError::Unacked {
-            rank: self.rank,
-            unacked: self.in_flight.len(),
-        })?;
-        if tx.send(msg).await.is_err() {
-            // The call ended; its status says why.
-            return Err(self.read_ack().await.err().unwrap_or(SimError::Unacked {
-                rank: self.rank,
-                unacked: self.in_flight.len(),
-            }));
-        }
-        if self.acks.is_none() {
-            // The first message is queued before the call, so an agent that
-            // waits for it before answering cannot deadlock us.
-            if let Some(rx) = self.rx.take() {
-                let response = self
-                    .client
-                    .stream_events(ReceiverStream::new(rx))
-                    .await
-                    .map_err(|status| SimError::stream(self.rank, status))?;
-                self.acks = Some(response.into_inner());
+        let (mut msg, mut waited, mut backoff) = (msg, Duration::ZERO, RETRY_INITIAL);
+        loop {
+            match self.try_send(msg).await {
+                Ok(()) => return Ok(()),
+                Err((e, Some(back))) if is_disconnect(&e) && waited < RECONNECT_TIMEOUT => {
+                    tracing::debug!(rank = self.rank, error = %e, "stream broke; reconnecting");
+                    self.drop_stream();
+                    tokio::time::sleep(backoff).await;
+                    waited += backoff;
+                    backoff = (backoff * 2).min(RETRY_MAX);
+                    msg = back;
+                }
+                Err((e, _)) => return Err(e),
             }
         }
+    }
+
+    /// Sends one message on the current stream (opening one if needed);
+    /// on failure, gives the message back when it did not reach the agent.
+    async fn try_send(
+        &mut self,
+        mut msg: proto::RankMessage,
+    ) -> Result<(), (SimError, Option<proto::RankMessage>)> {
+        while self.in_flight.len() >= WINDOW {
+            if let Err(e) = self.read_ack().await {
+                return Err((e, Some(msg)));
+            }
+        }
+        if self.fresh {
+            msg.identity = Some(self.identity.clone());
+            if !self.names.is_empty() {
+                msg.names = Some(proto::NameTable {
+                    names: self.names.clone(),
+                });
+            }
+        }
+        if self.tx.is_none() {
+            let (tx, rx) = mpsc::channel(WINDOW);
+            (self.tx, self.rx, self.acks) = (Some(tx), Some(rx), None);
+        }
+        // The first message of a stream is queued before the call opens (an
+        // agent that waits for it before answering cannot deadlock us); kept
+        // to send again if the call cannot open.
+        let first = self.rx.is_some().then(|| msg.clone());
+        let mut counts = EventCounts::default();
+        for e in &msg.events {
+            counts.add(e);
+        }
+        let (seq, events) = (msg.seq, msg.events.len() as u64);
+        let sent = match &self.tx {
+            Some(tx) => tx.send(msg).await.map_err(|back| back.0),
+            None => Err(msg),
+        };
+        if let Err(back) = sent {
+            let unacked = self.in_flight.len();
+            let rank = self.rank;
+            let e = self
+                .read_ack()
+                .await
+                .err()
+                .unwrap_or(SimError::Unacked { rank, unacked });
+            return Err((e, Some(back)));
+        }
+        self.in_flight.push_back((seq, events));
+        if let Some(rx) = self.rx.take() {
+            match self.client.stream_events(ReceiverStream::new(rx)).await {
+                Ok(response) => self.acks = Some(response.into_inner()),
+                Err(status) => {
+                    self.in_flight.pop_back();
+                    return Err((SimError::stream(self.rank, status), first));
+                }
+            }
+        }
+        self.fresh = false;
+        let o = &mut self.outcome;
+        o.messages_sent += 1;
+        o.sent.steps += counts.steps;
+        o.sent.spans += counts.spans;
+        o.sent.collectives += counts.collectives;
+        o.sent.kernels += counts.kernels;
         Ok(())
+    }
+
+    /// Forgets a broken stream: its unacknowledged messages are lost.
+    fn drop_stream(&mut self) {
+        let lost: u64 = self.in_flight.drain(..).map(|(_, n)| n).sum();
+        let o = &mut self.outcome;
+        o.lost += lost;
+        o.disconnects += 1;
+        (self.tx, self.rx, self.acks, self.fresh) = (None, None, None, true);
     }
 
     async fn read_ack(&mut self) -> Result<(), SimError> {
@@ -227,7 +325,7 @@ impl Sender {
                 return Err(SimError::AckTimeout { rank, waited_s });
             }
         };
-        let expected = self.in_flight.front().copied().unwrap_or(0);
+        let expected = self.in_flight.front().map_or(0, |m| m.0);
         if ack.seq != expected {
             return Err(SimError::AckOutOfOrder {
                 rank,
@@ -263,7 +361,15 @@ impl Sender {
         // Closing our side ends the request stream; the agent then ends its.
         self.tx = None;
         while !self.in_flight.is_empty() {
-            self.read_ack().await?;
+            match self.read_ack().await {
+                Ok(()) => {}
+                Err(e) if is_disconnect(&e) => {
+                    // Nothing left to send: the unacknowledged are lost.
+                    self.drop_stream();
+                    return Ok(self.outcome);
+                }
+                Err(e) => return Err(e),
+            }
         }
         if let Some(acks) = self.acks.as_mut() {
             match tokio::time::timeout(CLOSE_TIMEOUT, acks.message()).await {
