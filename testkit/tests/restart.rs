@@ -178,6 +178,17 @@ async fn a_killed_collector_rebuilds_live_state_and_matches_a_fault_free_run() {
         &stack,
         &format!("SELECT count() FROM {db}.step_breakdown WHERE job_id = 'restart-kill'"),
     );
+    // A trace the collector knows about: its state comes back after the
+    // restart (trace states are reloaded from `trace_ranks`).
+    stack
+        .clickhouse
+        .query(&format!(
+            "INSERT INTO {db}.trace_ranks VALUES \
+             ('restart-kill', 't-reload', 0, 'sim-node-0', 'requested', '', 'manual', {start_ns}, {start_ns}, 2000, 0, -1, 0, 0, 0, -1), \
+             ('restart-kill', 't-reload', 0, 'sim-node-0', 'imported', '', 'manual', {start_ns}, {}, 2000, 0, 3, 2, 100, 4242, -1)",
+            start_ns + 1
+        ))
+        .expect("insert trace states");
     collector.0.kill().expect("SIGKILL");
     collector.0.wait().unwrap();
     assert!(
@@ -231,5 +242,11 @@ async fn a_killed_collector_rebuilds_live_state_and_matches_a_fault_free_run() {
     let body: serde_json::Value = rankscope_cli::query::get_json(&url).await.expect("API");
     let api_rows = body["breakdown"].as_array().expect("rows").len() as u64;
     assert_eq!(api_rows, want_breakdowns, "{url}");
+    let url = format!("http://127.0.0.1:{http}/api/v1/jobs/restart-kill/traces");
+    let body: serde_json::Value = rankscope_cli::query::get_json(&url).await.expect("API");
+    let traces = body["traces"].as_array().expect("traces");
+    assert_eq!(traces.len(), 1, "{body}");
+    assert_eq!(traces[0]["trace_id"], "t-reload", "{body}");
+    assert_eq!(traces[0]["state"], "imported", "{body}");
     drop(collector);
 }

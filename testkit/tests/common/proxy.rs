@@ -43,10 +43,17 @@ impl Proxy {
                         return;
                     };
                     let (mut c, mut s) = (client, server);
+                    let down = async {
+                        let _ = rx.wait_for(|up| !*up).await;
+                    };
+                    let mut hole2 = hole.clone();
+                    let holed = async {
+                        let _ = hole2.wait_for(|h| *h).await;
+                    };
                     tokio::select! {
                         _ = tokio::io::copy_bidirectional(&mut c, &mut s) => {}
-                        _ = rx.wait_for(|up| !*up) => {} // going down cuts live connections
-                        _ = hole.wait_for(|h| *h) => {
+                        () = down => {} // going down cuts live connections
+                        () = holed => {
                             // Nothing moves any more; both ends stay open
                             // until the partition heals, then are cut.
                             let _ = hole.wait_for(|h| !*h).await;
