@@ -103,7 +103,7 @@ pub async fn run(
     collector_cpu_s: impl Fn() -> f64,
     stored: impl Fn() -> Result<u64, BenchError>,
 ) -> Result<SoakReport, BenchError> {
-    if p.jobs == 0 || p.agents % p.jobs != 0 {
+    if p.jobs == 0 || !p.agents.is_multiple_of(p.jobs) {
         return Err(BenchError::parse(
             "soak",
             "agents must be a multiple of jobs",

@@ -92,7 +92,7 @@ fn corpus() -> Vec<Vec<u8>> {
         let text = std::fs::read_to_string(&doc).unwrap_or_default();
         for block in text.split("```toml\n").skip(1) {
             if let Some(end) = block.find("```") {
-                out.push(block[..end].as_bytes().to_vec());
+                out.push(block.as_bytes()[..end].to_vec());
             }
         }
     }

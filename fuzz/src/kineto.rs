@@ -145,11 +145,11 @@ fn generate(rng: &mut SmallRng, corpus: &[Vec<u8>]) -> Vec<u8> {
 fn run(input: &[u8]) -> String {
     let mut opts = ImportOptions::new("fuzz");
     opts.max_json_bytes = Some(MAX_JSON_BYTES);
-    if input.len() % 2 == 0 {
+    if input.len().is_multiple_of(2) {
         opts.rank_override = Some(1);
         opts.world_size_override = Some(2);
     }
-    if input.len() % 3 == 0 {
+    if input.len().is_multiple_of(3) {
         opts.chunk_events = 5;
         opts.max_buffered_events = 8;
     }

@@ -29,7 +29,7 @@ fn rss_kib() -> u64 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn clickhouse_killed_for_60_s_loses_nothing() {
     const OUTAGE: Duration = Duration::from_secs(60);
-    let mut stack = Stack::start().await;
+    let stack = Stack::start().await;
     if !stack.clickhouse.is_private() {
         eprintln!("skipped: RANKSCOPE_CLICKHOUSE_URL points at a server this test cannot kill");
         stack.stop().await;
