@@ -41,14 +41,7 @@ async fn clickhouse_killed_for_60_s_loses_nothing() {
     run(&before, &stack.agent_url()).await.expect("simulate");
     let expected_before = plan(&before).event_counts().total();
     eventually(60, "the first 20 steps stored", || {
-        stack
-            .clickhouse
-            .query(&format!(
-                "SELECT count() FROM {}.steps WHERE job_id = '{job}'",
-                stack.database
-            ))
-            .map(|s| s.trim() == (8 * 2 * 20).to_string())
-            .unwrap_or(false)
+        stack.rows_now("steps", job) == 8 * 2 * 20
     })
     .await;
 
@@ -76,27 +69,12 @@ async fn clickhouse_killed_for_60_s_loses_nothing() {
     let sent = ranks.await.unwrap().expect("simulate");
     assert_eq!(sent.dropped, 0, "{sent:?}");
     let want = expected_before + events_after;
-    let db = stack.database.clone();
-    let total = |stack: &Stack| -> u64 {
-        ["steps", "spans", "collectives", "kernels"]
-            .iter()
-            .map(|t| {
-                let sql = format!("SELECT count() FROM {db}.{t} WHERE job_id = '{job}'");
-                stack
-                    .clickhouse
-                    .query(&sql)
-                    .ok()
-                    .and_then(|s| s.trim().parse::<u64>().ok())
-                    .unwrap_or(0)
-            })
-            .sum()
-    };
     let deadline = Instant::now() + Duration::from_secs(120);
-    while total(&stack) != want {
+    while stack.events_now(job) != want {
         assert!(
             Instant::now() < deadline,
             "{} of {want} events stored 120 s after the restart; ranks: {sent:?}",
-            total(&stack)
+            stack.events_now(job)
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }

@@ -23,19 +23,8 @@ async fn partitioned_job(job: &str, blackhole: bool) {
     sim.rate_events_per_s = Some(total as f64 / 5.0);
     let url = stack.agent_url();
     let ranks = tokio::spawn(async move { run(&sim, &url).await });
-    let db = stack.database.clone();
-    let steps = |stack: &Stack| {
-        stack
-            .clickhouse
-            .query(&format!(
-                "SELECT count() FROM {db}.steps WHERE job_id = '{job}'"
-            ))
-            .ok()
-            .and_then(|s| s.trim().parse::<u64>().ok())
-            .unwrap_or(0)
-    };
     eventually(60, "a quarter of the job stored", || {
-        steps(&stack) >= 8 * 2 * 60 / 4
+        stack.rows_now("steps", job) >= 8 * 2 * 60 / 4
     })
     .await;
     if blackhole {
@@ -43,7 +32,7 @@ async fn partitioned_job(job: &str, blackhole: bool) {
     } else {
         proxy.set_up(false);
     }
-    let at_cut = steps(&stack);
+    let at_cut = stack.rows_now("steps", job);
     // The partition lasts until the ranks have sent everything: the agent
     // holds what they send meanwhile.
     let sent = ranks.await.unwrap().expect("simulate");
@@ -55,7 +44,7 @@ async fn partitioned_job(job: &str, blackhole: bool) {
     proxy.set_blackhole(false);
     proxy.set_up(true);
     eventually(120, "every step marker stored after the partition", || {
-        steps(&stack) == 8 * 2 * 60
+        stack.rows_now("steps", job) == 8 * 2 * 60
     })
     .await;
     let report = stack.stop_agent().await;

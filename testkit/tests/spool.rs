@@ -217,16 +217,8 @@ async fn simulated_ranks_reconnect_after_the_agent_is_killed() {
     sim.rate_events_per_s = Some(total as f64 / 6.0);
     let url = format!("http://127.0.0.1:{port}");
     let ranks = tokio::spawn(async move { rankscope_cli::simulate::run(&sim, &url).await });
-    let db = stack.database.clone();
     eventually(60, "a quarter of the job stored", || {
-        stack
-            .clickhouse
-            .query(&format!(
-                "SELECT count() FROM {db}.steps WHERE job_id = '{job}'"
-            ))
-            .ok()
-            .and_then(|s| s.trim().parse::<u64>().ok())
-            .is_some_and(|n| n >= 8 * 2 * 60 / 4)
+        stack.rows_now("steps", job) >= 8 * 2 * 60 / 4
     })
     .await;
     agent.0.kill().expect("SIGKILL");
@@ -244,23 +236,8 @@ async fn simulated_ranks_reconnect_after_the_agent_is_killed() {
     );
     // Acknowledged events are stored; a lost message may have been spooled
     // by the agent just before the kill, so it may be stored too.
-    let stored = |stack: &Stack| -> u64 {
-        ["steps", "spans", "collectives", "kernels"]
-            .iter()
-            .map(|t| {
-                stack
-                    .clickhouse
-                    .query(&format!(
-                        "SELECT count() FROM {db}.{t} WHERE job_id = '{job}'"
-                    ))
-                    .ok()
-                    .and_then(|s| s.trim().parse::<u64>().ok())
-                    .unwrap_or(0)
-            })
-            .sum()
-    };
     eventually(60, "every acknowledged event stored", || {
-        stored(&stack) >= s.accepted
+        stack.events_now(job) >= s.accepted
     })
     .await;
     let spool = stack.dir.path().join("spool");
@@ -282,7 +259,7 @@ async fn simulated_ranks_reconnect_after_the_agent_is_killed() {
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    let n = stored(&stack);
+    let n = stack.events_now(job);
     assert!(n <= s.events_sent, "{n} stored of {} sent", s.events_sent);
     assert_eq!(stack.distinct_event_keys(job).await, n, "stored once");
     drop(agent);

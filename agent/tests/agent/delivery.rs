@@ -90,6 +90,12 @@ async fn sixty_four_ranks_are_delivered_exactly_once_in_order() {
     seqs.sort_unstable();
     assert_eq!(seqs, (1..=seqs.len() as u64).collect::<Vec<_>>());
 
+    // The ack of the last batch is counted just after its events are.
+    let want_acked = batches.len() as u64;
+    wait_until("every batch's ack counted", || {
+        agent.metrics().batches_acked >= want_acked
+    })
+    .await;
     let m = agent.metrics();
     assert_eq!(m.streams_opened, 64);
     assert_eq!(m.accepted_events, total as u64);

@@ -191,6 +191,29 @@ impl Stack {
         }
     }
 
+    /// Rows of `job` in `table` now, 0 when ClickHouse cannot answer (for
+    /// polling while a fault is injected).
+    #[allow(dead_code)] // not every test binary polls
+    pub fn rows_now(&self, table: &str, job: &str) -> u64 {
+        self.clickhouse
+            .query(&format!(
+                "SELECT count() FROM {}.{table} WHERE job_id = '{job}'",
+                self.database
+            ))
+            .ok()
+            .and_then(|s| s.trim().parse().ok())
+            .unwrap_or(0)
+    }
+
+    /// Event rows of `job` over the four event tables now (see [`Self::rows_now`]).
+    #[allow(dead_code)]
+    pub fn events_now(&self, job: &str) -> u64 {
+        ["steps", "spans", "collectives", "kernels"]
+            .iter()
+            .map(|t| self.rows_now(t, job))
+            .sum()
+    }
+
     /// Distinct (rank, kind, time) keys over all event tables: equals the row
     /// count only if nothing was stored twice.
     pub async fn distinct_event_keys(&self, job: &str) -> u64 {
