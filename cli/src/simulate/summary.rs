@@ -169,6 +169,7 @@ steps        2
 events sent  200 (steps 32, spans 64, collectives 40, kernels 64)
 accepted     190
 dropped      10
+lost         0 in flight over 0 broken stream(s)
 messages     8 sent, 1 rejected
 elapsed      0.500 s (400 events/s)
 rejection    code 3: bad
