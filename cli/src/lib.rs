@@ -15,8 +15,9 @@
 /// `import` command's I/O, [`import::send`] (batches to the collector).
 pub mod import {
     pub use rankscope_kineto::*;
-    // Resolves to `src/import/send.rs`.
+    // Resolves to `src/import/send.rs` and `src/import/wait.rs`.
     pub mod send;
+    pub mod wait;
 }
 pub mod launch;
 pub mod query;

@@ -310,6 +310,10 @@ struct ImportArgs {
     /// Files imported at the same time.
     #[arg(long, default_value_t = 8)]
     parallel: usize,
+    /// Wait up to this long for the job's analytics to be final (every
+    /// imported step of every rank analysed) before returning; 0: do not wait.
+    #[arg(long, default_value_t = 300)]
+    wait_secs: u64,
     /// Trace files (.json, .json.gz) or folders of them.
     #[arg(required = true)]
     paths: Vec<std::path::PathBuf>,
@@ -552,7 +556,7 @@ async fn run(cli: Cli) -> Result<()> {
             )
             .await
         }
-        Command::Import(a) => import_cmd(a, &cli.token, tls).await,
+        Command::Import(a) => import_cmd(a, &cli.token, tls, &http(), &cli.collector).await,
         Command::Gpus(a) => {
             let (node, job) = (a.node.as_deref(), a.job.as_deref());
             let rows =
@@ -717,8 +721,14 @@ async fn run(cli: Cli) -> Result<()> {
     }
 }
 
-async fn import_cmd(a: ImportArgs, token: &str, tls: rankscope_proto::tls::TlsPaths) -> Result<()> {
-    use rankscope_cli::import::{self, send};
+async fn import_cmd(
+    a: ImportArgs,
+    token: &str,
+    tls: rankscope_proto::tls::TlsPaths,
+    http: &HttpClient,
+    collector: &str,
+) -> Result<()> {
+    use rankscope_cli::import::{self, send, wait};
     let files = import::discover(&a.paths)?;
     let mut opts = import::ImportOptions::new(a.job.clone());
     opts.run_id = a.run_id;
@@ -761,6 +771,26 @@ async fn import_cmd(a: ImportArgs, token: &str, tls: rankscope_proto::tls::TlsPa
         a.job,
         bytes as f64 / 1e6
     );
+    if a.wait_secs > 0 {
+        let want: u64 = reports
+            .iter()
+            .map(|r| wait::rank_steps(&r.summary.stats))
+            .sum();
+        let bar = std::io::IsTerminal::is_terminal(&std::io::stderr());
+        let done = wait::until_final(
+            http,
+            collector,
+            &a.job,
+            want,
+            Duration::from_secs(a.wait_secs),
+            bar,
+        )
+        .await?;
+        println!(
+            "analytics final: {done} (step, rank) breakdowns, {:.2} s after the start",
+            started.elapsed().as_secs_f64()
+        );
+    }
     Ok(())
 }
 

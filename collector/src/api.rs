@@ -57,6 +57,7 @@ pub fn router(state: ApiState) -> Router {
         .route("/api/v1/jobs", get(jobs))
         .route("/api/v1/jobs/{job}/steps", get(steps))
         .route("/api/v1/jobs/{job}/breakdown", get(analytics::breakdown))
+        .route("/api/v1/jobs/{job}/progress", get(analytics::progress))
         .route("/api/v1/jobs/{job}/ranks", get(analytics::ranks))
         .route(
             "/api/v1/jobs/{job}/collectives",

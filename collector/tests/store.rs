@@ -543,10 +543,12 @@ async fn concurrent_writes_are_all_acknowledged_and_stored_exactly_once() {
         ))
         .unwrap();
     assert_eq!(ranks.trim(), "1");
-    assert_eq!(load(&m.rows_written), 15 * n);
+    // 15 tables, and the batch's `ingest_intents` row written first.
+    assert_eq!(load(&m.rows_written), 16 * n);
     assert_eq!(load(&m.insert_failures), 0);
-    // Batched: 14 tables per flush, far fewer flushes than row sets.
-    assert_eq!(load(&m.inserts), 14 * load(&m.flushes));
+    // Batched: 14 tables and the intents per flush, far fewer flushes than
+    // row sets.
+    assert_eq!(load(&m.inserts), 15 * load(&m.flushes));
     assert!(
         load(&m.flushes) < n,
         "{} flushes for {n} row sets",
@@ -943,6 +945,7 @@ async fn retention_drops_old_day_partitions_and_keeps_recent_ones() {
         "hang_suspects",
         "host_samples",
         "ingest_batches",
+        "ingest_intents",
         "kernels",
         "rank_gpu_samples",
         "rank_process_samples",

@@ -40,6 +40,42 @@ async fn imported_dlrm_matches_hta_and_reimport_replaces() {
         .await
         .expect("import");
     assert!(reports.iter().all(|r| r.duplicates == 0 && r.rows > 0));
+    // What `rankscope import` does before it returns: wait until every
+    // imported (step, rank) is analysed. After it, no query needs to poll.
+    let want: u64 = reports
+        .iter()
+        .map(|r| import::wait::rank_steps(&r.summary.stats))
+        .sum();
+    assert_eq!(want, 8, "one step on each of 8 ranks");
+    let collector = format!("http://{}", stack.http_addr());
+    let http = rankscope_cli::query::http::HttpClient::new(std::time::Duration::from_secs(5));
+    let done = import::wait::until_final(
+        &http,
+        &collector,
+        "dlrm",
+        want,
+        std::time::Duration::from_secs(60),
+        false,
+    )
+    .await
+    .expect("analytics final");
+    assert_eq!(done, 8);
+    // Waiting for more than will ever be final ends with a named timeout.
+    let late = import::wait::until_final(
+        &http,
+        &collector,
+        "dlrm",
+        want + 1,
+        std::time::Duration::from_millis(300),
+        false,
+    )
+    .await;
+    match late {
+        Err(import::wait::WaitError::Timeout {
+            done: 8, want: 9, ..
+        }) => {}
+        other => panic!("expected a timeout at 8 of 9, got {other:?}"),
+    }
     let stored = stack.counts("dlrm").await;
     let sent: u64 = reports.iter().map(|r| r.rows).sum();
     assert_eq!(stored.total(), sent);
@@ -97,12 +133,11 @@ async fn imported_dlrm_matches_hta_and_reimport_replaces() {
         );
     }
 
-    // The one ProfilerStep (#10) is assembled across the 8 ranks.
-    let rows = stack
-        .api_poll("/api/v1/jobs/dlrm/breakdown?step=10", "breakdown", |v| {
-            v.len() == 8
-        })
-        .await;
+    // The one ProfilerStep (#10) is assembled across the 8 ranks, and is
+    // there at once (the wait above).
+    let rows = stack.api_get("/api/v1/jobs/dlrm/breakdown?step=10").await;
+    let rows = rows["breakdown"].as_array().expect("breakdown");
+    assert_eq!(rows.len(), 8);
     assert!(rows.iter().all(|r| r["step"] == 10));
     let colls = stack.api_get("/api/v1/jobs/dlrm/collectives").await;
     let ops: Vec<&str> = colls["collectives"]

@@ -47,7 +47,8 @@ pub struct SendOptions {
     pub max_attempts: u32,
     /// Files imported at the same time.
     pub parallel_files: usize,
-    /// Print progress to stderr when it is a terminal.
+    /// Print progress to stderr when it is a terminal (one indicatif bar
+    /// per file being read).
     pub progress: bool,
     /// Bearer token the collector requires (empty: none).
     pub token: String,
@@ -126,12 +127,19 @@ pub async fn import_and_send(
     let client = proto::collector_ingest_client::CollectorIngestClient::new(channel)
         .max_encoding_message_size(usize::MAX);
     let mut reports = Vec::with_capacity(files.len());
+    let bars =
+        (send.progress && std::io::stderr().is_terminal()).then(indicatif::MultiProgress::new);
     for group in files.chunks(send.parallel_files.max(1)) {
         let mut tasks = tokio::task::JoinSet::new();
         for (i, path) in group.iter().enumerate() {
-            let (path, opts, send, client) =
-                (path.clone(), opts.clone(), send.clone(), client.clone());
-            tasks.spawn(async move { (i, import_one(path, opts, send, client).await) });
+            let (path, opts, send, client, bars) = (
+                path.clone(),
+                opts.clone(),
+                send.clone(),
+                client.clone(),
+                bars.clone(),
+            );
+            tasks.spawn(async move { (i, import_one(path, opts, send, client, bars).await) });
         }
         let mut done: Vec<(usize, FileReport)> = Vec::new();
         while let Some(joined) = tasks.join_next().await {
@@ -154,33 +162,38 @@ async fn import_one(
     opts: ImportOptions,
     send: SendOptions,
     client: Client,
+    bars: Option<indicatif::MultiProgress>,
 ) -> Result<FileReport, SendError> {
     let session = session_id(&path, &opts)?;
     let (tx, mut rx) = mpsc::channel::<Chunk>(4);
     let parse = {
-        let (path, opts, show) = (
-            path.clone(),
-            opts.clone(),
-            send.progress && std::io::stderr().is_terminal(),
-        );
+        let (path, opts) = (path.clone(), opts.clone());
         tokio::task::spawn_blocking(move || {
             let name = path.display().to_string();
-            let mut last_pct = u64::MAX;
-            let progress = move |p: &Progress| {
-                if !show || p.file_bytes_total == 0 {
+            let mut bar: Option<indicatif::ProgressBar> = None;
+            let progress = |p: &Progress| {
+                let Some(multi) = &bars else { return };
+                if p.file_bytes_total == 0 {
                     return;
                 }
-                let pct = 100 * p.file_bytes_read / p.file_bytes_total;
-                if pct != last_pct {
-                    last_pct = pct;
-                    eprint!("\r{name}: pass {} {pct:>3}%", p.pass);
-                }
+                let pb = bar.get_or_insert_with(|| {
+                    let pb = multi.add(indicatif::ProgressBar::new(p.file_bytes_total));
+                    pb.set_style(
+                        indicatif::ProgressStyle::with_template(
+                            "{msg} {bar:30} {bytes}/{total_bytes}",
+                        )
+                        .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+                    );
+                    pb
+                });
+                pb.set_message(format!("{name} (pass {})", p.pass));
+                pb.set_position(p.file_bytes_read);
             };
             let result = import_file_with_progress(&path, &opts, progress, |chunk| {
                 tx.blocking_send(chunk).map_err(|_| "the sender stopped")
             });
-            if show {
-                eprintln!();
+            if let Some(pb) = bar {
+                pb.finish_and_clear();
             }
             result
         })

@@ -88,6 +88,22 @@ pub(super) async fn breakdown(
     Ok(Json(serde_json::json!({ "job": job, "breakdown": out })))
 }
 
+/// `GET /api/v1/jobs/{job}/progress`: how far the job's analytics are —
+/// finalized (step, rank) breakdowns and the highest finalized step
+/// (`rankscope import` waits until they cover what it sent).
+pub(super) async fn progress(
+    State(st): State<ApiState>,
+    Path(job): Path<String>,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    let (n, last) = st.store.analytics_progress(&job).await?;
+    st.require_job(&job, n == 0).await?;
+    Ok(Json(serde_json::json!({
+        "job": job,
+        "rank_steps_final": n,
+        "last_step_final": last,
+    })))
+}
+
 /// One rank's temporal breakdown over the whole job.
 #[derive(Debug, Serialize)]
 pub struct RankOut {

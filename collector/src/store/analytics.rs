@@ -114,6 +114,14 @@ pub struct HangSuspectRow {
     pub detected_ns: u64,
 }
 
+const BREAKDOWN_PROGRESS_SQL: &str = include_str!("../../queries/breakdown_progress.sql");
+
+#[derive(Debug, Row, Deserialize)]
+struct ProgressRow {
+    n: u64,
+    step: u64,
+}
+
 /// Temporal breakdown of one rank over all its GPU events in the job.
 #[derive(Debug, Clone, PartialEq)]
 pub struct RankSummary {
@@ -123,6 +131,19 @@ pub struct RankSummary {
 }
 
 impl Store {
+    /// Finalized (step, rank) breakdowns of `job` and its highest finalized
+    /// step (`None` when none is).
+    pub async fn analytics_progress(&self, job: &str) -> Result<(u64, Option<u64>), StoreError> {
+        let r: ProgressRow = self
+            .client()
+            .query(BREAKDOWN_PROGRESS_SQL)
+            .bind(job)
+            .fetch_one()
+            .await
+            .map_err(StoreError::query("analytics progress"))?;
+        Ok((r.n, (r.n > 0).then_some(r.step)))
+    }
+
     /// Breakdown rows of steps `from..=to`, or of the last `last` steps.
     pub async fn step_breakdowns(
         &self,
