@@ -148,6 +148,15 @@ async fn every_dashboard_query_runs_and_names_what_exists() {
             |r| !r.is_empty(),
         )
         .await;
+    // Verdicts and breakdowns are separate INSERTs of one flush: wait for
+    // the breakdowns the panels read too.
+    stack
+        .api_poll(
+            &format!("/api/v1/jobs/{job}/breakdown?last=20"),
+            "breakdown",
+            |r| r.len() == 8 * 20,
+        )
+        .await;
     let ds = dashboards();
     assert!(
         ds.len() >= 2,
