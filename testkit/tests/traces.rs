@@ -219,7 +219,12 @@ fn job_id(name: &str) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_rank_of_a_plain_torch_job_is_traced_on_the_same_iterations_and_imported() {
     let _serial = SERIAL.lock().await;
-    let stack = stack().await;
+    // Each process picks the request up at its own libkineto poll; both
+    // start at the next multiple of the roundup, so they trace the same
+    // iterations unless a multiple falls between their polls. 50 iterations
+    // (about 3 s here) instead of 10 makes that rare: with 10 it happened
+    // once in a loaded full run (rank 1 traced 9 iterations after rank 0).
+    let stack = stack_with(|c| c.traces.iteration_roundup = 50).await;
     let job = job_id("traced-plain");
     let job = job.as_str();
 
@@ -617,8 +622,9 @@ async fn a_truncated_trace_file_fails_its_rank_and_the_other_rank_is_imported() 
         .collect();
     let client = FakeClient::new("faults");
     let pids: Vec<u32> = ranks.iter().map(|g| g.0.id()).collect();
-    // Poll until the collector knows both processes and a request is accepted.
-    let deadline = Instant::now() + Duration::from_secs(30);
+    // Poll until the collector knows both processes and a request is accepted
+    // (a deadline, not a wait: generous for a loaded machine).
+    let deadline = Instant::now() + Duration::from_secs(90);
     let http = rankscope_cli::query::http::HttpClient::new(Duration::from_secs(5));
     let url = format!("http://{}", stack.http_addr());
     let trace = loop {
