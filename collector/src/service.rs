@@ -24,6 +24,11 @@ use crate::metrics::Metrics;
 use crate::store::{BatchKey, Store, WriteError, WriterHandle};
 use crate::stream::StreamHandle;
 
+/// Most batches remembered as possibly stored in part (each costs a lookup
+/// in ClickHouse when it comes again); beyond it, a failed flush's retry
+/// relies on the writer's in-memory record of the tables that answered.
+const MAX_UNCOMMITTED: usize = 65_536;
+
 /// Implementation of `CollectorIngest`.
 #[derive(Clone)]
 pub struct IngestService {
@@ -33,9 +38,9 @@ pub struct IngestService {
     dedupe: Arc<Mutex<Dedupe>>,
     metrics: Arc<Metrics>,
     traces: Option<crate::traces::TraceHub>,
-    /// Batches a killed collector may have stored in part (read at start-up,
-    /// see `store::writer`): when one comes again, only the tables that lack
-    /// its rows are written.
+    /// Batches that may be stored in part: read at start-up (a killed
+    /// collector's, see `store::writer`) or left by a failed flush. When one
+    /// comes again, only the tables that lack its rows are written.
     uncommitted: Arc<Mutex<std::collections::HashSet<BatchKey>>>,
 }
 
@@ -80,7 +85,9 @@ impl IngestService {
             self.store.tables_holding(key, rows).await.map_err(|e| {
                 Status::unavailable(format!("cannot check an uncommitted batch: {e}"))
             })?;
-        tracing::info!(agent = %key.0, session = key.1, seq = key.2, tables = ?held.iter().map(|t| t.name()).collect::<Vec<_>>(), "completing a batch a killed collector stored in part");
+        if !held.is_empty() {
+            tracing::info!(agent = %key.0, session = key.1, seq = key.2, tables = ?held.iter().map(|t| t.name()).collect::<Vec<_>>(), "completing a batch stored in part (collector killed or flush failed)");
+        }
         for t in held {
             rows.clear_table(t);
         }
@@ -114,9 +121,19 @@ impl IngestService {
         };
         let n = rows.len() as u64;
         let result = self.writer.write(rows).await;
-        if completing && result.is_ok() {
-            if let Ok(mut u) = self.uncommitted.lock() {
-                u.remove(&key);
+        if let Ok(mut u) = self.uncommitted.lock() {
+            match &result {
+                Ok(_) if completing => {
+                    u.remove(&key);
+                }
+                // A failed flush may still have committed some of its
+                // INSERTs (ClickHouse killed after a commit, before its
+                // answer): the retry asks ClickHouse which tables hold the
+                // batch, as for a batch a killed collector left.
+                Err(WriteError::Unavailable(_)) if u.len() < MAX_UNCOMMITTED => {
+                    u.insert(key);
+                }
+                _ => {}
             }
         }
         self.finish(
