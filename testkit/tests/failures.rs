@@ -214,9 +214,20 @@ async fn a_partial_flush_leaves_no_row_twice_after_the_retry() {
         writer.table(rankscope_collector::store::Table::Kernels),
         writer.table(rankscope_collector::store::Table::Steps),
     );
-    eventually(30, "kernels failed twice while steps were written", || {
-        kernels.failures.load(Relaxed) >= 2 && steps.rows.load(Relaxed) > 0
-    })
+    let ingest = stack.collector.as_ref().unwrap().metrics();
+    // The flush failed on kernels after steps were written, and the agent's
+    // retries were answered UNAVAILABLE while the table was away (the retry
+    // first asks ClickHouse which tables hold the batch; it cannot tell
+    // while kernels is missing).
+    eventually(
+        30,
+        "kernels failed while steps were written, then a retry",
+        || {
+            kernels.failures.load(Relaxed) >= 1
+                && steps.rows.load(Relaxed) > 0
+                && ingest.batches_retry.load(Relaxed) >= 2
+        },
+    )
     .await;
     // Steps rows are in ClickHouse already, and the batches are not acknowledged.
     let stored: u64 = stack
