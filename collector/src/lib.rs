@@ -166,47 +166,20 @@ pub async fn start(cfg: Config) -> Result<Collector, StartError> {
     // After a crash: the live state of running jobs and the firing alerts
     // come back from ClickHouse before any batch is accepted.
     let started = std::time::Instant::now();
-    let now = service::now_ns();
-    let uncommitted = if cfg.stream.recover_horizon_secs == 0 {
-        Vec::new()
-    } else {
-        let since = now.saturating_sub(
-            cfg.stream
-                .recover_horizon_secs
-                .saturating_mul(1_000_000_000),
-        );
-        store
-            .uncommitted_batches(since)
-            .await
-            .map_err(StartError::Recover)?
-    };
-    let (recovered, recover_stats) = stream::recover::load(
-        &store,
-        &cfg.stream,
-        &policy,
-        &uncommitted.iter().cloned().collect(),
-        now,
-    )
-    .await
-    .map_err(StartError::Recover)?;
-    let firing = if cfg.stream.recover_horizon_secs == 0 {
-        Vec::new()
-    } else {
-        store
-            .alerts(None, true)
-            .await
-            .map_err(StartError::Recover)?
-    };
-    if recover_stats.jobs + recover_stats.jobs_skipped > 0
-        || !firing.is_empty()
-        || !uncommitted.is_empty()
+    let recovered = stream::recover::load(&store, &cfg.stream, &policy, service::now_ns())
+        .await
+        .map_err(StartError::Recover)?;
+    let stats = recovered.stats;
+    if stats.jobs + stats.jobs_skipped > 0
+        || !recovered.firing.is_empty()
+        || !recovered.uncommitted.is_empty()
     {
         tracing::info!(
-            jobs = recover_stats.jobs,
-            jobs_skipped = recover_stats.jobs_skipped,
-            events = recover_stats.events_replayed,
-            firing_alerts = firing.len(),
-            uncommitted_batches = uncommitted.len(),
+            jobs = stats.jobs,
+            jobs_skipped = stats.jobs_skipped,
+            events = stats.events_replayed,
+            firing_alerts = recovered.firing.len(),
+            uncommitted_batches = recovered.uncommitted.len(),
             ms = started.elapsed().as_millis() as u64,
             "live state rebuilt from ClickHouse"
         );
@@ -214,7 +187,7 @@ pub async fn start(cfg: Config) -> Result<Collector, StartError> {
     let (alerts, alerts_task) = alert::spawn_alerts(
         cfg.alerts.clone(),
         writer.clone(),
-        firing,
+        recovered.firing,
         wait_for(shutdown_rx.clone()),
     )?;
     let (stream, stream_task) = stream::spawn_stream(
@@ -227,7 +200,7 @@ pub async fn start(cfg: Config) -> Result<Collector, StartError> {
             traces: Some(trace_hub.clone()),
         },
         writer.clone(),
-        recovered,
+        recovered.jobs,
         wait_for(shutdown_rx.clone()),
     );
 
@@ -271,7 +244,7 @@ pub async fn start(cfg: Config) -> Result<Collector, StartError> {
         metrics.clone(),
     )
     .with_traces(trace_hub.clone())
-    .with_uncommitted(uncommitted);
+    .with_uncommitted(recovered.uncommitted);
     let server = proto::collector_ingest_server::CollectorIngestServer::new(svc)
         .max_decoding_message_size(cfg.max_message_bytes);
     let server = tonic::service::interceptor::InterceptedService::new(

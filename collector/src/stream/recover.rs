@@ -40,6 +40,7 @@ use rankscope_analysis::{
 };
 
 use super::{RankInput, StreamConfig, StreamEvent};
+use crate::store::analytics::AlertReadRow;
 use crate::store::{
     BatchKey, RecoverBreakdown, RecoverCollective, RecoverKernel, RecoverMarker, RecoverRank,
     RecoverSpan, Store, StoreError,
@@ -68,26 +69,62 @@ pub struct RecoverStats {
     pub jobs: u64,
     /// Jobs left out: over `recover_max_rows`.
     pub jobs_skipped: u64,
-    /// Finalized steps replayed into straggler trackers.
-    pub steps_replayed: u64,
     /// Raw rows (markers and events) pushed through step assembly again.
     pub events_replayed: u64,
 }
 
-/// Reads the snapshots of the jobs with a step marker since
-/// `now_ns - recover_horizon_secs` (none when the horizon is 0).
+/// Everything a start-up takes back from ClickHouse.
+#[derive(Debug, Default)]
+pub struct Recovered {
+    /// Live state of the running jobs (for the stream task).
+    pub jobs: Vec<JobSnapshot>,
+    /// Batches stored in part (for the ingest service).
+    pub uncommitted: Vec<BatchKey>,
+    /// Alerts still firing (for the alert engine).
+    pub firing: Vec<AlertReadRow>,
+    pub stats: RecoverStats,
+}
+
+/// Reads what was live `recover_horizon_secs` before `now_ns` (nothing
+/// when the horizon is 0): the uncommitted batches, the running jobs'
+/// snapshots (without the rows of those batches) and the firing alerts.
 pub async fn load(
     store: &Store,
     cfg: &StreamConfig,
     policy: &StragglerPolicy,
-    uncommitted: &HashSet<BatchKey>,
     now_ns: u64,
-) -> Result<(Vec<JobSnapshot>, RecoverStats), StoreError> {
-    let mut stats = RecoverStats::default();
+) -> Result<Recovered, StoreError> {
     if cfg.recover_horizon_secs == 0 {
-        return Ok((Vec::new(), stats));
+        return Ok(Recovered::default());
     }
     let since = now_ns.saturating_sub(cfg.recover_horizon_secs.saturating_mul(1_000_000_000));
+    let uncommitted = store.uncommitted_batches(since).await?;
+    let (jobs, stats) = load_jobs(
+        store,
+        cfg,
+        policy,
+        &uncommitted.iter().cloned().collect(),
+        since,
+    )
+    .await?;
+    let firing = store.alerts(None, true).await?;
+    Ok(Recovered {
+        jobs,
+        uncommitted,
+        firing,
+        stats,
+    })
+}
+
+/// The snapshots of the jobs with a step marker since `since`.
+async fn load_jobs(
+    store: &Store,
+    cfg: &StreamConfig,
+    policy: &StragglerPolicy,
+    uncommitted: &HashSet<BatchKey>,
+    since: u64,
+) -> Result<(Vec<JobSnapshot>, RecoverStats), StoreError> {
+    let mut stats = RecoverStats::default();
     let limit = cfg.recover_max_rows;
     let mut out = Vec::new();
     for j in store.recover_jobs(since).await? {
