@@ -92,6 +92,11 @@ impl Control {
             }
             let (out_tx, out_rx) = mpsc::channel::<proto::AgentReport>(64);
             let first = self.full_report(&parsed);
+            // What the collector will know once the stream opens: a process
+            // that starts polling while the stream is being opened must be
+            // reported at the first tick, so compare against this snapshot,
+            // not against the processes at the moment the open completes.
+            let mut last_processes = first.processes.clone();
             let _ = out_tx.try_send(first);
             let outbound = futures_stream(out_rx);
             let mut request = tonic::Request::new(outbound);
@@ -127,7 +132,6 @@ impl Control {
             logged.clear();
             let mut tick = tokio::time::interval(TICK);
             let mut last_sent = tokio::time::Instant::now();
-            let mut last_processes = self.processes();
             loop {
                 tokio::select! {
                     _ = stop.changed() => return,

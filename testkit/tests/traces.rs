@@ -15,6 +15,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use common::kineto_client::FakeClient;
 use common::Stack;
 
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
@@ -558,43 +559,6 @@ async fn a_straggler_gets_one_automatic_trace_and_trace_diff_puts_its_extra_comp
     stack.stop().await;
 }
 
-/// A stand-in for libkineto's daemon client in a process we control: polls
-/// `@dynolog` with the pid of `pid` and returns the config it is given.
-struct FakeClient {
-    socket: std::os::unix::net::UnixDatagram,
-}
-
-impl FakeClient {
-    fn new(tag: &str) -> Self {
-        use std::os::linux::net::SocketAddrExt;
-        let name = format!("rankscope-test-client-{tag}-{}", std::process::id());
-        let addr = std::os::unix::net::SocketAddr::from_abstract_name(name.as_bytes()).unwrap();
-        let socket = std::os::unix::net::UnixDatagram::bind_addr(&addr).expect("bind");
-        socket
-            .set_read_timeout(Some(Duration::from_secs(2)))
-            .unwrap();
-        Self { socket }
-    }
-
-    /// One `req` poll for `pid`: the config text ("" = nothing to do).
-    fn poll(&self, pid: u32) -> String {
-        use rankscope_agent::kineto::wire;
-        use std::os::linux::net::SocketAddrExt;
-        let mut payload = Vec::new();
-        payload.extend_from_slice(&wire::CONFIG_TYPE_ACTIVITIES.to_ne_bytes());
-        payload.extend_from_slice(&1i32.to_ne_bytes());
-        payload.extend_from_slice(&0i64.to_ne_bytes());
-        payload.extend_from_slice(&(pid as i32).to_ne_bytes());
-        let daemon = std::os::unix::net::SocketAddr::from_abstract_name(b"dynolog\0").unwrap();
-        self.socket
-            .send_to_addr(&wire::encode("req", &payload), &daemon)
-            .expect("send");
-        let mut buf = vec![0u8; 65536];
-        let n = self.socket.recv(&mut buf).expect("the agent answers");
-        String::from_utf8_lossy(&buf[wire::HEADER_BYTES..n]).into_owned()
-    }
-}
-
 fn log_file(config: &str) -> Option<PathBuf> {
     config
         .lines()
@@ -620,7 +584,7 @@ async fn a_truncated_trace_file_fails_its_rank_and_the_other_rank_is_imported() 
             )
         })
         .collect();
-    let client = FakeClient::new("faults");
+    let client = FakeClient::new("faults", "dynolog");
     let pids: Vec<u32> = ranks.iter().map(|g| g.0.id()).collect();
     // Poll until the collector knows both processes and a request is accepted
     // (a deadline, not a wait: generous for a loaded machine).

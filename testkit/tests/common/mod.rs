@@ -2,6 +2,7 @@
 //! and an agent on free ports, plus helpers to read back what was stored.
 #![allow(dead_code)]
 
+pub mod kineto_client;
 pub mod proxy;
 
 use std::time::{Duration, Instant};
