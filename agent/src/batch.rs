@@ -6,7 +6,9 @@
 //! [`SampleSet`]s from the sampler thread (bounded channel; the sampler
 //! drops a tick when it is full), and a flush command at shutdown. Out:
 //! [`Pending`] batches to the uplink over the bounded backlog channel
-//! (`backlog_max_batches`).
+//! (`backlog_max_batches`), each encoded once here and holding its size in
+//! permits of the backlog's byte budget (`backlog_max_bytes`) until the
+//! uplink settles it.
 //!
 //! Invariants:
 //! * a batch holds at most `batch_max_events` events plus samples (a big
@@ -17,15 +19,17 @@
 //!   leave in the order they arrived;
 //! * queue permits are released as soon as their events are in the batch
 //!   under construction;
-//! * backpressure: when the backlog is full the batcher waits on it, stops
+//! * backpressure: when the backlog is full (in batches or in bytes) the
+//!   batcher waits on it, stops
 //!   reading chunks, the queue fills up and ingest drops the newest events.
 //!   That is the agent's single drop point; nothing is dropped here.
 
 use std::sync::Arc;
 use std::time::Duration;
 
+use bytes::Bytes;
 use rankscope_proto::v1 as proto;
-use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit};
+use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 
 pub(crate) mod builder;
@@ -58,10 +62,44 @@ pub(crate) struct Chunk {
 /// A cut batch on its way to the collector.
 #[derive(Debug)]
 pub(crate) struct Pending {
-    pub(crate) batch: proto::AgentBatch,
+    pub(crate) seq: u64,
+    /// The `AgentBatch`, encoded once at the cut without `sent_at_ns` (the
+    /// uplink appends it to each call); what the backlog holds in memory.
+    pub(crate) body: Bytes,
     pub(crate) events: u64,
     /// Telemetry samples in the batch.
     pub(crate) samples: u64,
+    /// The body's share of `backlog_max_bytes`, given back when the batch
+    /// is settled (delivered or dropped) and this is dropped.
+    pub(crate) _budget: Option<OwnedSemaphorePermit>,
+}
+
+/// The backlog's byte budget (`backlog_max_bytes`).
+#[derive(Debug, Clone)]
+pub(crate) struct Budget {
+    pub(crate) bytes: Arc<Semaphore>,
+    pub(crate) max: usize,
+}
+
+impl Budget {
+    pub(crate) fn new(max: usize) -> Self {
+        Self {
+            bytes: Arc::new(Semaphore::new(max)),
+            max,
+        }
+    }
+
+    /// Bytes of encoded batches held now.
+    pub(crate) fn held(&self) -> usize {
+        self.max.saturating_sub(self.bytes.available_permits())
+    }
+
+    /// Waits until `len` bytes fit (a batch larger than the whole budget
+    /// waits for all of it, so it is then held alone).
+    async fn take(&self, len: usize) -> Option<OwnedSemaphorePermit> {
+        let n = u32::try_from(len.clamp(1, self.max)).unwrap_or(u32::MAX);
+        Arc::clone(&self.bytes).acquire_many_owned(n).await.ok()
+    }
 }
 
 /// Batcher settings and state.
@@ -72,6 +110,7 @@ pub(crate) struct Batcher {
     pub(crate) max_events: usize,
     pub(crate) max_delay: Duration,
     pub(crate) metrics: Arc<Metrics>,
+    budget: Budget,
     next_seq: u64,
     builder: BatchBuilder,
     deadline: Option<Instant>,
@@ -88,6 +127,7 @@ impl Batcher {
         max_events: usize,
         max_delay: Duration,
         metrics: Arc<Metrics>,
+        budget: Budget,
     ) -> Self {
         Self {
             agent_id,
@@ -96,6 +136,7 @@ impl Batcher {
             max_events: max_events.max(1),
             max_delay,
             metrics,
+            budget,
             next_seq: 1,
             builder: BatchBuilder::default(),
             deadline: None,
@@ -120,6 +161,18 @@ impl Batcher {
         out: mpsc::Sender<Pending>,
         mut flush: oneshot::Receiver<()>,
     ) {
+        // Encoding runs beside the batcher (its own task: while one batch
+        // is encoded the next one is being built); one cut batch waits.
+        let (cut_tx, cut_rx) = mpsc::channel::<Cut>(1);
+        let encoder = tokio::spawn(encode(
+            cut_rx,
+            out,
+            self.budget.clone(),
+            self.spool.clone(),
+            Arc::clone(&self.metrics),
+            self.session,
+        ));
+        let out = cut_tx;
         let mut samples_open = true;
         loop {
             let deadline = self.deadline;
@@ -147,10 +200,13 @@ impl Batcher {
             }
         }
         self.cut(&out).await;
+        drop(out);
+        // Every batch is in the backlog (or the uplink is gone) when this returns.
+        let _ = encoder.await;
         tracing::debug!(last_seq = self.next_seq - 1, "batcher stopped");
     }
 
-    async fn add(&mut self, chunk: Chunk, out: &mpsc::Sender<Pending>) {
+    async fn add(&mut self, chunk: Chunk, out: &mpsc::Sender<Cut>) {
         let Chunk {
             stream,
             names,
@@ -198,7 +254,7 @@ impl Batcher {
     }
 
     /// Adds the samples of one tick (never split: a tick is small).
-    async fn add_samples(&mut self, set: SampleSet, out: &mpsc::Sender<Pending>) {
+    async fn add_samples(&mut self, set: SampleSet, out: &mpsc::Sender<Cut>) {
         if set.len() == 0 {
             return;
         }
@@ -214,7 +270,7 @@ impl Batcher {
 
     /// Cuts the batch under construction (if any) and hands it to the uplink,
     /// waiting while the backlog is full.
-    async fn cut(&mut self, out: &mpsc::Sender<Pending>) {
+    async fn cut(&mut self, out: &mpsc::Sender<Cut>) {
         self.deadline = None;
         if self.builder.is_empty() {
             return;
@@ -234,29 +290,71 @@ impl Batcher {
         };
         self.next_seq += 1;
         Metrics::inc(&self.metrics.batches_created);
-        if let Some(spool) = &self.spool {
-            let (spool, bytes) = (
-                Arc::clone(spool),
-                rankscope_proto::codec::Encoded::of(&batch).0,
-            );
-            let (session, seq) = (batch.agent_session, batch.seq);
+        let cut = Cut {
+            batch,
+            events,
+            samples,
+            spooled: std::mem::take(&mut self.spool_waiting),
+        };
+        if out.send(cut).await.is_err() {
+            tracing::error!(events, "encoder gone, batch not handed over");
+        }
+    }
+}
+
+/// A cut batch on its way to the encoder.
+pub(crate) struct Cut {
+    batch: proto::AgentBatch,
+    events: u64,
+    samples: u64,
+    /// Acks waiting for this batch to be spooled.
+    spooled: Vec<oneshot::Sender<()>>,
+}
+
+/// The encoder stage: encodes each cut batch once, writes it to the spool
+/// (when there is one) before its ranks' acks go out, and hands it to the
+/// uplink, waiting while the backlog holds `backlog_max_bytes`. Ends when
+/// the batcher is done and every batch is handed over.
+async fn encode(
+    mut input: mpsc::Receiver<Cut>,
+    out: mpsc::Sender<Pending>,
+    budget: Budget,
+    spool: Option<Arc<crate::spool::Spool>>,
+    metrics: Arc<Metrics>,
+    session: u64,
+) {
+    while let Some(cut) = input.recv().await {
+        let Cut {
+            batch,
+            events,
+            samples,
+            spooled,
+        } = cut;
+        let seq = batch.seq;
+        let body = rankscope_proto::codec::Encoded::of(&batch).0;
+        drop(batch);
+        if let Some(spool) = &spool {
+            let (spool, bytes) = (Arc::clone(spool), body.clone());
             let written = tokio::task::spawn_blocking(move || spool.write(session, seq, &bytes))
                 .await
                 .map_err(|e| std::io::Error::other(e.to_string()))
                 .and_then(|r| r);
             if let Err(e) = written {
-                Metrics::inc(&self.metrics.spool_write_errors);
+                Metrics::inc(&metrics.spool_write_errors);
                 tracing::warn!(seq, error = %e, "cannot write the batch to the spool; it is sent all the same");
             }
         }
-        for tx in self.spool_waiting.drain(..) {
+        for tx in spooled {
             let _ = tx.send(());
         }
-        tracing::trace!(seq = batch.seq, events, samples, "batch cut");
+        tracing::trace!(seq, events, samples, bytes = body.len(), "batch cut");
+        let budget = budget.take(body.len()).await;
         let pending = Pending {
-            batch,
+            seq,
+            body,
             events,
             samples,
+            _budget: budget,
         };
         if out.send(pending).await.is_err() {
             // Only after the uplink was aborted at the end of a shutdown; the

@@ -82,8 +82,12 @@ pub struct Config {
     pub batch_max_events: usize,
     /// ...or this long after its first event.
     pub batch_max_delay_ms: u64,
-    /// Batches held in memory while the collector is slow or unreachable.
+    /// Batches held in memory while the collector is slow or unreachable
+    /// (cut, not yet acknowledged, the calls in flight included)...
     pub backlog_max_batches: usize,
+    /// ...and their encoded bytes at most. A full backlog (either bound)
+    /// stops the batcher, the queue fills and drops the newest events.
+    pub backlog_max_bytes: usize,
     /// Batches sent to the collector concurrently.
     pub max_in_flight_batches: usize,
     /// First retry delay after a transient collector failure.
@@ -160,10 +164,11 @@ impl Default for Config {
             tls_reload_interval_secs: 10,
             agent_id: host.clone(),
             node: host,
-            queue_max_events: 1_000_000,
+            queue_max_events: 100_000,
             batch_max_events: 50_000,
             batch_max_delay_ms: 200,
             backlog_max_batches: 256,
+            backlog_max_bytes: 16 * 1024 * 1024,
             max_in_flight_batches: 4,
             retry_initial_ms: 100,
             retry_max_ms: 10_000,
@@ -238,11 +243,12 @@ impl Config {
 
     /// Checks value ranges (called by the parsers and by `start`).
     pub fn validate(&self) -> Result<(), ConfigError> {
-        let positive: [(&'static str, u64); 8] = [
+        let positive: [(&'static str, u64); 9] = [
             ("queue_max_events", self.queue_max_events as u64),
             ("batch_max_events", self.batch_max_events as u64),
             ("batch_max_delay_ms", self.batch_max_delay_ms),
             ("backlog_max_batches", self.backlog_max_batches as u64),
+            ("backlog_max_bytes", self.backlog_max_bytes as u64),
             ("max_in_flight_batches", self.max_in_flight_batches as u64),
             ("request_timeout_ms", self.request_timeout_ms),
             ("max_message_bytes", self.max_message_bytes as u64),
@@ -257,12 +263,17 @@ impl Config {
                 });
             }
         }
-        if self.queue_max_events > tokio::sync::Semaphore::MAX_PERMITS {
-            return Err(ConfigError::Invalid {
-                field: "queue_max_events",
-                value: self.queue_max_events.to_string(),
-                problem: "too large",
-            });
+        for (field, value) in [
+            ("queue_max_events", self.queue_max_events),
+            ("backlog_max_bytes", self.backlog_max_bytes),
+        ] {
+            if value > tokio::sync::Semaphore::MAX_PERMITS {
+                return Err(ConfigError::Invalid {
+                    field,
+                    value: value.to_string(),
+                    problem: "too large",
+                });
+            }
         }
         for (field, value) in [("agent_id", &self.agent_id), ("node", &self.node)] {
             if value.is_empty() {
@@ -423,8 +434,9 @@ mod tests {
             "127.0.0.1:7710".parse().unwrap()
         );
         assert_eq!(c.collector_url, "http://127.0.0.1:7700");
-        assert_eq!(c.queue_max_events, 1_000_000);
+        assert_eq!(c.queue_max_events, 100_000);
         assert_eq!(c.batch_max_events, 50_000);
+        assert_eq!(c.backlog_max_bytes, 16 * 1024 * 1024);
         assert_eq!(c.max_message_bytes, 16 * 1024 * 1024);
         assert_eq!(c.gpu_sample_interval_ms, 1000);
         assert_eq!(c.host_sample_interval_ms, 1000);

@@ -115,6 +115,7 @@ pub struct AgentHandle {
     metrics: Arc<Metrics>,
     queue: Arc<Semaphore>,
     queue_max_events: usize,
+    budget: batch::Budget,
     ingest: Arc<Ingest>,
     servers: Vec<JoinHandle<()>>,
     server_stop: watch::Sender<bool>,
@@ -174,6 +175,7 @@ pub async fn start(config: Config) -> Result<AgentHandle, AgentError> {
     };
     let (chunk_tx, chunk_rx) = mpsc::unbounded_channel();
     let (backlog_tx, backlog_rx) = mpsc::channel(config.backlog_max_batches);
+    let budget = batch::Budget::new(config.backlog_max_bytes);
     let (flush_tx, flush_rx) = oneshot::channel();
 
     if let Some(paths) = channel::tls_paths(&config) {
@@ -210,6 +212,7 @@ pub async fn start(config: Config) -> Result<AgentHandle, AgentError> {
         config.batch_max_events,
         Duration::from_millis(config.batch_max_delay_ms),
         Arc::clone(&metrics),
+        budget.clone(),
     )
     .with_spool(spool.clone());
     let (sample_tx, sample_rx) = mpsc::channel(sample::QUEUE_SETS);
@@ -315,14 +318,15 @@ pub async fn start(config: Config) -> Result<AgentHandle, AgentError> {
                     addr: config.metrics_listen_addr.clone(),
                     error: e.to_string(),
                 })?;
-        let (m, q, max) = (
+        let (m, q, max, b) = (
             Arc::clone(&metrics),
             Arc::clone(&queue),
             config.queue_max_events,
+            budget.clone(),
         );
         let render: http::Render = Arc::new(move || {
             let queued = max.saturating_sub(q.available_permits());
-            m.snapshot(queued as u64).to_prometheus()
+            m.snapshot(queued as u64, b.held() as u64).to_prometheus()
         });
         let (bound, task) = http::spawn(addr, render, server_stop.subscribe())
             .await
@@ -350,6 +354,7 @@ pub async fn start(config: Config) -> Result<AgentHandle, AgentError> {
         metrics,
         queue,
         queue_max_events: config.queue_max_events,
+        budget,
         ingest,
         servers,
         server_stop,
@@ -390,7 +395,8 @@ impl AgentHandle {
         let queued = self
             .queue_max_events
             .saturating_sub(self.queue.available_permits());
-        self.metrics.snapshot(queued as u64)
+        self.metrics
+            .snapshot(queued as u64, self.budget.held() as u64)
     }
 
     /// Stops accepting rank streams, ends the open ones, flushes the batch
@@ -445,7 +451,7 @@ impl AgentHandle {
             let _ = std::fs::remove_file(path);
         }
 
-        let m = self.metrics.snapshot(0);
+        let m = self.metrics.snapshot(0, 0);
         let settled = m.delivered_events + m.dropped("rejected_by_collector");
         let undelivered_events = m.accepted_events.saturating_sub(settled);
         if undelivered_events > 0 {
@@ -469,7 +475,7 @@ impl AgentHandle {
             undelivered_batches: m.backlog_batches,
             timed_out: !(streams_ended && flushed),
             elapsed: started.elapsed(),
-            metrics: self.metrics.snapshot(0),
+            metrics: self.metrics.snapshot(0, 0),
         };
         if report.undelivered_events > 0 {
             tracing::warn!(

@@ -147,9 +147,10 @@ impl Metrics {
         *map.entry(reason).or_default() += 1;
     }
 
-    /// Reads every counter. `queued_events` is passed in by the owner of the
-    /// queue (it is a gauge of the queue's semaphore).
-    pub(crate) fn snapshot(&self, queued_events: u64) -> MetricsSnapshot {
+    /// Reads every counter. `queued_events` and `backlog_bytes` are passed
+    /// in by the owners of the queue and of the backlog's byte budget (gauges
+    /// of their semaphores).
+    pub(crate) fn snapshot(&self, queued_events: u64, backlog_bytes: u64) -> MetricsSnapshot {
         let get = |c: &AtomicU64| c.load(Relaxed);
         let rejected = self.rejected.lock().unwrap_or_else(|e| e.into_inner());
         let batches_created = get(&self.batches_created);
@@ -178,6 +179,7 @@ impl Metrics {
             batches_duplicate: get(&self.batches_duplicate),
             batches_rejected,
             backlog_batches: batches_created.saturating_sub(batches_acked + batches_rejected),
+            backlog_bytes,
             delivered_events: get(&self.delivered_events),
             gpu_samples: get(&self.gpu_samples),
             host_samples: get(&self.host_samples),
@@ -225,6 +227,9 @@ pub struct MetricsSnapshot {
     pub rejected_messages: BTreeMap<String, u64>,
     /// Events waiting in the rank-facing queue (gauge).
     pub queued_events: u64,
+    /// Encoded bytes of the batches cut and not yet settled (gauge; at most
+    /// `backlog_max_bytes`).
+    pub backlog_bytes: u64,
     /// Batches cut by the batcher.
     pub batches_created: u64,
     /// Batches sent to the collector for the first time.
@@ -306,6 +311,7 @@ impl MetricsSnapshot {
             ("streams_active", self.streams_active),
             ("queued_events", self.queued_events),
             ("backlog_batches", self.backlog_batches),
+            ("backlog_bytes", self.backlog_bytes),
             ("gpus", self.gpus),
         ];
         for (name, v) in gauges {
@@ -351,7 +357,7 @@ mod tests {
         Metrics::add(&m.batches_created, 3);
         Metrics::inc(&m.batches_acked);
         Metrics::inc(&m.batches_rejected);
-        let s = m.snapshot(7);
+        let s = m.snapshot(7, 0);
         assert_eq!(s.dropped("queue_full"), 7);
         assert_eq!(s.dropped("shutdown"), 0);
         assert_eq!(s.rejected("step_backwards"), 1);
@@ -373,7 +379,7 @@ mod tests {
         m.set_nvml_state(NvmlState::Unavailable);
         m.samples_dropped(DropReason::QueueFull, 4);
         Metrics::add(&m.gpu_samples, 16);
-        let s = m.snapshot(0);
+        let s = m.snapshot(0, 0);
         assert_eq!(s.nvml_state, NvmlState::Unavailable);
         assert_eq!(s.dropped_samples["queue_full"], 4);
         let text = s.to_prometheus();

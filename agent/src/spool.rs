@@ -160,12 +160,15 @@ impl Resend {
             "resending batches a previous run left in the spool"
         );
         for l in left {
-            let Ok(bytes) = std::fs::read(&l.path) else {
+            let Ok(bytes) = std::fs::read(&l.path).map(bytes::Bytes::from) else {
                 continue;
             };
             let mut failures = 0u32;
             loop {
-                let body = rankscope_proto::codec::Encoded(bytes::Bytes::from(bytes.clone()));
+                let body = rankscope_proto::codec::StampedBatch {
+                    body: bytes.clone(),
+                    sent_at_ns: crate::uplink::now_ns(),
+                };
                 let mut request = tonic::Request::new(body);
                 if let Some(v) = &auth {
                     request.metadata_mut().insert("authorization", v.clone());

@@ -38,7 +38,7 @@ use crate::backoff::Backoff;
 use crate::batch::Pending;
 use crate::metrics::{DropReason, Metrics};
 
-use rankscope_proto::codec::{Encoded, SliceCodec};
+use rankscope_proto::codec::{StampedBatch, StampedCodec};
 
 /// What to do after a failed call.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -68,10 +68,9 @@ pub(crate) fn classify(status: &Status) -> Outcome {
 
 #[derive(Debug)]
 struct Slot {
-    /// The batch until its first call; then only its counts are needed.
+    /// The encoded batch (every call sends these bytes), its counts and
+    /// its share of the backlog's byte budget.
     pending: Pending,
-    /// The batch as encoded for its first call; retries send these bytes.
-    encoded: Option<Encoded>,
     /// Calls made for this batch so far.
     attempts: u32,
     in_flight: bool,
@@ -190,8 +189,8 @@ impl Uplink {
                 }
                 pending = input.recv(), if input_open && room => match pending {
                     Some(p) => {
-                        let seq = p.batch.seq;
-                        self.window.insert(seq, Slot { pending: p, encoded: None, attempts: 0, in_flight: false, probe: false });
+                        let seq = p.seq;
+                        self.window.insert(seq, Slot { pending: p, attempts: 0, in_flight: false, probe: false });
                     }
                     None => input_open = false,
                 },
@@ -243,16 +242,11 @@ impl Uplink {
         slot.attempts += 1;
         slot.in_flight = true;
         slot.probe = probe;
-        // Encoded once, at the first call (which stamps sent_at_ns); the
-        // decoded batch is dropped then, and retries re-send the bytes.
-        let body = slot
-            .encoded
-            .get_or_insert_with(|| {
-                let mut batch = std::mem::take(&mut slot.pending.batch);
-                batch.sent_at_ns = now_ns();
-                Encoded::of(&batch)
-            })
-            .clone();
+        // Encoded once, when it was cut; each call stamps its send time.
+        let body = StampedBatch {
+            body: slot.pending.body.clone(),
+            sent_at_ns: now_ns(),
+        };
         let channel = self.client.borrow().clone();
         let mut request = tonic::Request::new(body);
         if let Some(auth) = &self.auth {
@@ -351,26 +345,22 @@ impl Uplink {
 /// generated client does, minus encoding).
 pub(crate) async fn ingest(
     channel: Channel,
-    request: tonic::Request<Encoded>,
+    request: tonic::Request<StampedBatch>,
 ) -> Result<proto::IngestAck, Status> {
     let mut grpc = tonic::client::Grpc::new(channel);
     grpc.ready()
         .await
         .map_err(|e| Status::unknown(format!("Service was not ready: {e}")))?;
     let path = tonic::codegen::http::uri::PathAndQuery::from_static(INGEST_PATH);
-    grpc.unary(
-        request,
-        path,
-        SliceCodec::<Encoded, proto::IngestAck>::default(),
-    )
-    .await
-    .map(tonic::Response::into_inner)
+    grpc.unary(request, path, StampedCodec::<proto::IngestAck>::default())
+        .await
+        .map(tonic::Response::into_inner)
 }
 
 /// The gRPC path of `CollectorIngest.Ingest` (proto/rankscope/v1/ingest.proto).
 const INGEST_PATH: &str = "/rankscope.v1.CollectorIngest/Ingest";
 
-fn now_ns() -> u64 {
+pub(crate) fn now_ns() -> u64 {
     SystemTime::now()
         .duration_since(SystemTime::UNIX_EPOCH)
         .map_or(0, |d| d.as_nanos() as u64)

@@ -31,6 +31,10 @@ pub struct Details {
     pub runtime_s: f64,
     pub e2e_params: E2eParams,
     pub e2e: Vec<E2eRun>,
+    /// One more end-to-end run with the agent's default buffers (the e2e
+    /// runs size them to hold the whole job): its peak RSS while relaying
+    /// as fast as the collector stores, and what it dropped meanwhile.
+    pub full_relay: Option<E2eRun>,
     /// `perf` profiles of an extra, unmeasured e2e run.
     pub profile: Vec<crate::profile::ProcessProfile>,
     pub straggler_default: Vec<StragglerTrial>,
@@ -76,6 +80,7 @@ pub struct Results {
     pub agent_cpu_s_per_million_events: Option<f64>,
     pub agent_idle_cpu_pct: Option<f64>,
     pub agent_rss_mib: Option<f64>,
+    pub agent_rss_mib_full_relay: Option<f64>,
     pub straggler_latency_p50_ms: Option<f64>,
     pub straggler_latency_p99_ms: Option<f64>,
     pub query_breakdown_4096_ranks_ms: Option<f64>,
@@ -146,6 +151,10 @@ impl Details {
             agent_cpu_s_per_million_events: fig(per_m(|r| r.agent_cpu_s)),
             agent_idle_cpu_pct: fig(crate::idle::median_pct(&self.idle)),
             agent_rss_mib: fig(per_run(e, |r| r.agent_peak_rss_mib)),
+            agent_rss_mib_full_relay: self
+                .full_relay
+                .as_ref()
+                .and_then(|r| fig(r.agent_peak_rss_mib)),
             straggler_latency_p50_ms: fig(percentile(&lat, 50.0)),
             straggler_latency_p99_ms: fig(percentile(&lat, 99.0)),
             query_breakdown_4096_ranks_ms: fig(median(&self.query.breakdown_ms)),
@@ -227,6 +236,12 @@ pub fn rows(r: &Results) -> Vec<(&'static str, Option<f64>, &'static str, Option
             None,
         ),
         ("agent_rss_mib", r.agent_rss_mib, "MiB", None),
+        (
+            "agent_rss_mib_full_relay",
+            r.agent_rss_mib_full_relay,
+            "MiB",
+            at_most(64.0),
+        ),
         (
             "straggler_latency_p50_ms",
             r.straggler_latency_p50_ms,
@@ -371,6 +386,7 @@ mod tests {
                 collector: Vec::new(),
             },
             e2e: Vec::new(),
+            full_relay: None,
             profile: Vec::new(),
             straggler_default: vec![trial(500.0)],
             straggler_tuned: vec![trial(400.0)],

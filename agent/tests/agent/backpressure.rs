@@ -12,9 +12,10 @@ async fn full_queue_drops_newest_and_never_blocks_the_rank() {
     let collector = FakeCollector::start().await;
     collector.state.stall();
     let mut cfg = config(&collector.url(), None);
-    // Pipeline capacity: 1 batch in flight + 1 in the backlog + 1 the batcher
-    // is waiting to hand over + 10 queued events = 25 events of 5-event
-    // messages. Cuts happen only by size.
+    // Pipeline capacity: 1 batch in flight + 1 in the backlog + 1 the
+    // encoder is waiting to hand over + 1 waiting for the encoder + 1 the
+    // batcher is waiting to hand over + 10 queued events = 35 events of
+    // 5-event messages. Cuts happen only by size.
     cfg.queue_max_events = 10;
     cfg.batch_max_events = 5;
     cfg.batch_max_delay_ms = 3_600_000;
@@ -32,7 +33,7 @@ async fn full_queue_drops_newest_and_never_blocks_the_rank() {
     let (mut accepted, mut dropped, mut seq) = (0u64, 0u64, 0u64);
     // Fill the pipeline until it is stuck on the stalled collector.
     let stuck =
-        |m: &rankscope_agent::MetricsSnapshot| m.queued_events == 10 && m.backlog_batches == 3;
+        |m: &rankscope_agent::MetricsSnapshot| m.queued_events == 10 && m.backlog_batches == 5;
     while !stuck(&agent.metrics()) {
         seq += 1;
         assert!(seq < 1_000, "pipeline never filled: {:?}", agent.metrics());
@@ -40,7 +41,7 @@ async fn full_queue_drops_newest_and_never_blocks_the_rank() {
         accepted += a;
         dropped += d;
     }
-    assert_eq!(accepted, 25, "pipeline capacity");
+    assert_eq!(accepted, 35, "pipeline capacity");
     // Stuck: every further message is answered at once, all events dropped.
     for _ in 0..20 {
         seq += 1;
@@ -50,16 +51,69 @@ async fn full_queue_drops_newest_and_never_blocks_the_rank() {
     }
     let m = agent.metrics();
     assert_eq!(m.dropped("queue_full"), dropped);
-    assert_eq!(m.accepted_events, 25);
+    assert_eq!(m.accepted_events, 35);
     assert_eq!(collector.state.events(), 0);
 
     // Once the collector moves, exactly the accepted events arrive.
     collector.state.release();
-    wait_delivered(&agent, 25).await;
+    wait_delivered(&agent, 35).await;
     let report = agent.shutdown().await;
-    assert_eq!(report.delivered_events, 25);
+    assert_eq!(report.delivered_events, 35);
     assert_eq!(report.undelivered_events, 0);
-    assert_eq!(collector.state.events(), 25);
+    assert_eq!(collector.state.events(), 35);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_backlog_is_bounded_in_bytes_and_a_batch_larger_than_the_bound_is_held_alone() {
+    let collector = FakeCollector::start().await;
+    collector.state.stall();
+    let mut cfg = config(&collector.url(), None);
+    // Room for 100 batches by count, 1 byte by size: every batch is larger
+    // than the budget, so one is held at a time (the one in flight). Then
+    // 1 the encoder is waiting to admit + 1 waiting for the encoder + 1 the
+    // batcher is waiting to hand over + 10 queued events = 30 events.
+    cfg.queue_max_events = 10;
+    cfg.batch_max_events = 5;
+    cfg.batch_max_delay_ms = 3_600_000;
+    cfg.backlog_max_batches = 100;
+    cfg.backlog_max_bytes = 1;
+    cfg.max_in_flight_batches = 4;
+    let agent = rankscope_agent::start(cfg).await.unwrap();
+    let mut r = Rank::over_tcp(agent.tcp_addr).await;
+    let first = proto::RankMessage {
+        identity: Some(identity("job", 0, 1)),
+        names: names(&[(1, "k")]),
+        ..Default::default()
+    };
+    assert_eq!(r.call(first).await.code, 0);
+    let (mut accepted, mut seq) = (0u64, 0u64);
+    let stuck = |m: &rankscope_agent::MetricsSnapshot| {
+        m.queued_events == 10 && m.backlog_batches == 4 && m.backlog_bytes == 1
+    };
+    while !stuck(&agent.metrics()) {
+        seq += 1;
+        assert!(seq < 1_000, "pipeline never filled: {:?}", agent.metrics());
+        accepted += send5(&mut r, seq).await.0;
+    }
+    assert_eq!(accepted, 30, "pipeline capacity");
+    for _ in 0..20 {
+        seq += 1;
+        assert_eq!(send5(&mut r, seq).await, (0, 5));
+    }
+    let m = agent.metrics();
+    assert_eq!(m.dropped("queue_full"), 100);
+    assert_eq!(m.backlog_bytes, 1, "{m:?}");
+
+    collector.state.release();
+    wait_delivered(&agent, 30).await;
+    assert_eq!(
+        agent.metrics().backlog_bytes,
+        0,
+        "settled batches give their bytes back"
+    );
+    let report = agent.shutdown().await;
+    assert_eq!(report.delivered_events, 30);
+    assert_eq!(collector.state.events(), 30);
 }
 
 /// Sends a 5-event message and checks its ack; returns (accepted, dropped).

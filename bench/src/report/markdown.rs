@@ -193,10 +193,29 @@ fn costs(s: &mut String, d: &Details, r: &Results) {
         "## 3. Agent cost\n\n\
          Relayed: CPU seconds of the agent over the end-to-end window per million events \
          relayed: **{} CPU s per million**; its peak RSS there, `agent_rss_mib` = **{} MiB** \
-         (it buffers what the collector has not yet acknowledged).\n",
+         (those runs give the agent buffers that hold the whole job: `queue_max_events` = \
+         4,000,000, `backlog_max_bytes` = 1 GiB, so nothing is dropped).\n",
         human(r.agent_cpu_s_per_million_events),
         human(r.agent_rss_mib)
     );
+    if let Some(f) = &d.full_relay {
+        let _ = writeln!(
+            s,
+            "Full relay with the agent's default buffers (`queue_max_events` = {}, \
+             `backlog_max_bytes` = {} MiB of encoded batches): one more run of the same job; \
+             the agent relays as fast as the collector stores and drops what does not fit \
+             (the simulator outruns any rank). Peak RSS `agent_rss_mib_full_relay` = **{} MiB** \
+             (goal <= 64); {} events accepted and stored, {} dropped ({:.0} %); agent {:.3} CPU s \
+             per million relayed.\n",
+            rankscope_agent_defaults().0,
+            rankscope_agent_defaults().1 >> 20,
+            human(r.agent_rss_mib_full_relay),
+            f.events,
+            f.dropped,
+            100.0 * f.dropped as f64 / (f.events + f.dropped).max(1) as f64,
+            f.agent_cpu_s / f.events.max(1) as f64 * 1e6
+        );
+    }
     match &d.idle.not_measured {
         Some(why) => {
             let _ = writeln!(
@@ -479,3 +498,9 @@ target/release/rankscope-bench --help   # sizes, repetitions, --quick, --section
 ```\n\n\
 Needs `clickhouse-server` and `clickhouse-client` (`make bench` installs missing ones with \
 apt), a C compiler for the NVML stand-in, and optionally `perf` for the profile.\n";
+
+/// The agent's default `queue_max_events` and `backlog_max_bytes`.
+fn rankscope_agent_defaults() -> (usize, usize) {
+    let c = rankscope_agent::Config::default();
+    (c.queue_max_events, c.backlog_max_bytes)
+}
