@@ -32,7 +32,10 @@
 pub mod gain;
 pub mod tracker;
 
-pub use gain::{expected_gain_pct, gain_per_step, RankStepWait};
+pub use gain::{
+    expected_gain_pct, expected_gain_pct_of, gain_per_step, gain_per_step_of, step_peers,
+    RankStepWait, StepPeers,
+};
 pub use tracker::{StragglerTracker, Verdict, VerdictChange};
 
 use std::fmt;

@@ -122,10 +122,13 @@ pub fn trace_sets(root: &Path) -> Result<Vec<TraceSet>, BenchError> {
     Ok(sets)
 }
 
-/// Runs `rankscope import --job <job> --ingest <url> <paths>`.
+/// Runs `rankscope --collector <http> import --job <job> --ingest <grpc> <paths>`
+/// (it returns once the job's analytics are final).
+#[allow(clippy::too_many_arguments)]
 pub fn import(
     bins: &Binaries,
     ingest_url: &str,
+    http_url: &str,
     job: &str,
     name: &str,
     paths: &[PathBuf],
@@ -135,7 +138,8 @@ pub fn import(
     let log_file =
         std::fs::File::create(log).map_err(BenchError::io(format!("create {}", log.display())))?;
     let mut cmd = Command::new(bins.rankscope());
-    cmd.args(["import", "--job", job, "--ingest", ingest_url])
+    cmd.args(["--collector", http_url])
+        .args(["import", "--job", job, "--ingest", ingest_url])
         .args(paths)
         .env("RUST_BACKTRACE", "0")
         .stdin(Stdio::null())

@@ -444,6 +444,7 @@ async fn run_import_idle(
                 let mut r = import::import(
                     &ctx.bins,
                     &c.grpc_url,
+                    &c.http_url,
                     &job,
                     &set.name,
                     &set.files,
@@ -459,6 +460,7 @@ async fn run_import_idle(
             let mut r = import::import(
                 &ctx.bins,
                 &c.grpc_url,
+                &c.http_url,
                 &job,
                 "synthetic",
                 std::slice::from_ref(&synth_path),

@@ -75,6 +75,7 @@ pub struct Results {
     pub e2e_events_per_s: Option<f64>,
     pub clickhouse_bulk_rows_per_s: Option<f64>,
     pub e2e_ratio_vs_clickhouse: Option<f64>,
+    pub clickhouse_cpu_per_row_vs_bulk: Option<f64>,
     pub collector_cpu_s_per_million_events: Option<f64>,
     pub collector_peak_rss_mib: Option<f64>,
     pub agent_cpu_s_per_million_events: Option<f64>,
@@ -146,6 +147,10 @@ impl Details {
             e2e_events_per_s: fig(per_run(e, |r| r.events_per_s)),
             clickhouse_bulk_rows_per_s: fig(per_run(e, |r| r.bulk.rows_per_s)),
             e2e_ratio_vs_clickhouse: fig(per_run(e, |r| r.events_per_s / r.bulk.rows_per_s)),
+            // The same rows both ways, so CPU per row compares as CPU.
+            clickhouse_cpu_per_row_vs_bulk: fig(per_run(e, |r| {
+                r.clickhouse_cpu_s / r.bulk.clickhouse_cpu_s
+            })),
             collector_cpu_s_per_million_events: fig(per_m(|r| r.collector_cpu_s)),
             collector_peak_rss_mib: fig(per_run(e, |r| r.collector_peak_rss_mib)),
             agent_cpu_s_per_million_events: fig(per_m(|r| r.agent_cpu_s)),
@@ -210,6 +215,12 @@ pub fn rows(r: &Results) -> Vec<(&'static str, Option<f64>, &'static str, Option
                 limit: 0.7,
                 at_least: true,
             }),
+        ),
+        (
+            "clickhouse_cpu_per_row_vs_bulk",
+            r.clickhouse_cpu_per_row_vs_bulk,
+            "",
+            at_most(1.3),
         ),
         (
             "collector_cpu_s_per_million_events",

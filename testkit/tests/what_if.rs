@@ -49,6 +49,35 @@ async fn the_expected_gain_of_a_planted_straggler_matches_the_simulators_truth()
             .find(|s| s["rank"] == 5)
             .expect("rank 5 flagged");
         let got = s["expected_gain_pct"].as_f64().unwrap();
+        // The route's per-step aggregates in SQL (step_peers.sql) give the
+        // definition's figure over the verdict's steps of the stored rows.
+        let (first, last) = (
+            s["first_step"].as_u64().unwrap(),
+            s["last_step"].as_u64().unwrap(),
+        );
+        let stored: Vec<rankscope_analysis::RankStepWait> = stack
+            .api_get(&format!("/api/v1/jobs/{job}/breakdown?last=1000"))
+            .await["breakdown"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|b| {
+                let n = |k: &str| b[k].as_u64().unwrap();
+                rankscope_analysis::RankStepWait {
+                    step: n("step"),
+                    rank: n("rank") as u32,
+                    step_time_ns: n("step_time_ns"),
+                    work_ns: n("compute_ns") + n("dataloader_ns"),
+                    wait_ns: n("comm_wait_ns"),
+                }
+            })
+            .filter(|r| (first..=last).contains(&r.step))
+            .collect();
+        let defined = rankscope_analysis::expected_gain_pct(&stored, 5).unwrap();
+        assert!(
+            (got - defined).abs() < 1e-9,
+            "{job}: the route says {got}, the definition over the stored rows {defined}"
+        );
         assert!(
             (got - truth).abs() <= 0.1 * truth,
             "{job}: expected_gain_pct {got:.2} vs the simulator's {truth:.2}"

@@ -40,46 +40,121 @@ pub struct RankStepWait {
 /// `rank`'s slowness, over the steps in `rows` holding it and at least one
 /// other rank; `None` when there is no such step.
 pub fn expected_gain_pct(rows: &[RankStepWait], rank: u32) -> Option<f64> {
-    let per_step = gain_per_step(rows, rank);
-    let gain: u128 = per_step.values().map(|g| u128::from(g.0)).sum();
-    let time: u128 = per_step.values().map(|g| u128::from(g.1)).sum();
-    (time > 0).then(|| 100.0 * gain as f64 / time as f64)
+    let own = rows.iter().filter(|r| r.rank == rank);
+    expected_gain_pct_of(&step_peers(rows), own, rank)
 }
 
 /// Per step holding `rank` and another rank: (what `rank` cost the step,
 /// the step's median step time), ns.
 pub fn gain_per_step(rows: &[RankStepWait], rank: u32) -> BTreeMap<u64, (u64, u64)> {
+    let peers = step_peers(rows);
+    let own = rows.iter().filter(|r| r.rank == rank);
+    gain_per_step_of(&peers, own, rank)
+}
+
+/// What the gain needs of every rank of one step: the median step time and
+/// the two ranks that waited least and worked most. A verdict's gain then
+/// reads its own rows and these, not every rank's rows again (a 16,384-rank
+/// job has hundreds of verdicts).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StepPeers {
+    pub step: u64,
+    /// Ranks with a row in the step.
+    pub ranks: u64,
+    /// `step_time_ns` of the `ranks / 2`-th rank in ascending order (0-based).
+    pub median_step_ns: u64,
+    /// Least and second-least wait, of two different ranks (the second is
+    /// meaningful only when `ranks >= 2`).
+    pub min_wait: (u32, u64),
+    pub second_min_wait_ns: u64,
+    /// Most and second-most work, of two different ranks.
+    pub max_work: (u32, u64),
+    pub second_max_work_ns: u64,
+}
+
+impl StepPeers {
+    /// Least wait of a rank other than `rank`.
+    fn next_wait(&self, rank: u32) -> u64 {
+        if self.min_wait.0 == rank {
+            self.second_min_wait_ns
+        } else {
+            self.min_wait.1
+        }
+    }
+
+    /// Most work of a rank other than `rank`.
+    fn next_work(&self, rank: u32) -> u64 {
+        if self.max_work.0 == rank {
+            self.second_max_work_ns
+        } else {
+            self.max_work.1
+        }
+    }
+}
+
+/// [`StepPeers`] of every step in `rows` (one row per (step, rank)).
+pub fn step_peers(rows: &[RankStepWait]) -> BTreeMap<u64, StepPeers> {
     let mut steps: BTreeMap<u64, Vec<&RankStepWait>> = BTreeMap::new();
     for r in rows {
         steps.entry(r.step).or_default().push(r);
     }
+    steps
+        .into_iter()
+        .map(|(step, ranks)| {
+            let mut times: Vec<u64> = ranks.iter().map(|r| r.step_time_ns).collect();
+            times.sort_unstable();
+            let mut by_wait: Vec<(u64, u32)> = ranks.iter().map(|r| (r.wait_ns, r.rank)).collect();
+            by_wait.sort_unstable();
+            let mut by_work: Vec<(u64, u32)> = ranks.iter().map(|r| (r.work_ns, r.rank)).collect();
+            by_work.sort_unstable_by(|a, b| b.cmp(a));
+            let peers = StepPeers {
+                step,
+                ranks: ranks.len() as u64,
+                median_step_ns: times[times.len() / 2],
+                min_wait: (by_wait[0].1, by_wait[0].0),
+                second_min_wait_ns: by_wait.get(1).map_or(0, |w| w.0),
+                max_work: (by_work[0].1, by_work[0].0),
+                second_max_work_ns: by_work.get(1).map_or(0, |w| w.0),
+            };
+            (step, peers)
+        })
+        .collect()
+}
+
+/// Per step of `own` (the rows of `rank`) whose peers are known and hold
+/// another rank: (what `rank` cost the step, the step's median step time).
+pub fn gain_per_step_of<'a>(
+    peers: &BTreeMap<u64, StepPeers>,
+    own: impl IntoIterator<Item = &'a RankStepWait>,
+    rank: u32,
+) -> BTreeMap<u64, (u64, u64)> {
     let mut out = BTreeMap::new();
-    for (step, ranks) in &steps {
-        let Some(s) = ranks.iter().find(|r| r.rank == rank) else {
+    for s in own {
+        let Some(p) = peers.get(&s.step).filter(|p| p.ranks >= 2) else {
             continue;
         };
-        let Some(next_wait) = ranks
-            .iter()
-            .filter(|r| r.rank != rank)
-            .map(|r| r.wait_ns)
-            .min()
-        else {
-            continue;
-        };
-        let next_work = ranks
-            .iter()
-            .filter(|r| r.rank != rank)
-            .map(|r| r.work_ns)
-            .max()
-            .unwrap_or(0);
-        let by_wait = next_wait.saturating_sub(s.wait_ns);
-        let by_work = s.work_ns.saturating_sub(next_work);
-        let mut times: Vec<u64> = ranks.iter().map(|r| r.step_time_ns).collect();
-        times.sort_unstable();
-        let step_time = times[times.len() / 2];
-        out.insert(*step, (by_wait.min(by_work).min(step_time), step_time));
+        if out.contains_key(&s.step) {
+            continue; // the first row of the rank counts
+        }
+        let by_wait = p.next_wait(rank).saturating_sub(s.wait_ns);
+        let by_work = s.work_ns.saturating_sub(p.next_work(rank));
+        let step_time = p.median_step_ns;
+        out.insert(s.step, (by_wait.min(by_work).min(step_time), step_time));
     }
     out
+}
+
+/// `expected_gain_pct` from [`gain_per_step_of`]: 100 x summed gain /
+/// summed median step time; `None` when no step counts.
+pub fn expected_gain_pct_of<'a>(
+    peers: &BTreeMap<u64, StepPeers>,
+    own: impl IntoIterator<Item = &'a RankStepWait>,
+    rank: u32,
+) -> Option<f64> {
+    let per_step = gain_per_step_of(peers, own, rank);
+    let gain: u128 = per_step.values().map(|g| u128::from(g.0)).sum();
+    let time: u128 = per_step.values().map(|g| u128::from(g.1)).sum();
+    (time > 0).then(|| 100.0 * gain as f64 / time as f64)
 }
 
 #[cfg(test)]
@@ -144,5 +219,68 @@ mod tests {
         // (100 + min(9000, 3000)) / (1000 + 3000)
         let g = expected_gain_pct(&rows, 1).unwrap();
         assert!((g - 77.5).abs() < 1e-9, "{g}");
+    }
+
+    /// The definition, rank by rank (what `gain_per_step` computed before
+    /// the per-step peers were factored out).
+    fn reference(rows: &[RankStepWait], rank: u32) -> BTreeMap<u64, (u64, u64)> {
+        let mut out = BTreeMap::new();
+        let steps: std::collections::BTreeSet<u64> = rows.iter().map(|r| r.step).collect();
+        for step in steps {
+            let ranks: Vec<&RankStepWait> = rows.iter().filter(|r| r.step == step).collect();
+            let Some(s) = ranks.iter().find(|r| r.rank == rank) else {
+                continue;
+            };
+            let others = ranks.iter().filter(|r| r.rank != rank);
+            let Some(next_wait) = others.clone().map(|r| r.wait_ns).min() else {
+                continue;
+            };
+            let next_work = others.map(|r| r.work_ns).max().unwrap_or(0);
+            let mut times: Vec<u64> = ranks.iter().map(|r| r.step_time_ns).collect();
+            times.sort_unstable();
+            let t = times[times.len() / 2];
+            let g = next_wait
+                .saturating_sub(s.wait_ns)
+                .min(s.work_ns.saturating_sub(next_work));
+            out.insert(step, (g.min(t), t));
+        }
+        out
+    }
+
+    #[test]
+    fn per_step_peers_give_the_definitions_gain_for_every_rank() {
+        let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+        let mut next = |m: u64| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x % m
+        };
+        for case in 0..300 {
+            let ranks = 1 + next(6) as u32;
+            let mut rows = Vec::new();
+            for step in 0..1 + next(4) {
+                for rank in 0..ranks {
+                    if next(5) == 0 {
+                        continue; // a rank missing from a step
+                    }
+                    // Small ranges: ties are common.
+                    rows.push(RankStepWait {
+                        step,
+                        rank,
+                        step_time_ns: 1 + next(8),
+                        work_ns: next(6),
+                        wait_ns: next(6),
+                    });
+                }
+            }
+            for rank in 0..ranks + 1 {
+                assert_eq!(
+                    gain_per_step(&rows, rank),
+                    reference(&rows, rank),
+                    "case {case}, rank {rank}: {rows:?}"
+                );
+            }
+        }
     }
 }

@@ -79,6 +79,31 @@ fn why(name: &str, d: &Details) -> String {
                 busy_note(d)
             )
         }
+        "clickhouse_cpu_per_row_vs_bulk" => format!(
+            "Every end-to-end INSERT is a part (median {:.0} INSERTs for {:.0} events); the \
+             window includes the merges of those parts and the LZ4/RowBinary parse of the \
+             collector's bodies, while the bulk load writes 4 parts of Native blocks and \
+             its merges run after it. Per-run ClickHouse CPU varies up to 2x between \
+             identical runs on this shared VM (see the table), so single runs do not \
+             separate a change from the noise. {}",
+            med(&|r| r.inserts as f64),
+            med(&|r| r.events as f64),
+            busy_note(d)
+        ),
+        "agent_rss_mib_full_relay" => {
+            let c = rankscope_agent::Config::default();
+            let event = std::mem::size_of::<rankscope_proto::v1::Event>();
+            format!(
+                "The agent's default buffers allow {:.1} MiB of events (queue {} x {event} B, \
+                 the batch being built {} x {event} B, backlog {} MiB encoded); the rest is \
+                 the runtime, the gRPC buffers of the calls in flight and allocator slack.",
+                ((c.queue_max_events + c.batch_max_events) * event + c.backlog_max_bytes) as f64
+                    / (1 << 20) as f64,
+                c.queue_max_events,
+                c.batch_max_events,
+                c.backlog_max_bytes >> 20
+            )
+        }
         "collector_cpu_s_per_million_events" => format!(
             "The collector's profile (section 1) by category: {}. The work per event is decoding the protobuf batch, converting it to row \
              structs (strings cloned per row: job, run, node, agent id), serialising them to \

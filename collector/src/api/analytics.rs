@@ -294,11 +294,15 @@ pub(super) async fn stragglers(
         .into_iter()
         .map(|e| ((e.rank, e.first_step), e))
         .collect();
-    let mut gains = Vec::with_capacity(rows.len());
-    for v in &rows {
-        let waits = step_waits(&st, &job, v.first_step, v.last_step).await?;
-        gains.push(rankscope_analysis::expected_gain_pct(&waits, v.rank));
-    }
+    let spans: Vec<(u32, u64, u64)> = rows
+        .iter()
+        .map(|v| (v.rank, v.first_step, v.last_step))
+        .collect();
+    let what_if = VerdictGains::load(&st, &job, &spans).await?;
+    let gains: Vec<Option<f64>> = spans
+        .iter()
+        .map(|&(rank, first, last)| what_if.pct(rank, first, last))
+        .collect();
     let out: Vec<StragglerOut> = rows
         .into_iter()
         .zip(gains)
@@ -324,28 +328,84 @@ pub(super) async fn stragglers(
     Ok(Json(serde_json::json!({ "job": job, "stragglers": out })))
 }
 
-/// Per (step, rank) of steps `first..=last`: step time, work (compute +
-/// input) and collective wait, the what-if gain's input.
-pub(super) async fn step_waits(
-    st: &ApiState,
-    job: &str,
-    first: u64,
-    last: u64,
-) -> Result<Vec<rankscope_analysis::RankStepWait>, ApiError> {
-    let steps = st
-        .store
-        .step_breakdowns(job, Some(first), Some(last), None)
-        .await?;
-    Ok(steps
-        .iter()
-        .map(|b| rankscope_analysis::RankStepWait {
-            step: b.step,
-            rank: b.rank,
-            step_time_ns: b.step_time_ns,
-            work_ns: b.compute_ns + b.dataloader_ns,
-            wait_ns: b.comm_wait_ns,
-        })
-        .collect())
+/// What the what-if gains of a job's verdicts need, read with two queries
+/// for all of them: the per-step peers of every step any verdict covers and
+/// the verdict ranks' own rows (a 16,384-rank job's hundreds of verdicts
+/// once read every rank's rows per verdict: over a minute per request).
+pub(super) struct VerdictGains {
+    peers: std::collections::BTreeMap<u64, rankscope_analysis::StepPeers>,
+    /// The verdict ranks' rows, by rank.
+    own: std::collections::HashMap<u32, Vec<rankscope_analysis::RankStepWait>>,
+}
+
+impl VerdictGains {
+    /// For verdicts given as (rank, first step, last step).
+    pub(super) async fn load(
+        st: &ApiState,
+        job: &str,
+        verdicts: &[(u32, u64, u64)],
+    ) -> Result<Self, ApiError> {
+        let (Some(first), Some(last)) = (
+            verdicts.iter().map(|v| v.1).min(),
+            verdicts.iter().map(|v| v.2).max(),
+        ) else {
+            return Ok(Self {
+                peers: Default::default(),
+                own: Default::default(),
+            });
+        };
+        let mut ranks: Vec<u32> = verdicts.iter().map(|v| v.0).collect();
+        ranks.sort_unstable();
+        ranks.dedup();
+        let peers = st
+            .store
+            .step_peers(job, first, last)
+            .await?
+            .into_iter()
+            .map(|p| (p.step, p.into()))
+            .collect();
+        let mut own: std::collections::HashMap<u32, Vec<_>> = Default::default();
+        for r in st.store.step_waits_of(job, first, last, &ranks).await? {
+            own.entry(r.rank)
+                .or_default()
+                .push(rankscope_analysis::RankStepWait {
+                    step: r.step,
+                    rank: r.rank,
+                    step_time_ns: r.step_time_ns,
+                    work_ns: r.work_ns,
+                    wait_ns: r.wait_ns,
+                });
+        }
+        Ok(Self { peers, own })
+    }
+
+    fn own(
+        &self,
+        rank: u32,
+        first: u64,
+        last: u64,
+    ) -> impl Iterator<Item = &rankscope_analysis::RankStepWait> {
+        self.own
+            .get(&rank)
+            .into_iter()
+            .flatten()
+            .filter(move |r| (first..=last).contains(&r.step))
+    }
+
+    /// `expected_gain_pct` of the verdict (rank, first..=last).
+    pub(super) fn pct(&self, rank: u32, first: u64, last: u64) -> Option<f64> {
+        rankscope_analysis::expected_gain_pct_of(&self.peers, self.own(rank, first, last), rank)
+    }
+
+    /// Per step of the verdict: (what the rank cost the step, median step time).
+    pub(super) fn per_step(
+        &self,
+        rank: u32,
+        first: u64,
+        last: u64,
+    ) -> std::collections::BTreeMap<u64, (u64, u64)> {
+        rankscope_analysis::gain_per_step_of(&self.peers, self.own(rank, first, last), rank)
+    }
 }
 
 pub(super) async fn hangs(

@@ -61,9 +61,16 @@ pub(super) async fn goodput(
     let facts = st.store.goodput_job(&job).await?;
     // Time lost to stragglers, per step: each verdict's what-if gain.
     let mut wait: BTreeMap<u64, u64> = BTreeMap::new();
-    for v in st.store.stragglers(&job).await? {
-        let rows = super::analytics::step_waits(&st, &job, v.first_step, v.last_step).await?;
-        for (step, (gain, _)) in rankscope_analysis::gain_per_step(&rows, v.rank) {
+    let spans: Vec<(u32, u64, u64)> = st
+        .store
+        .stragglers(&job)
+        .await?
+        .into_iter()
+        .map(|v| (v.rank, v.first_step, v.last_step))
+        .collect();
+    let what_if = super::analytics::VerdictGains::load(&st, &job, &spans).await?;
+    for &(rank, first, last) in &spans {
+        for (step, (gain, _)) in what_if.per_step(rank, first, last) {
             *wait.entry(step).or_default() += gain;
         }
     }

@@ -20,7 +20,47 @@ const BREAKDOWN_SQL: &str = include_str!("../../queries/breakdown.sql");
 const RANK_GPU_EVENTS_SQL: &str = include_str!("../../queries/rank_gpu_events.sql");
 const JOB_COLLECTIVES_SQL: &str = include_str!("../../queries/job_collectives.sql");
 const STRAGGLERS_SQL: &str = include_str!("../../queries/stragglers.sql");
+const STEP_PEERS_SQL: &str = include_str!("../../queries/step_peers.sql");
+const STEP_WAITS_OF_SQL: &str = include_str!("../../queries/step_waits_of.sql");
 const HANGS_SQL: &str = include_str!("../../queries/hangs.sql");
+
+/// One row of `step_peers.sql`.
+#[derive(Debug, Clone, Row, Deserialize)]
+pub struct StepPeersRow {
+    pub step: u64,
+    pub ranks: u64,
+    pub median_step_ns: u64,
+    pub min_wait_rank: u32,
+    pub min_wait_ns: u64,
+    pub second_min_wait_ns: u64,
+    pub max_work_rank: u32,
+    pub max_work_ns: u64,
+    pub second_max_work_ns: u64,
+}
+
+impl From<StepPeersRow> for rankscope_analysis::StepPeers {
+    fn from(r: StepPeersRow) -> Self {
+        Self {
+            step: r.step,
+            ranks: r.ranks,
+            median_step_ns: r.median_step_ns,
+            min_wait: (r.min_wait_rank, r.min_wait_ns),
+            second_min_wait_ns: r.second_min_wait_ns,
+            max_work: (r.max_work_rank, r.max_work_ns),
+            second_max_work_ns: r.second_max_work_ns,
+        }
+    }
+}
+
+/// One row of `step_waits_of.sql`.
+#[derive(Debug, Clone, Row, Deserialize)]
+pub struct StepWaitRow {
+    pub step: u64,
+    pub rank: u32,
+    pub step_time_ns: u64,
+    pub work_ns: u64,
+    pub wait_ns: u64,
+}
 
 /// One stored per-(step, rank) breakdown row.
 #[derive(Debug, Clone, PartialEq, Eq, Row, Serialize, Deserialize)]
@@ -233,6 +273,42 @@ impl Store {
     }
 
     /// Latest version of every straggler verdict of the job.
+    /// Per step of `first..=last`: what the what-if gain needs of all ranks.
+    pub async fn step_peers(
+        &self,
+        job: &str,
+        first: u64,
+        last: u64,
+    ) -> Result<Vec<StepPeersRow>, StoreError> {
+        self.client()
+            .query(STEP_PEERS_SQL)
+            .bind(job)
+            .bind(first)
+            .bind(last)
+            .fetch_all()
+            .await
+            .map_err(StoreError::query("step peers"))
+    }
+
+    /// Step time, work and wait of `ranks` in steps `first..=last`.
+    pub async fn step_waits_of(
+        &self,
+        job: &str,
+        first: u64,
+        last: u64,
+        ranks: &[u32],
+    ) -> Result<Vec<StepWaitRow>, StoreError> {
+        self.client()
+            .query(STEP_WAITS_OF_SQL)
+            .bind(job)
+            .bind(first)
+            .bind(last)
+            .bind(ranks)
+            .fetch_all()
+            .await
+            .map_err(StoreError::query("step waits"))
+    }
+
     pub async fn stragglers(&self, job: &str) -> Result<Vec<StragglerRow>, StoreError> {
         self.client()
             .query(STRAGGLERS_SQL)
