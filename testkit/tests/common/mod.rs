@@ -260,6 +260,25 @@ impl Stack {
         }
     }
 
+    /// Polls the job's `/progress` until `rank_steps` (step, rank)
+    /// breakdowns are final.
+    pub async fn analytics_final(&self, job: &str, rank_steps: u64) {
+        let url = format!("http://{}/api/v1/jobs/{job}/progress", self.http_addr());
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let v: Result<serde_json::Value, _> = rankscope_cli::query::get_json(&url).await;
+            let n = v.ok().and_then(|v| v["rank_steps_final"].as_u64());
+            if n >= Some(rank_steps) {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{job}: {n:?} of {rank_steps} (step, rank) breakdowns final after 30 s"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
     /// (step, rank, start_ns, end_ns) rows of the steps route.
     pub async fn api_steps(&self, job: &str, query: &str) -> Vec<(u64, u32, u64, u64)> {
         let v = self
