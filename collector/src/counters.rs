@@ -138,8 +138,13 @@ impl Counters {
             ),
             Family::plain(
                 "rankscope_collector_stream_dropped_batches_total",
-                "Stored batches left out of live analytics because its queue (stream.queue_capacity) was full.",
+                "Accepted batches left out of live analytics because its queue (stream.queue_capacity) was full.",
                 &s.dropped_batches,
+            ),
+            Family::plain(
+                "rankscope_collector_stream_duplicate_batches_total",
+                "Batches offered to live analytics again after it had them (an agent retried a batch whose flush failed); dropped.",
+                &s.duplicate_batches,
             ),
             Family::plain(
                 "rankscope_collector_stream_steps_finalized_total",

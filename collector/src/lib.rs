@@ -3,7 +3,9 @@
 //!
 //! Flow: `service` (gRPC `CollectorIngest`: validate, [`convert`], [`dedupe`])
 //! -> `store::writer` (the one task that owns buffered rows; batches per table
-//! and acknowledges after ClickHouse accepted) -> ClickHouse. `api` reads back
+//! and acknowledges after ClickHouse accepted) -> ClickHouse; once the writer
+//! holds a batch, `stream` (live analytics) has it too, and writes its results
+//! through a second writer with a short flush interval. `api` reads back
 //! through `store` queries. `retention` drops expired day partitions.
 //!
 //! Backpressure: the writer queue is bounded; when full the service answers
@@ -151,6 +153,15 @@ pub async fn start(cfg: Config) -> Result<Collector, StartError> {
         cfg.writer.clone(),
         wait_for(shutdown_rx.clone()),
     );
+    // Live analytics results (and alerts) through their own writer with a
+    // short flush interval: a verdict does not wait behind the ingest
+    // writer's large flushes. Same counters.
+    let (results_writer, results_writer_task) = store::spawn_writer_counting(
+        store.clone(),
+        cfg.writer.for_results(),
+        writer.metrics_arc(),
+        wait_for(shutdown_rx.clone()),
+    );
     let metrics = Arc::new(metrics::Metrics::default());
     let trace_hub = traces::TraceHub::new(cfg.traces.clone(), store.clone(), writer.clone());
     match trace_hub.reload().await {
@@ -186,7 +197,7 @@ pub async fn start(cfg: Config) -> Result<Collector, StartError> {
     }
     let (alerts, alerts_task) = alert::spawn_alerts(
         cfg.alerts.clone(),
-        writer.clone(),
+        results_writer.clone(),
         recovered.firing,
         wait_for(shutdown_rx.clone()),
     )?;
@@ -199,7 +210,7 @@ pub async fn start(cfg: Config) -> Result<Collector, StartError> {
             hang_after_secs: cfg.alerts.rules.hang.hang_after_secs,
             traces: Some(trace_hub.clone()),
         },
-        writer.clone(),
+        results_writer,
         recovered.jobs,
         wait_for(shutdown_rx.clone()),
     );
@@ -344,7 +355,13 @@ pub async fn start(cfg: Config) -> Result<Collector, StartError> {
         "collector listening"
     );
     // Servers first: in-flight batches finish before the writer's final flush.
-    tasks.extend([retention_task, stream_task, alerts_task, writer_task]);
+    tasks.extend([
+        retention_task,
+        stream_task,
+        alerts_task,
+        results_writer_task,
+        writer_task,
+    ]);
     Ok(Collector {
         grpc_addr,
         http_addr,

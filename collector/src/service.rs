@@ -100,8 +100,10 @@ impl IngestService {
         self
     }
 
-    /// Writes a batch marked in flight, acknowledges it to duplicate
-    /// detection and hands it to analytics.
+    /// Writes a batch marked in flight, hands it to analytics as soon as the
+    /// writer holds it (analytics do not wait for the flush; a retry of a
+    /// batch whose flush failed is dropped there as a duplicate), and
+    /// acknowledges it to duplicate detection once stored.
     async fn store_new(
         &self,
         batch: proto::AgentBatch,
@@ -120,7 +122,18 @@ impl IngestService {
             }
         };
         let n = rows.len() as u64;
-        let result = self.writer.write(rows).await;
+        let result = match self.writer.enqueue(rows) {
+            Ok(queued) => {
+                self.stream.submit(
+                    &batch.agent_id,
+                    batch.agent_session,
+                    batch.seq,
+                    Some(convert::stream_input(&batch)),
+                );
+                queued.stored().await
+            }
+            Err(e) => Err(e),
+        };
         if let Ok(mut u) = self.uncommitted.lock() {
             match &result {
                 Ok(_) if completing => {
@@ -148,12 +161,6 @@ impl IngestService {
                 if let Some(hub) = &self.traces {
                     hub.stored(&batch);
                 }
-                self.stream.submit(
-                    &batch.agent_id,
-                    batch.agent_session,
-                    batch.seq,
-                    Some(convert::stream_input(&batch)),
-                );
                 self.metrics.batches_stored.fetch_add(1, Relaxed);
                 self.metrics.batch_latency.observe(received.elapsed());
                 self.metrics.events_stored.fetch_add(n, Relaxed);
@@ -168,9 +175,8 @@ impl IngestService {
                 Err(Status::unavailable(e.to_string()))
             }
             Err(e) => {
+                // Analytics had the batch when the writer took it.
                 self.metrics.reject("clickhouse_rejected");
-                self.stream
-                    .submit(&batch.agent_id, batch.agent_session, batch.seq, None);
                 tracing::warn!(agent = %batch.agent_id, seq = batch.seq, error = %e, "ClickHouse rejected a batch; dropping it");
                 Err(Status::invalid_argument(e.to_string()))
             }

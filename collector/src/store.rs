@@ -52,8 +52,8 @@ pub use rows::{
     RowSet, SpanRow, StepRow, Text, TraceOpRow, TraceRankRow, VerdictRow,
 };
 pub use writer::{
-    spawn_writer, TableCounters, WriteError, WriteOutcome, WriterConfig, WriterHandle,
-    WriterMetrics,
+    spawn_writer, spawn_writer_counting, Queued, TableCounters, WriteError, WriteOutcome,
+    WriterConfig, WriterHandle, WriterMetrics,
 };
 
 /// How INSERT bodies are compressed on the wire.

@@ -1,10 +1,14 @@
 //! Live cross-rank analytics: per-job step assembly, straggler and hang
-//! detection, fed by the batches the writer has stored.
+//! detection, fed by the batches the writer has accepted.
 //!
-//! In: a [`StreamInput`] per stored agent batch (extracted by
+//! In: a [`StreamInput`] per agent batch (extracted by
 //! `convert::stream_input` in the rank's stream order), submitted with the
-//! batch identity after ClickHouse accepted the batch; `None` for a seq that
-//! carries nothing (a rejected batch). Out: `step_breakdown`,
+//! batch identity as soon as the writer took the batch's rows, not after
+//! ClickHouse committed them: the live verdict does not wait for the flush
+//! (`writer.flush_interval_ms`). A batch whose flush fails is retried by its
+//! agent with the same seq; the reorder buffer drops the second copy
+//! (`rankscope_collector_stream_duplicate_batches_total`). `None` for a seq
+//! that carries nothing (a rejected batch). Out: `step_breakdown`,
 //! `straggler_verdicts` and `hang_suspects` rows, written through the writer.
 //!
 //! One task owns all state (`run`: one `select!` over input, a tick and
@@ -188,6 +192,8 @@ impl Default for StreamConfig {
 #[derive(Debug, Default)]
 pub struct StreamMetrics {
     pub dropped_batches: AtomicU64,
+    /// Batches offered again after analytics had them (a retried flush).
+    pub duplicate_batches: AtomicU64,
     pub steps_finalized: AtomicU64,
     /// Steps finalized by the step timeout before every rank ended them.
     pub partial_steps: AtomicU64,
@@ -212,7 +218,8 @@ pub struct StreamHandle {
 }
 
 impl StreamHandle {
-    /// Hands a stored (or, with `None`, a consumed) batch to analytics; never waits.
+    /// Hands an accepted (or, with `None`, a consumed) batch to analytics;
+    /// never waits.
     pub fn submit(&self, agent_id: &str, session: u64, seq: u64, input: Option<StreamInput>) {
         let sub = Submission {
             session: (agent_id.to_owned(), session),
@@ -338,6 +345,7 @@ impl Stream {
                     Some(s) => {
                         let now = now_ns();
                         self.reorder.push(s.session, s.seq, s.input, now, &mut ready);
+                        self.metrics.duplicate_batches.store(self.reorder.duplicates, Relaxed);
                         self.consume(&mut ready, now);
                     }
                     None => break,

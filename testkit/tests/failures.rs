@@ -254,5 +254,39 @@ async fn a_partial_flush_leaves_no_row_twice_after_the_retry() {
         plan.event_counts().total(),
         "no row twice"
     );
+    // Analytics had every batch when the writer first took it; the agent's
+    // retries of the failed flushes were dropped there, so each (step, rank)
+    // breakdown equals that of the same job run without the fault.
+    let c = stack.collector.as_ref().unwrap();
+    let duplicates = c.stream().metrics().duplicate_batches.load(Relaxed);
+    assert!(duplicates >= 1, "no retried batch reached analytics again");
+    stack
+        .start_agent(&format!("http://{}", stack.grpc_addr()))
+        .await;
+    let mut reference = sim.clone();
+    reference.job = "partial-flush-ref".into();
+    rankscope_cli::simulate::run(&reference, &stack.agent_url())
+        .await
+        .expect("simulate");
+    let mut breakdowns = Vec::new();
+    for job in ["partial-flush", "partial-flush-ref"] {
+        stack.analytics_final(job, 4 * 6).await;
+        let mut rows: Vec<serde_json::Value> = stack
+            .api_get(&format!("/api/v1/jobs/{job}/breakdown?last=100"))
+            .await["breakdown"]
+            .as_array()
+            .expect("breakdown rows")
+            .iter()
+            .map(|b| {
+                let mut b = b.clone();
+                b.as_object_mut().unwrap().remove("job");
+                b
+            })
+            .collect();
+        rows.sort_by_key(|b| (b["step"].as_u64(), b["rank"].as_u64()));
+        breakdowns.push(rows);
+    }
+    assert_eq!(breakdowns[0].len(), 4 * 6);
+    assert_eq!(breakdowns[0], breakdowns[1], "{duplicates} duplicate(s)");
     stack.stop().await;
 }

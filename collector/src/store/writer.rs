@@ -57,6 +57,11 @@ pub struct WriterConfig {
     pub queue_capacity: usize,
     /// Limit on sending one INSERT and on waiting for ClickHouse's answer.
     pub insert_timeout_ms: u64,
+    /// Flush interval of the second writer, which stores live analytics
+    /// results (breakdowns, verdicts, hang suspects, alerts): they are few
+    /// rows, and a verdict is queryable this long after it was raised
+    /// instead of after the ingest writer's next flush.
+    pub results_flush_interval_ms: u64,
 }
 
 impl Default for WriterConfig {
@@ -66,6 +71,18 @@ impl Default for WriterConfig {
             flush_interval_ms: 200,
             queue_capacity: 256,
             insert_timeout_ms: 30_000,
+            results_flush_interval_ms: 50,
+        }
+    }
+}
+
+impl WriterConfig {
+    /// The configuration of the results writer: this one with its flush
+    /// interval.
+    pub fn for_results(&self) -> WriterConfig {
+        WriterConfig {
+            flush_interval_ms: self.results_flush_interval_ms,
+            ..self.clone()
         }
     }
 }
@@ -151,16 +168,21 @@ impl WriterHandle {
     /// Queues `rows` (never waits for queue space) and resolves once they are stored
     /// or failed; see the module docs for the policy.
     pub async fn write(&self, rows: RowSet) -> Result<WriteOutcome, WriteError> {
+        self.enqueue(rows)?.stored().await
+    }
+
+    /// Queues `rows` without waiting: `Ok` once the writer holds them (they
+    /// will be in its next flush), with the acknowledgement to await.
+    pub fn enqueue(&self, rows: RowSet) -> Result<Queued, WriteError> {
         let (ack, done) = oneshot::channel();
         match self.tx.try_send(Request { rows, ack }) {
-            Ok(()) => {}
+            Ok(()) => Ok(Queued(done)),
             Err(mpsc::error::TrySendError::Full(_)) => {
                 self.metrics.overloaded.fetch_add(1, Relaxed);
-                return Err(WriteError::Overloaded);
+                Err(WriteError::Overloaded)
             }
-            Err(mpsc::error::TrySendError::Closed(_)) => return Err(shutting_down()),
+            Err(mpsc::error::TrySendError::Closed(_)) => Err(shutting_down()),
         }
-        done.await.unwrap_or_else(|_| Err(shutting_down()))
     }
 
     /// Row sets waiting in the queue (not yet taken by the writer).
@@ -171,6 +193,22 @@ impl WriterHandle {
     /// The writer's counters.
     pub fn metrics(&self) -> &WriterMetrics {
         &self.metrics
+    }
+
+    /// The writer's counters, shared.
+    pub fn metrics_arc(&self) -> Arc<WriterMetrics> {
+        Arc::clone(&self.metrics)
+    }
+}
+
+/// Rows the writer holds: [`Queued::stored`] resolves when they are stored or failed.
+#[derive(Debug)]
+pub struct Queued(oneshot::Receiver<Result<WriteOutcome, WriteError>>);
+
+impl Queued {
+    /// The writer's answer for the rows.
+    pub async fn stored(self) -> Result<WriteOutcome, WriteError> {
+        self.0.await.unwrap_or_else(|_| Err(shutting_down()))
     }
 }
 
@@ -185,8 +223,18 @@ pub fn spawn_writer(
     cfg: WriterConfig,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> (WriterHandle, JoinHandle<()>) {
+    spawn_writer_counting(store, cfg, Arc::default(), shutdown)
+}
+
+/// [`spawn_writer`] counting into `metrics` (shared by the ingest and the
+/// results writer: `/metrics` shows their sum).
+pub fn spawn_writer_counting(
+    store: Store,
+    cfg: WriterConfig,
+    metrics: Arc<WriterMetrics>,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> (WriterHandle, JoinHandle<()>) {
     let (tx, rx) = mpsc::channel(cfg.queue_capacity.max(1));
-    let metrics = Arc::new(WriterMetrics::default());
     let writer = Writer {
         store,
         cfg,

@@ -11,14 +11,34 @@
 //! it; the batch is then processed late, out of order, when it arrives. The
 //! first seq seen of a session starts its sequence (a collector restart joins
 //! mid-session). Memory: at most `max_buffered` payloads per session.
+//!
+//! Batches reach analytics when the writer accepts them, before ClickHouse
+//! committed them (see `service`), so a batch whose flush failed comes again
+//! when the agent retries it: a seq already released is dropped as a
+//! duplicate (`duplicates`). Released seqs are remembered over the last
+//! [`RELEASED_WINDOW`] seqs of each session; a seq below that window is taken
+//! as late, as before.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+/// How many seqs below the next expected one are remembered as released
+/// (an agent has at most its backlog, 256 batches by default, unsettled).
+pub const RELEASED_WINDOW: u64 = 4_096;
 
 #[derive(Debug)]
 struct Session<T> {
     next: u64,
     waiting: BTreeMap<u64, (u64, Option<T>)>,
     touched_ns: u64,
+    /// Seqs below `next` released late (a given-up gap, or below `first`),
+    /// within the window: those are duplicates when they come again.
+    late_released: BTreeSet<u64>,
+    /// Seqs below `next` that were never released (skipped gaps), within
+    /// the window: only those are taken late.
+    missing: BTreeSet<u64>,
+    /// The first seq of the session as this collector saw it: below it,
+    /// nothing is known (a restart joined mid-session), so a lower seq is late.
+    first: u64,
 }
 
 /// Reorder buffers of all sessions.
@@ -31,6 +51,8 @@ pub struct Reorder<T> {
     pub gaps_skipped: u64,
     /// Batches released after their gap was given up.
     pub late: u64,
+    /// Batches offered again after they were released (a retried batch).
+    pub duplicates: u64,
 }
 
 impl<T> Reorder<T> {
@@ -42,6 +64,7 @@ impl<T> Reorder<T> {
             max_wait_ns,
             gaps_skipped: 0,
             late: 0,
+            duplicates: 0,
         }
     }
 
@@ -59,11 +82,28 @@ impl<T> Reorder<T> {
             next: seq,
             waiting: BTreeMap::new(),
             touched_ns: now_ns,
+            late_released: BTreeSet::new(),
+            missing: BTreeSet::new(),
+            first: seq,
         });
         s.touched_ns = now_ns;
         if seq < s.next {
-            self.late += 1;
-            ready.extend(payload);
+            let floor = s.next.saturating_sub(RELEASED_WINDOW);
+            let take = !s.late_released.contains(&seq)
+                && (s.missing.remove(&seq) || seq < s.first || seq < floor);
+            if take {
+                self.late += 1;
+                if seq >= floor {
+                    s.late_released.insert(seq);
+                }
+                ready.extend(payload);
+            } else {
+                self.duplicates += 1;
+            }
+            return;
+        }
+        if s.waiting.contains_key(&seq) {
+            self.duplicates += 1;
             return;
         }
         s.waiting.insert(seq, (now_ns, payload));
@@ -106,8 +146,13 @@ impl<T> Reorder<T> {
 
     fn skip_gap(s: &mut Session<T>, ready: &mut Vec<T>) {
         if let Some((&first, _)) = s.waiting.first_key_value() {
+            let floor = first.saturating_sub(RELEASED_WINDOW);
+            s.missing.extend(s.next.max(floor)..first);
             s.next = first;
             Self::release(s, ready);
+            let floor = s.next.saturating_sub(RELEASED_WINDOW);
+            s.missing = s.missing.split_off(&floor);
+            s.late_released = s.late_released.split_off(&floor);
         }
     }
 }
@@ -156,6 +201,29 @@ mod tests {
         r.push(key(), 2, Some(2), 1_100, &mut out);
         assert_eq!(out, vec![1, 3, 2]);
         assert_eq!(r.late, 1);
+    }
+
+    #[test]
+    fn a_released_batch_offered_again_is_dropped() {
+        let mut r = Reorder::new(8, 1_000);
+        let mut out = Vec::new();
+        for seq in [4, 5, 5, 4, 7, 7] {
+            r.push(key(), seq, Some(seq), 0, &mut out);
+        }
+        assert_eq!(out, vec![4, 5]);
+        assert_eq!(r.duplicates, 3);
+        // A skipped seq comes once, late; again, it is a duplicate.
+        r.tick(2_000, &mut out);
+        r.push(key(), 6, Some(6), 2_000, &mut out);
+        r.push(key(), 6, Some(6), 2_000, &mut out);
+        assert_eq!(out, vec![4, 5, 7, 6]);
+        assert_eq!((r.late, r.duplicates), (1, 4));
+        // Below the first seq seen (the collector joined mid-session):
+        // unknown, so late, once.
+        r.push(key(), 2, Some(2), 2_000, &mut out);
+        r.push(key(), 2, Some(2), 2_000, &mut out);
+        assert_eq!(out, vec![4, 5, 7, 6, 2]);
+        assert_eq!((r.late, r.duplicates), (2, 5));
     }
 
     #[test]
