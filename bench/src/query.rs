@@ -45,13 +45,22 @@ pub const QUERIED_STEP: u64 = 50;
 pub struct QueryRun {
     /// Warm: after two uncounted requests.
     pub breakdown_ms: Vec<f64>,
+    /// `breakdown?step=50` of the 16,384-rank job.
+    #[serde(default)]
+    pub breakdown_16k_ms: Vec<f64>,
     pub stragglers_ms: Vec<f64>,
     /// Cold: the first request of each route after the load (fresh
     /// collector, nothing read yet).
     pub breakdown_cold_ms: f64,
+    #[serde(default)]
+    pub breakdown_16k_cold_ms: f64,
     pub stragglers_cold_ms: f64,
     /// Rows the breakdown answer holds (= ranks).
     pub breakdown_rows: usize,
+    #[serde(default)]
+    pub breakdown_16k_rows: usize,
+    #[serde(default)]
+    pub breakdown_16k_response_bytes: usize,
     /// Verdicts the stragglers answer holds.
     pub verdicts: usize,
     /// Verdict versions stored for the stragglers job.
@@ -59,6 +68,8 @@ pub struct QueryRun {
     pub breakdown_response_bytes: usize,
     /// The same SQL as the routes, sent straight to ClickHouse over HTTP.
     pub sql_breakdown_ms: Vec<f64>,
+    #[serde(default)]
+    pub sql_breakdown_16k_ms: Vec<f64>,
     pub sql_stragglers_ms: Vec<f64>,
     pub loaded_rows: u64,
     pub load_s: f64,
@@ -94,6 +105,10 @@ pub async fn run(ctx: &Ctx, reps: usize) -> Result<QueryRun, BenchError> {
         "{}/api/v1/jobs/{job_a}/breakdown?step={QUERIED_STEP}",
         collector.http_url
     );
+    let breakdown_16k_url = format!(
+        "{}/api/v1/jobs/{job_b}/breakdown?step={QUERIED_STEP}",
+        collector.http_url
+    );
     let stragglers_url = format!("{}/api/v1/jobs/{job_b}/stragglers", collector.http_url);
     let mut out = QueryRun {
         loaded_rows: a.rows + b.rows,
@@ -103,22 +118,30 @@ pub async fn run(ctx: &Ctx, reps: usize) -> Result<QueryRun, BenchError> {
     };
     for i in 0..reps + 2 {
         let r = ctx.http.get_ok(&breakdown_url).await?;
+        let r16 = ctx.http.get_ok(&breakdown_16k_url).await?;
         let s = ctx.http.get_ok(&stragglers_url).await?;
         if i == 0 {
             out.breakdown_cold_ms = r.elapsed.as_secs_f64() * 1e3;
+            out.breakdown_16k_cold_ms = r16.elapsed.as_secs_f64() * 1e3;
             out.stragglers_cold_ms = s.elapsed.as_secs_f64() * 1e3;
             out.breakdown_rows = r.json()?["breakdown"].as_array().map_or(0, Vec::len);
             out.breakdown_response_bytes = r.body.len();
+            out.breakdown_16k_rows = r16.json()?["breakdown"].as_array().map_or(0, Vec::len);
+            out.breakdown_16k_response_bytes = r16.body.len();
             out.verdicts = s.json()?["stragglers"].as_array().map_or(0, Vec::len);
-            if out.breakdown_rows != BREAKDOWN_RANKS as usize || out.verdicts != b.verdicts {
+            if out.breakdown_rows != BREAKDOWN_RANKS as usize
+                || out.breakdown_16k_rows != STRAGGLER_RANKS as usize
+                || out.verdicts != b.verdicts
+            {
                 return Err(BenchError::Check(format!(
-                    "breakdown answered {} rows (want {BREAKDOWN_RANKS}), stragglers {} verdicts (want {})",
-                    out.breakdown_rows, out.verdicts, b.verdicts
+                    "breakdown answered {} and {} rows (want {BREAKDOWN_RANKS} and {STRAGGLER_RANKS}), stragglers {} verdicts (want {})",
+                    out.breakdown_rows, out.breakdown_16k_rows, out.verdicts, b.verdicts
                 )));
             }
         }
         if i >= 2 {
             out.breakdown_ms.push(r.elapsed.as_secs_f64() * 1e3);
+            out.breakdown_16k_ms.push(r16.elapsed.as_secs_f64() * 1e3);
             out.stragglers_ms.push(s.elapsed.as_secs_f64() * 1e3);
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
@@ -132,16 +155,28 @@ pub async fn run(ctx: &Ctx, reps: usize) -> Result<QueryRun, BenchError> {
             &QUERIED_STEP.to_string(),
         ],
     );
+    let breakdown_16k_sql = bind(
+        BREAKDOWN_SQL,
+        &[
+            &quote(job_b),
+            &QUERIED_STEP.to_string(),
+            &QUERIED_STEP.to_string(),
+        ],
+    );
     let stragglers_sql = bind(STRAGGLERS_SQL, &[&quote(job_b)]);
     for i in 0..reps + 2 {
         let t = std::time::Instant::now();
         ctx.ch.query_in(db, &breakdown_sql)?;
         let b = t.elapsed().as_secs_f64() * 1e3;
         let t = std::time::Instant::now();
+        ctx.ch.query_in(db, &breakdown_16k_sql)?;
+        let b16 = t.elapsed().as_secs_f64() * 1e3;
+        let t = std::time::Instant::now();
         ctx.ch.query_in(db, &stragglers_sql)?;
         let s = t.elapsed().as_secs_f64() * 1e3;
         if i >= 2 {
             out.sql_breakdown_ms.push(b);
+            out.sql_breakdown_16k_ms.push(b16);
             out.sql_stragglers_ms.push(s);
         }
     }

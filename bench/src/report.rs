@@ -85,6 +85,8 @@ pub struct Results {
     pub straggler_latency_p50_ms: Option<f64>,
     pub straggler_latency_p99_ms: Option<f64>,
     pub query_breakdown_4096_ranks_ms: Option<f64>,
+    #[serde(default)]
+    pub query_breakdown_16384_ranks_ms: Option<f64>,
     pub query_stragglers_16384x100_ms: Option<f64>,
     pub import_mb_per_s: Option<f64>,
 }
@@ -163,6 +165,7 @@ impl Details {
             straggler_latency_p50_ms: fig(percentile(&lat, 50.0)),
             straggler_latency_p99_ms: fig(percentile(&lat, 99.0)),
             query_breakdown_4096_ranks_ms: fig(median(&self.query.breakdown_ms)),
+            query_breakdown_16384_ranks_ms: fig(median(&self.query.breakdown_16k_ms)),
             query_stragglers_16384x100_ms: fig(median(&self.query.stragglers_ms)),
             import_mb_per_s: fig(median(&self.import_mb_per_final_s())),
         }
@@ -253,21 +256,29 @@ pub fn rows(r: &Results) -> Vec<(&'static str, Option<f64>, &'static str, Option
             "MiB",
             at_most(64.0),
         ),
+        // Issue 15, goal 5: p99 <= 250 ms at 1,024 ranks (the section's
+        // job); the median has no goal of its own.
         (
             "straggler_latency_p50_ms",
             r.straggler_latency_p50_ms,
             "ms",
-            at_most(1000.0),
+            None,
         ),
         (
             "straggler_latency_p99_ms",
             r.straggler_latency_p99_ms,
             "ms",
-            at_most(1000.0),
+            at_most(250.0),
         ),
         (
             "query_breakdown_4096_ranks_ms",
             r.query_breakdown_4096_ranks_ms,
+            "ms",
+            None,
+        ),
+        (
+            "query_breakdown_16384_ranks_ms",
+            r.query_breakdown_16384_ranks_ms,
             "ms",
             at_most(200.0),
         ),

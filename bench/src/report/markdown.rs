@@ -411,6 +411,18 @@ fn query(s: &mut String, d: &Details) {
     );
     row(
         s,
+        "`breakdown?step=50`, 16,384 ranks",
+        format!(
+            "{} rows, {} kB",
+            q.breakdown_16k_rows,
+            q.breakdown_16k_response_bytes / 1000
+        ),
+        q.breakdown_16k_cold_ms,
+        &q.breakdown_16k_ms,
+        &q.sql_breakdown_16k_ms,
+    );
+    row(
+        s,
         "`stragglers`, 16,384 ranks x 100 steps",
         format!("{} verdicts", q.verdicts),
         q.stragglers_cold_ms,
