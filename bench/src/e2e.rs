@@ -230,7 +230,7 @@ fn summary(path: &Path) -> Result<serde_json::Value, BenchError> {
 }
 
 /// `(accepted, dropped)` of a `simulate --format json` summary.
-fn summary_counts(path: &Path) -> Result<(u64, u64), BenchError> {
+pub fn summary_counts(path: &Path) -> Result<(u64, u64), BenchError> {
     let v = summary(path)?;
     let get = |k: &str| {
         v[k].as_u64()

@@ -12,6 +12,12 @@
 //! agent loads it through `nvml_library_path` with `gpu_sample_interval_ms`
 //! and `host_sample_interval_ms` = 100. A baseline with sampling disabled
 //! is measured the same way.
+//!
+//! Realtime ([`REALTIME_EVENTS_PER_S`]): the same sampling agent while
+//! `rankscope simulate` streams 8 ranks into it, paced (`--rate`) at the
+//! per-node rate of the scale model in RESULTS.md (2.7 M events/s over 2,048
+//! nodes of 8 ranks: about 1,318 events/s, 165 per rank), CPU % over the
+//! same windows: `agent_cpu_pct_8_ranks_realtime` (issue 15, goal 3).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -29,6 +35,16 @@ pub const WINDOW: Duration = Duration::from_secs(5);
 pub const GPUS: u32 = 8;
 /// Sampling interval, ms (10 Hz).
 pub const INTERVAL_MS: i64 = 100;
+/// Ranks of the realtime measurement (one node).
+pub const REALTIME_RANKS: u32 = 8;
+/// Their events per second together: the scale model's per-node rate.
+pub const REALTIME_EVENTS_PER_S: f64 = 2.7e6 / 2048.0;
+/// Layers of the simulated model (336 events per rank-step at 12).
+const REALTIME_LAYERS: u32 = 12;
+/// Events of one step of all ranks at [`REALTIME_LAYERS`].
+const REALTIME_EVENTS_PER_STEP: f64 = 336.0 * REALTIME_RANKS as f64;
+/// The simulated job lasts this long (warm-up, the windows, a margin).
+const REALTIME_RUN: Duration = Duration::from_secs(30);
 
 /// Result of the idle measurement.
 #[derive(Debug, Clone, Default, serde::Serialize)]
@@ -38,6 +54,16 @@ pub struct IdleRun {
     /// CPU % of one core with sampling disabled (one window).
     pub baseline_cpu_pct: f64,
     pub rss_mib: f64,
+    /// CPU % of one core per window while 8 simulated ranks stream
+    /// [`REALTIME_EVENTS_PER_S`] into the sampling agent.
+    #[serde(default)]
+    pub realtime_cpu_pct: Vec<f64>,
+    /// Events the simulated ranks sent per second over their whole run
+    /// (accepted / wall time), and how many the agent dropped.
+    #[serde(default)]
+    pub realtime_events_per_s: f64,
+    #[serde(default)]
+    pub realtime_dropped: u64,
     /// Why it was not measured, when it was not.
     pub not_measured: Option<String>,
 }
@@ -142,6 +168,7 @@ pub async fn run(
         pcts.push(cpu_pct(agent.pid, WINDOW).await?);
     }
     let rss_mib = sys::status_mib(agent.pid, "VmRSS")?;
+    let realtime = realtime(bins, dir, &agent).await;
     agent.stop();
     let log = std::fs::read_to_string(&agent.log).unwrap_or_default();
     let sampled = log.matches("GPU sampled").count();
@@ -159,12 +186,75 @@ pub async fn run(
             ..IdleRun::default()
         });
     }
+    let (realtime_cpu_pct, realtime_events_per_s, realtime_dropped) = realtime?;
     Ok(IdleRun {
         baseline_cpu_pct,
         rss_mib,
+        realtime_cpu_pct,
+        realtime_events_per_s,
+        realtime_dropped,
         not_measured: None,
         cpu_pct: pcts,
     })
+}
+
+/// CPU % windows of `agent` while 8 simulated ranks stream into it at
+/// [`REALTIME_EVENTS_PER_S`]; with the rate achieved and the drops.
+async fn realtime(
+    bins: &Binaries,
+    dir: &Path,
+    agent: &AgentProc,
+) -> Result<(Vec<f64>, f64, u64), BenchError> {
+    let steps = (REALTIME_EVENTS_PER_S * REALTIME_RUN.as_secs_f64() / REALTIME_EVENTS_PER_STEP)
+        .ceil() as u64;
+    let summary = dir.join("simulate-realtime.json");
+    let out = std::fs::File::create(&summary).map_err(BenchError::io("create summary file"))?;
+    let mut cmd = Command::new(bins.rankscope());
+    cmd.args(["simulate", "--format", "json", "--agent", &agent.url])
+        .args(["--job", "bench-agent-realtime"])
+        .args(["--ranks", &REALTIME_RANKS.to_string()])
+        .args(["--layers", &REALTIME_LAYERS.to_string()])
+        .args(["--steps", &steps.to_string()])
+        .args(["--rate", &format!("{REALTIME_EVENTS_PER_S:.1}")])
+        .env("RUST_BACKTRACE", "0")
+        .stdin(std::process::Stdio::null())
+        .stdout(out);
+    let started = Instant::now();
+    let sim = sys::spawn(&mut cmd)?;
+    // Warm-up: the ranks connect and the pacing settles.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let mut pcts = Vec::new();
+    for _ in 0..WINDOWS {
+        pcts.push(cpu_pct(agent.pid, WINDOW).await?);
+    }
+    let deadline = started + REALTIME_RUN * 3;
+    let reaped = loop {
+        if let Some(r) = sys::try_reap(sim.id())? {
+            break r;
+        }
+        if Instant::now() > deadline {
+            return Err(BenchError::Timeout {
+                what: "the realtime simulation to end".into(),
+                secs: (REALTIME_RUN * 3).as_secs(),
+            });
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let elapsed = started.elapsed().as_secs_f64();
+    if !reaped.status.success() {
+        return Err(BenchError::Process {
+            program: "rankscope simulate (realtime)".into(),
+            status: reaped.status.to_string(),
+            detail: std::fs::read_to_string(&summary).unwrap_or_default(),
+        });
+    }
+    let (accepted, dropped) = crate::e2e::summary_counts(&summary)?;
+    Ok((pcts, accepted as f64 / elapsed, dropped))
+}
+
+/// Median CPU % of the realtime windows (NaN when not measured).
+pub fn median_realtime_pct(r: &IdleRun) -> f64 {
+    median(&r.realtime_cpu_pct)
 }
 
 /// Median CPU % of the sampling windows (NaN when not measured).

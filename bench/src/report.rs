@@ -80,6 +80,8 @@ pub struct Results {
     pub collector_peak_rss_mib: Option<f64>,
     pub agent_cpu_s_per_million_events: Option<f64>,
     pub agent_idle_cpu_pct: Option<f64>,
+    #[serde(default)]
+    pub agent_cpu_pct_8_ranks_realtime: Option<f64>,
     pub agent_rss_mib: Option<f64>,
     pub agent_rss_mib_full_relay: Option<f64>,
     pub straggler_latency_p50_ms: Option<f64>,
@@ -157,6 +159,7 @@ impl Details {
             collector_peak_rss_mib: fig(per_run(e, |r| r.collector_peak_rss_mib)),
             agent_cpu_s_per_million_events: fig(per_m(|r| r.agent_cpu_s)),
             agent_idle_cpu_pct: fig(crate::idle::median_pct(&self.idle)),
+            agent_cpu_pct_8_ranks_realtime: fig(crate::idle::median_realtime_pct(&self.idle)),
             agent_rss_mib: fig(per_run(e, |r| r.agent_peak_rss_mib)),
             agent_rss_mib_full_relay: self
                 .full_relay
@@ -248,6 +251,12 @@ pub fn rows(r: &Results) -> Vec<(&'static str, Option<f64>, &'static str, Option
             r.agent_idle_cpu_pct,
             "% of a core",
             None,
+        ),
+        (
+            "agent_cpu_pct_8_ranks_realtime",
+            r.agent_cpu_pct_8_ranks_realtime,
+            "% of a core",
+            at_most(1.0),
         ),
         ("agent_rss_mib", r.agent_rss_mib, "MiB", None),
         (

@@ -246,6 +246,27 @@ fn costs(s: &mut String, d: &Details, r: &Results) {
                 d.idle.rss_mib,
                 d.idle.baseline_cpu_pct
             );
+            let _ = writeln!(
+                s,
+                "Realtime, 8 ranks and 8 GPUs at 10 Hz (`agent_cpu_pct_8_ranks_realtime`): the \
+                 same sampling agent while `rankscope simulate --ranks {} --layers 12 --rate {:.0}` \
+                 streams into it, the per-node rate of the scale model (section 7: 2.7 M events/s \
+                 over 2,048 nodes); {:.0} events/s achieved over the whole run, {} dropped. CPU % \
+                 of one core over {} windows of {} s after a 3 s warm-up: {} (median **{}**).\n",
+                crate::idle::REALTIME_RANKS,
+                crate::idle::REALTIME_EVENTS_PER_S,
+                d.idle.realtime_events_per_s,
+                d.idle.realtime_dropped,
+                d.idle.realtime_cpu_pct.len(),
+                crate::idle::WINDOW.as_secs(),
+                d.idle
+                    .realtime_cpu_pct
+                    .iter()
+                    .map(|v| format!("{v:.2} %"))
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                human(r.agent_cpu_pct_8_ranks_realtime),
+            );
         }
     }
 }

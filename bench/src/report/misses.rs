@@ -62,9 +62,8 @@ fn why(name: &str, d: &Details) -> String {
                  bulk load {bulk:.2} ClickHouse CPU s per million rows. On {} shared cores that \
                  caps the pipeline at {} events/s even with every core busy, {:.2} of the bulk \
                  rate: the goal cannot be met on this machine by tuning alone. ClickHouse \
-                 itself works harder per row than in bulk ({:.1}x): RowBinary rows are parsed \
-                 instead of Native columns, and {} INSERTs per run make small parts to create \
-                 and merge{}. {}",
+                 itself works harder per row than in bulk ({:.1}x): {} INSERTs per run make \
+                 small parts to create and merge{}. {}",
                 med(&|r| r.clickhouse_cpu_s / r.events as f64 * 1e6),
                 med(&|r| r.collector_cpu_s / r.events as f64 * 1e6),
                 med(&|r| r.agent_cpu_s / r.events as f64 * 1e6),
@@ -81,14 +80,34 @@ fn why(name: &str, d: &Details) -> String {
         }
         "clickhouse_cpu_per_row_vs_bulk" => format!(
             "Every end-to-end INSERT is a part (median {:.0} INSERTs for {:.0} events); the \
-             window includes the merges of those parts and the LZ4/RowBinary parse of the \
-             collector's bodies, while the bulk load writes 4 parts of Native blocks and \
-             its merges run after it. Per-run ClickHouse CPU varies up to 2x between \
-             identical runs on this shared VM (see the table), so single runs do not \
-             separate a change from the noise. {}",
+             window includes the merges of those parts, while the bulk load writes 4 parts \
+             and its merges run after it. The part count, not the format, is the cost: on \
+             this ClickHouse 18.16, 1 M rows of the `kernels` schema sent over HTTP as 40 \
+             INSERTs of 25,000 rows took 2.0-2.5 CPU s in RowBinary and in Native alike, \
+             and 0.67 CPU s as 4 INSERTs of 250,000 rows (merges included). A collector \
+             writing 250,000-row flushes every second (with its next buffer filling during \
+             a flush, 32 agent batches in flight) made 90 INSERTs instead of 217 and held \
+             ClickHouse at about 5 CPU s per run, but tripled the collector's peak RSS \
+             (470 MiB) and was not adopted. Per-run ClickHouse CPU is bimodal on this \
+             shared VM: identical binaries back to back took 2.9 s and 10 s, so single \
+             runs do not separate a change from the noise. {}",
             med(&|r| r.inserts as f64),
             med(&|r| r.events as f64),
             busy_note(d)
+        ),
+        "agent_cpu_pct_8_ranks_realtime" => format!(
+            "Of it, {:.2} % is the sampling of 8 GPUs and the host at 10 Hz alone (the idle \
+             figure) and {:.3} % the agent with nothing to do; the rest is relaying {:.0} \
+             events/s ({:.2} CPU s per million events in the end-to-end runs).",
+            crate::idle::median_pct(&d.idle),
+            d.idle.baseline_cpu_pct,
+            d.idle.realtime_events_per_s,
+            median(
+                &d.e2e
+                    .iter()
+                    .map(|r| r.agent_cpu_s / r.events as f64 * 1e6)
+                    .collect::<Vec<_>>()
+            )
         ),
         "agent_rss_mib_full_relay" => {
             let c = rankscope_agent::Config::default();
