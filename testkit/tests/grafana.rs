@@ -148,8 +148,9 @@ async fn every_dashboard_query_runs_and_names_what_exists() {
             |r| !r.is_empty(),
         )
         .await;
-    // Verdicts and breakdowns are separate INSERTs of one flush: wait for
-    // the breakdowns the panels read too.
+    // Verdicts and breakdowns are separate INSERTs of the results writer,
+    // and analytics run before the raw events' flush commits: wait for the
+    // breakdowns and the raw events the panels read too.
     stack
         .api_poll(
             &format!("/api/v1/jobs/{job}/breakdown?last=20"),
@@ -157,6 +158,7 @@ async fn every_dashboard_query_runs_and_names_what_exists() {
             |r| r.len() == 8 * 20,
         )
         .await;
+    stack.all_stored(&sim).await;
     let ds = dashboards();
     assert!(
         ds.len() >= 2,

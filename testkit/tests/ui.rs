@@ -127,6 +127,9 @@ async fn the_ui_flags_the_straggler_and_shows_the_apis_numbers() {
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+    // Analytics may answer before the raw events' flush commits; the
+    // collectives and timeline views read those.
+    stack.all_stored(&sim).await;
     let verdicts = get(format!("/api/v1/jobs/{JOB}/stragglers")).await;
     assert_eq!(verdicts["stragglers"][0]["rank"], SLOW_RANK);
     let evidence = verdicts["stragglers"][0]["evidence"]

@@ -36,6 +36,8 @@ async fn the_expected_gain_of_a_planted_straggler_matches_the_simulators_truth()
         // rows are compared: both then read the same rows (stop 21's CI run
         // compared a route answer with rows stored after it).
         stack.analytics_final(job, 8 * 30).await;
+        // The goodput and diff views below read raw events too.
+        stack.all_stored(&sim).await;
         let rows = stack
             .api_poll(
                 &format!("/api/v1/jobs/{job}/stragglers"),

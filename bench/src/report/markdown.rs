@@ -236,12 +236,7 @@ fn costs(s: &mut String, d: &Details, r: &Results) {
                  memory, so a real driver's NVML call cost comes on top.\n",
                 d.idle.cpu_pct.len(),
                 crate::idle::WINDOW.as_secs(),
-                d.idle
-                    .cpu_pct
-                    .iter()
-                    .map(|v| format!("{v:.2} %"))
-                    .collect::<Vec<_>>()
-                    .join(", "),
+                pcts(&d.idle.cpu_pct),
                 human(r.agent_idle_cpu_pct),
                 d.idle.rss_mib,
                 d.idle.baseline_cpu_pct
@@ -259,16 +254,19 @@ fn costs(s: &mut String, d: &Details, r: &Results) {
                 d.idle.realtime_dropped,
                 d.idle.realtime_cpu_pct.len(),
                 crate::idle::WINDOW.as_secs(),
-                d.idle
-                    .realtime_cpu_pct
-                    .iter()
-                    .map(|v| format!("{v:.2} %"))
-                    .collect::<Vec<_>>()
-                    .join(", "),
+                pcts(&d.idle.realtime_cpu_pct),
                 human(r.agent_cpu_pct_8_ranks_realtime),
             );
         }
     }
+}
+
+/// "1.18 %, 1.19 %, ..." of CPU % windows.
+fn pcts(v: &[f64]) -> String {
+    v.iter()
+        .map(|v| format!("{v:.2} %"))
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 fn lat_row(s: &mut String, name: &str, t: &[StragglerTrial]) {

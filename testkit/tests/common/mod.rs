@@ -215,6 +215,19 @@ impl Stack {
             .sum()
     }
 
+    /// Waits until every event of the simulated job `sim` is stored: live
+    /// analytics (and so the analytics routes) may answer before the raw
+    /// events' flush commits.
+    pub async fn all_stored(&self, sim: &rankscope_cli::simulate::SimConfig) {
+        let want = rankscope_cli::simulate::plan(sim).event_counts().total();
+        eventually(
+            60,
+            &format!("all {want} events of {} stored", sim.job),
+            || self.events_now(&sim.job) == want,
+        )
+        .await;
+    }
+
     /// Distinct (rank, kind, time) keys over all event tables: equals the row
     /// count only if nothing was stored twice.
     pub async fn distinct_event_keys(&self, job: &str) -> u64 {
