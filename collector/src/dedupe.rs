@@ -132,6 +132,14 @@ impl Dedupe {
         }
     }
 
+    /// The first seq of the session not stored yet (every lower one is):
+    /// 1 for a session never seen.
+    pub fn next_expected(&self, agent_id: &str, session: u64) -> u64 {
+        self.sessions
+            .get(&(agent_id.to_owned(), session))
+            .map_or(1, |s| s.watermark + 1)
+    }
+
     /// Number of sessions tracked.
     pub fn sessions(&self) -> usize {
         self.sessions.len()

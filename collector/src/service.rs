@@ -128,6 +128,7 @@ impl IngestService {
                     &batch.agent_id,
                     batch.agent_session,
                     batch.seq,
+                    self.next_expected(&batch),
                     Some(convert::stream_input(&batch)),
                 );
                 queued.stored().await
@@ -215,6 +216,14 @@ impl IngestService {
         Ok(d.begin(&b.agent_id, b.agent_session, b.seq))
     }
 
+    /// The first seq of `b`'s session not stored yet (where analytics
+    /// start a session they have not seen).
+    fn next_expected(&self, b: &proto::AgentBatch) -> u64 {
+        self.dedupe
+            .lock()
+            .map_or(b.seq, |d| d.next_expected(&b.agent_id, b.agent_session))
+    }
+
     fn finish(&self, b: &proto::AgentBatch, done: bool) {
         if let Ok(mut d) = self.dedupe.lock() {
             d.finish(&b.agent_id, b.agent_session, b.seq, done);
@@ -241,8 +250,13 @@ impl proto::collector_ingest_server::CollectorIngest for IngestService {
         self.metrics.batches_received.fetch_add(1, Relaxed);
         let rows = convert::convert(&batch, now_ns()).map_err(|e| {
             self.metrics.reject(e.reason());
-            self.stream
-                .submit(&batch.agent_id, batch.agent_session, batch.seq, None);
+            self.stream.submit(
+                &batch.agent_id,
+                batch.agent_session,
+                batch.seq,
+                self.next_expected(&batch),
+                None,
+            );
             tracing::debug!(agent = %batch.agent_id, seq = batch.seq, error = %e, "batch rejected");
             Status::invalid_argument(e.to_string())
         })?;

@@ -207,6 +207,8 @@ pub struct StreamMetrics {
 struct Submission {
     session: (String, u64),
     seq: u64,
+    /// Where the session starts if analytics have not seen it.
+    start: u64,
     input: Option<StreamInput>,
 }
 
@@ -220,10 +222,23 @@ pub struct StreamHandle {
 impl StreamHandle {
     /// Hands an accepted (or, with `None`, a consumed) batch to analytics;
     /// never waits.
-    pub fn submit(&self, agent_id: &str, session: u64, seq: u64, input: Option<StreamInput>) {
+    ///
+    /// `start` is the first seq of the session not yet stored (duplicate
+    /// detection's watermark + 1): where analytics start a session they have
+    /// not seen, so its batches are taken in order even when a later one
+    /// reaches the writer first.
+    pub fn submit(
+        &self,
+        agent_id: &str,
+        session: u64,
+        seq: u64,
+        start: u64,
+        input: Option<StreamInput>,
+    ) {
         let sub = Submission {
             session: (agent_id.to_owned(), session),
             seq,
+            start,
             input,
         };
         if self.tx.try_send(sub).is_err() {
@@ -344,7 +359,7 @@ impl Stream {
                 sub = rx.recv() => match sub {
                     Some(s) => {
                         let now = now_ns();
-                        self.reorder.push(s.session, s.seq, s.input, now, &mut ready);
+                        self.reorder.push_from(s.session, s.seq, s.start, s.input, now, &mut ready);
                         self.metrics.duplicate_batches.store(self.reorder.duplicates, Relaxed);
                         self.consume(&mut ready, now);
                     }

@@ -70,6 +70,7 @@ impl<T> Reorder<T> {
 
     /// Offers batch `seq` of `session` (`None`: the seq carries nothing, e.g.
     /// it was rejected) and appends what became ready, in order, to `ready`.
+    /// A session not seen yet starts at `seq`.
     pub fn push(
         &mut self,
         session: (String, u64),
@@ -78,13 +79,30 @@ impl<T> Reorder<T> {
         now_ns: u64,
         ready: &mut Vec<T>,
     ) {
+        self.push_from(session, seq, seq, payload, now_ns, ready);
+    }
+
+    /// [`Reorder::push`], where a session not seen yet starts at `start`
+    /// (at most `seq`): the first seq its source has not stored (1 for a new
+    /// agent session). Batches reach the buffer when the writer takes them,
+    /// so a session's second batch may come before its first.
+    pub fn push_from(
+        &mut self,
+        session: (String, u64),
+        seq: u64,
+        start: u64,
+        payload: Option<T>,
+        now_ns: u64,
+        ready: &mut Vec<T>,
+    ) {
+        let start = start.min(seq);
         let s = self.sessions.entry(session).or_insert_with(|| Session {
-            next: seq,
+            next: start,
             waiting: BTreeMap::new(),
             touched_ns: now_ns,
             late_released: BTreeSet::new(),
             missing: BTreeSet::new(),
-            first: seq,
+            first: start,
         });
         s.touched_ns = now_ns;
         if seq < s.next {
@@ -224,6 +242,18 @@ mod tests {
         r.push(key(), 2, Some(2), 2_000, &mut out);
         assert_eq!(out, vec![4, 5, 7, 6, 2]);
         assert_eq!((r.late, r.duplicates), (2, 5));
+    }
+
+    #[test]
+    fn a_new_session_waits_for_its_start() {
+        let mut r = Reorder::new(8, 1_000);
+        let mut out = Vec::new();
+        // Seq 2 is taken before seq 1 of a new session (start 1).
+        r.push_from(key(), 2, 1, Some(2), 0, &mut out);
+        assert!(out.is_empty());
+        r.push_from(key(), 1, 1, Some(1), 0, &mut out);
+        assert_eq!(out, vec![1, 2]);
+        assert_eq!((r.late, r.duplicates), (0, 0));
     }
 
     #[test]
