@@ -8,9 +8,10 @@
 //! A seq that will never come (a batch the collector rejected) is released by
 //! `skip`. A gap that stays open (a batch still being retried) is given up
 //! after `max_wait_ns` or when more than `max_buffered` batches wait behind
-//! it; the batch is then processed late, out of order, when it arrives. The
-//! first seq seen of a session starts its sequence (a collector restart joins
-//! mid-session). Memory: at most `max_buffered` payloads per session.
+//! it; the batch is then processed late, out of order, when it arrives. A
+//! session starts at the `start` its first submission names (the first seq
+//! not yet stored: 1 for a new agent session, later after a collector
+//! restart). Memory: at most `max_buffered` payloads per session.
 //!
 //! Batches reach analytics when the writer accepts them, before ClickHouse
 //! committed them (see `service`), so a batch whose flush failed comes again
