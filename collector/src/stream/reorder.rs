@@ -69,9 +69,9 @@ impl<T> Reorder<T> {
         }
     }
 
-    /// Offers batch `seq` of `session` (`None`: the seq carries nothing, e.g.
-    /// it was rejected) and appends what became ready, in order, to `ready`.
-    /// A session not seen yet starts at `seq`.
+    /// [`Reorder::push_from`] where a session not seen yet starts at `seq`
+    /// (the tests' shorthand).
+    #[cfg(test)]
     pub fn push(
         &mut self,
         session: (String, u64),
@@ -83,10 +83,12 @@ impl<T> Reorder<T> {
         self.push_from(session, seq, seq, payload, now_ns, ready);
     }
 
-    /// [`Reorder::push`], where a session not seen yet starts at `start`
-    /// (at most `seq`): the first seq its source has not stored (1 for a new
-    /// agent session). Batches reach the buffer when the writer takes them,
-    /// so a session's second batch may come before its first.
+    /// Offers batch `seq` of `session` (`None`: the seq carries nothing, e.g.
+    /// it was rejected) and appends what became ready, in order, to `ready`.
+    /// A session not seen yet starts at `start` (at most `seq`): the first
+    /// seq its source has not stored (1 for a new agent session). Batches
+    /// reach the buffer when the writer takes them, so a session's second
+    /// batch may come before its first.
     pub fn push_from(
         &mut self,
         session: (String, u64),
