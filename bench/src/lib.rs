@@ -18,7 +18,8 @@
 //! Sections: [`e2e`] (pipeline throughput, collector and agent cost) with
 //! [`bulk`] (the direct `clickhouse-client` baseline on the same rows),
 //! [`straggler`] (verdict latency), [`query`] (API latency over generated
-//! analytics rows), [`import`] with [`synth`] (trace import speed),
+//! analytics rows), [`import`] with [`synth`] (trace import speed), [`hta`] (import +
+//! analysis of a 32-rank job side by side with HTA 0.5.0),
 //! [`idle`] (agent idle cost with 8 stand-in GPUs), [`profile`] (an optional
 //! `perf` profile of the pipeline), [`report`] (JSON, table, RESULTS.md and the
 //! scale model).
@@ -30,6 +31,7 @@
 pub mod bulk;
 pub mod e2e;
 pub mod error;
+pub mod hta;
 pub mod http;
 pub mod idle;
 pub mod import;

@@ -16,7 +16,7 @@ use rankscope_bench::http::HttpClient;
 use rankscope_bench::report::{self, Details, TUNED_FLUSH_MS};
 use rankscope_bench::stack::{AgentProc, Binaries, CollectorProc, Override};
 use rankscope_bench::sys::Machine;
-use rankscope_bench::{bulk, idle, import, profile, query, straggler, synth};
+use rankscope_bench::{bulk, hta, idle, import, profile, query, stats, straggler, synth};
 use rankscope_testkit::ClickHouse;
 
 #[derive(Debug, Parser)]
@@ -56,12 +56,22 @@ struct Args {
     /// Straggler-latency trials per collector configuration.
     #[arg(long, default_value_t = 20)]
     straggler_trials: usize,
+    /// Straggler-latency trials at 16,384 ranks (collector path, default
+    /// configuration).
+    #[arg(long, default_value_t = 10)]
+    straggler_16k_trials: usize,
     /// Requests per query route.
     #[arg(long, default_value_t = 15)]
     query_reps: usize,
     /// Import runs (every trace set plus the synthetic trace each).
     #[arg(long, default_value_t = 3)]
     import_runs: usize,
+    /// Side-by-side runs against HTA 0.5.0 (each: HTA, then ours).
+    #[arg(long, default_value_t = 1)]
+    hta_runs: usize,
+    /// JSON MB of the 32-rank x 40-step side-by-side job (issue 15: 310).
+    #[arg(long, default_value_t = 310)]
+    hta_mb: u64,
     /// Size of the synthetic trace, MB (>= 500 for the record).
     #[arg(long, default_value_t = 500)]
     synthetic_mb: u64,
@@ -76,11 +86,12 @@ struct Args {
     /// Skip the perf profile of an extra end-to-end run.
     #[arg(long)]
     no_profile: bool,
-    /// Sections to run (comma-separated): e2e, straggler, query, import, idle.
+    /// Sections to run (comma-separated): e2e, straggler, query, import,
+    /// hta, idle.
     #[arg(
         long,
         value_delimiter = ',',
-        default_value = "e2e,straggler,query,import,idle"
+        default_value = "e2e,straggler,query,import,hta,idle"
     )]
     sections: Vec<String>,
 }
@@ -91,9 +102,11 @@ impl Args {
             self.e2e_runs = 1;
             self.steps = 60;
             self.straggler_trials = 3;
+            self.straggler_16k_trials = 1;
             self.query_reps = 3;
             self.import_runs = 1;
             self.synthetic_mb = 20;
+            self.hta_mb = 20;
             self.no_profile = true;
         }
     }
@@ -184,9 +197,11 @@ async fn run(args: Args) -> anyhow::Result<()> {
         straggler_tuned: Vec::new(),
         straggler_agent: Vec::new(),
         straggler_agent_loaded: Vec::new(),
+        straggler_16k: Vec::new(),
         query: query::QueryRun::default(),
         imports: Vec::new(),
         synthetic_bytes: 0,
+        hta: None,
         idle: idle::IdleRun::default(),
         failures: Vec::new(),
     };
@@ -208,7 +223,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
             Err(e) => fail(&mut d, "query latency", &e),
         }
     }
-    if args.wants("import") || args.wants("idle") {
+    if args.wants("import") || args.wants("idle") || args.wants("hta") {
         if let Err(e) = run_import_idle(&ctx, &args, &traces, &mut d).await {
             fail(&mut d, "import / idle", &e);
         }
@@ -337,10 +352,26 @@ async fn run_straggler(ctx: &Ctx, args: &Args, d: &mut Details) -> anyhow::Resul
             &c.grpc_url,
             &c.http_url,
             &ctx.http,
+            straggler::RANKS,
             args.straggler_trials,
             name,
         )
         .await?;
+        if !tuned && args.straggler_16k_trials > 0 {
+            note(&format!(
+                "straggler latency (default collector): {} trials of 16,384 ranks",
+                args.straggler_16k_trials
+            ));
+            d.straggler_16k = straggler::run(
+                &c.grpc_url,
+                &c.http_url,
+                &ctx.http,
+                straggler::RANKS_16K,
+                args.straggler_16k_trials,
+                "16k",
+            )
+            .await?;
+        }
         c.stop();
         ctx.ch.query(&format!("DROP DATABASE IF EXISTS {db}"))?;
         if tuned {
@@ -481,6 +512,35 @@ async fn run_import_idle(
             d.imports.push(runs);
         }
         let _ = std::fs::remove_file(&synth_path);
+    }
+    if args.wants("hta") {
+        note(&format!(
+            "side by side with HTA 0.5.0: a {}-rank x {}-step job of {} MB",
+            hta::RANKS,
+            hta::STEPS,
+            args.hta_mb
+        ));
+        let venv = ctx.repo.join("target/hta-venv");
+        let sbs = hta::run(
+            &ctx.bins,
+            &ctx.http,
+            &ctx.repo,
+            &ctx.dir,
+            &venv,
+            &c.grpc_url,
+            &c.http_url,
+            (c.pid, ctx.ch.pid()),
+            args.hta_mb,
+            args.hta_runs,
+        )
+        .await?;
+        note(&format!(
+            "HTA {:.1} s, rankscope {:.1} s: {:.1}x",
+            stats::median(&sbs.hta.iter().map(|r| r.total_s).collect::<Vec<_>>()),
+            stats::median(&sbs.ours.iter().map(|r| r.total_s).collect::<Vec<_>>()),
+            sbs.speedup()
+        ));
+        d.hta = Some(sbs);
     }
     if args.wants("idle") {
         note("agent idle cost (8 stand-in GPUs at 10 Hz)");

@@ -44,10 +44,14 @@ pub struct Details {
     pub straggler_agent: Vec<StragglerTrial>,
     /// End to end while the end-to-end job streams through another agent.
     pub straggler_agent_loaded: Vec<StragglerTrial>,
+    /// 16,384 ranks, 2,048 node batches per step straight to the collector.
+    pub straggler_16k: Vec<StragglerTrial>,
     pub query: QueryRun,
     /// Per run, every import invocation.
     pub imports: Vec<Vec<ImportRun>>,
     pub synthetic_bytes: u64,
+    /// Import + analysis side by side with HTA 0.5.0.
+    pub hta: Option<crate::hta::SideBySide>,
     pub idle: IdleRun,
     /// Sections that failed, with the error.
     pub failures: Vec<String>,
@@ -86,11 +90,15 @@ pub struct Results {
     pub agent_rss_mib_full_relay: Option<f64>,
     pub straggler_latency_p50_ms: Option<f64>,
     pub straggler_latency_p99_ms: Option<f64>,
+    #[serde(default)]
+    pub straggler_latency_p99_ms_16384_ranks: Option<f64>,
     pub query_breakdown_4096_ranks_ms: Option<f64>,
     #[serde(default)]
     pub query_breakdown_16384_ranks_ms: Option<f64>,
     pub query_stragglers_16384x100_ms: Option<f64>,
     pub import_mb_per_s: Option<f64>,
+    #[serde(default)]
+    pub import_vs_hta_speedup: Option<f64>,
 }
 
 /// `Some(x)` rounded to 4 significant digits, `None` for NaN / infinite.
@@ -167,10 +175,19 @@ impl Details {
                 .and_then(|r| fig(r.agent_peak_rss_mib)),
             straggler_latency_p50_ms: fig(percentile(&lat, 50.0)),
             straggler_latency_p99_ms: fig(percentile(&lat, 99.0)),
+            straggler_latency_p99_ms_16384_ranks: fig(percentile(
+                &self
+                    .straggler_16k
+                    .iter()
+                    .map(|t| t.latency_ms)
+                    .collect::<Vec<_>>(),
+                99.0,
+            )),
             query_breakdown_4096_ranks_ms: fig(median(&self.query.breakdown_ms)),
             query_breakdown_16384_ranks_ms: fig(median(&self.query.breakdown_16k_ms)),
             query_stragglers_16384x100_ms: fig(median(&self.query.stragglers_ms)),
             import_mb_per_s: fig(median(&self.import_mb_per_final_s())),
+            import_vs_hta_speedup: self.hta.as_ref().and_then(|h| fig(h.speedup())),
         }
     }
 }
@@ -279,6 +296,13 @@ pub fn rows(r: &Results) -> Vec<(&'static str, Option<f64>, &'static str, Option
             "ms",
             at_most(250.0),
         ),
+        // Goal 5 at 16,384 ranks: p99 <= 1,000 ms (collector path).
+        (
+            "straggler_latency_p99_ms_16384_ranks",
+            r.straggler_latency_p99_ms_16384_ranks,
+            "ms",
+            at_most(1000.0),
+        ),
         (
             "query_breakdown_4096_ranks_ms",
             r.query_breakdown_4096_ranks_ms,
@@ -302,6 +326,15 @@ pub fn rows(r: &Results) -> Vec<(&'static str, Option<f64>, &'static str, Option
             r.import_mb_per_s,
             "MB/s (wall, until analytics final)",
             None,
+        ),
+        (
+            "import_vs_hta_speedup",
+            r.import_vs_hta_speedup,
+            "x (HTA 0.5.0 s / ours)",
+            Some(Goal {
+                limit: 20.0,
+                at_least: true,
+            }),
         ),
     ]
 }
@@ -423,6 +456,7 @@ mod tests {
             straggler_tuned: vec![trial(400.0)],
             straggler_agent: vec![agent(700.0)],
             straggler_agent_loaded: vec![agent(900.0)],
+            straggler_16k: vec![trial(800.0)],
             query: QueryRun {
                 breakdown_ms: vec![70.0],
                 stragglers_ms: vec![12.0],
@@ -432,12 +466,28 @@ mod tests {
             },
             imports: vec![vec![import(5.0)]],
             synthetic_bytes: 0,
+            hta: Some(crate::hta::SideBySide {
+                ranks: 32,
+                steps: 40,
+                json_bytes: 310_000_000,
+                hta: vec![crate::hta::HtaRun {
+                    total_s: 100.0,
+                    stragglers: vec![13],
+                    ..Default::default()
+                }],
+                ours: vec![crate::hta::OursRun {
+                    total_s: 4.0,
+                    stragglers: vec![13],
+                    ..Default::default()
+                }],
+            }),
             idle: IdleRun::default(),
             failures: Vec::new(),
         };
         let r = d.results();
         assert_eq!(r.straggler_latency_p50_ms, Some(700.0));
         assert_eq!(r.import_mb_per_s, Some(2.0), "10 MB until final at 5 s");
+        assert_eq!(r.import_vs_hta_speedup, Some(25.0), "HTA 100 s / ours 4 s");
         let md = markdown::render(&d, &r);
         for want in [
             "| end to end, idle, defaults | 1 | 700 |",
@@ -446,6 +496,7 @@ mod tests {
             "| n/a |",
             "| 300.0 | 70.0 |",
             "| set | 1 | 10.0 | 5.00 | 2.0 | 1.00 | 0.50 | 20.0 |",
+            "Speedup: **25.0x**.",
         ] {
             assert!(md.contains(want), "{want:?} missing:\n{md}");
         }

@@ -23,6 +23,7 @@ pub fn render(d: &Details, r: &Results) -> String {
     straggler(&mut s, d);
     query(&mut s, d);
     import(&mut s, d);
+    hta(&mut s, d);
     s.push_str(&scale::section(d));
     super::misses::misses(&mut s, d, r);
     s.push_str(REPRODUCE);
@@ -352,6 +353,16 @@ fn straggler(s: &mut String, d: &Details) {
         &format!("collector only, `writer.flush_interval_ms` = {TUNED_FLUSH_MS}"),
         &d.straggler_tuned,
     );
+    if !d.straggler_16k.is_empty() {
+        lat_row(
+            s,
+            &format!(
+                "16,384 ranks (2,048 node batches per step), collector only, default, {} events per step",
+                h(d.straggler_16k[0].step_events as f64)
+            ),
+            &d.straggler_16k,
+        );
+    }
     let retried: u64 = d
         .straggler_default
         .iter()
@@ -369,7 +380,11 @@ fn straggler(s: &mut String, d: &Details) {
     }
     let _ = writeln!(
         s,
-        "\nThe JSON figures are the end-to-end idle row. Percentiles are nearest-rank: \
+        "\nThe JSON figures are the end-to-end idle row, and \
+         `straggler_latency_p99_ms_16384_ranks` the 16,384-rank row (the same trial at 16x \
+         the ranks: 2,048 simulated node agents, one batch per node and step, straight to \
+         the collector; one agent relaying 16,384 rank streams would not be a real node). \
+         Percentiles are nearest-rank: \
          with {n} trials p99 is the {}-th smallest value{}.\n",
         ((0.99 * n as f64).ceil() as usize).max(1),
         if n < 100 {
@@ -519,6 +534,74 @@ fn import(s: &mut String, d: &Details) {
         median(&d.import_mb_per_cpu_s())
     );
     s.push('\n');
+}
+
+fn hta(s: &mut String, d: &Details) {
+    let Some(sbs) = &d.hta else {
+        return;
+    };
+    let med = |v: Vec<f64>| median(&v);
+    let (Some(first_hta), Some(first_ours)) = (sbs.hta.first(), sbs.ours.first()) else {
+        return;
+    };
+    let _ = writeln!(
+        s,
+        "## 6b. Import and analysis side by side with HTA\n\n\
+         One job of {} ranks x {} steps written by `bench/src/synth.rs` (one Kineto trace per \
+         rank, {} MB of JSON in all, NCCL all-reduces over all ranks; rank {} a compute \
+         straggler: its kernels take 1.5x as long). *HTA*: Holistic Trace Analysis {} with \
+         pandas {} in a venv the bench makes from `bench/hta/requirements.txt`; \
+         `bench/hta/side_by_side.py` times `TraceAnalysis(trace_dir=...)` (parses every \
+         trace), `get_temporal_breakdown()`, `get_comm_comp_overlap()` and the potential \
+         stragglers on its own clock (interpreter start and module imports left out). \
+         *rankscope*: spawn `rankscope import --job <job> --ingest <collector> <dir>` (it \
+         returns once the job's analytics are final) and then `GET /api/v1/jobs/{{job}}/ranks` \
+         (per-rank temporal breakdown with overlap) and `GET /api/v1/jobs/{{job}}/stragglers`; \
+         the clock runs from the spawn to the last answer. The collector and ClickHouse run \
+         on the same 2 cores. `import_vs_hta_speedup` = HTA s / rankscope s, medians of {} \
+         run(s), the two tools alternating.\n",
+        sbs.ranks,
+        sbs.steps,
+        h(sbs.json_bytes as f64 / 1e6),
+        crate::hta::SLOW_RANK,
+        first_hta.hta_version,
+        first_hta.pandas_version,
+        sbs.hta.len()
+    );
+    let _ = writeln!(
+        s,
+        "| tool | load / import s | temporal breakdown s | overlap s | stragglers s | total s | process CPU s | peak RSS MiB | stragglers named |\n|---|---|---|---|---|---|---|---|---|"
+    );
+    let _ = writeln!(
+        s,
+        "| HTA {} | {:.2} | {:.2} | {:.2} | {:.2} | **{:.2}** | {:.1} | {:.0} | {:?} |",
+        first_hta.hta_version,
+        med(sbs.hta.iter().map(|r| r.load_s).collect()),
+        med(sbs.hta.iter().map(|r| r.temporal_breakdown_s).collect()),
+        med(sbs.hta.iter().map(|r| r.comm_comp_overlap_s).collect()),
+        med(sbs.hta.iter().map(|r| r.stragglers_s).collect()),
+        med(sbs.hta.iter().map(|r| r.total_s).collect()),
+        med(sbs.hta.iter().map(|r| r.process_cpu_s).collect()),
+        med(sbs.hta.iter().map(|r| r.process_peak_rss_mib).collect()),
+        first_hta.stragglers,
+    );
+    let _ = writeln!(
+        s,
+        "| rankscope | {:.2} (until final) | {:.3} (both routes) | - | - | **{:.2}** | {:.1} (importer {:.1}, collector {:.1}, ClickHouse {:.1}) | - | {:?} |",
+        med(sbs.ours.iter().map(|r| r.import_s).collect()),
+        med(sbs.ours.iter().map(|r| r.answers_s).collect()),
+        med(sbs.ours.iter().map(|r| r.total_s).collect()),
+        med(sbs
+            .ours
+            .iter()
+            .map(|r| r.import_cpu_s + r.collector_cpu_s + r.clickhouse_cpu_s)
+            .collect()),
+        med(sbs.ours.iter().map(|r| r.import_cpu_s).collect()),
+        med(sbs.ours.iter().map(|r| r.collector_cpu_s).collect()),
+        med(sbs.ours.iter().map(|r| r.clickhouse_cpu_s).collect()),
+        first_ours.stragglers,
+    );
+    let _ = writeln!(s, "\nSpeedup: **{:.1}x**.\n", sbs.speedup());
 }
 
 const REPRODUCE: &str = "\

@@ -169,6 +169,37 @@ fn why(name: &str, d: &Details) -> String {
             median(&d.query.sql_breakdown_16k_ms),
             median(&d.query.sql_stragglers_ms)
         ),
+        "import_vs_hta_speedup" => {
+            let Some(h) = &d.hta else {
+                return String::new();
+            };
+            let med = |f: fn(&crate::hta::OursRun) -> f64| {
+                median(&h.ours.iter().map(f).collect::<Vec<_>>())
+            };
+            let hta_cpu = median(&h.hta.iter().map(|r| r.process_cpu_s).collect::<Vec<_>>());
+            let ours_cpu = med(|r| r.import_cpu_s + r.collector_cpu_s + r.clickhouse_cpu_s);
+            let mb = h.json_bytes as f64 / 1e6;
+            format!(
+                "HTA used {hta_cpu:.1} CPU s (its parser runs one process per core); rankscope \
+                 {ours_cpu:.1} CPU s in all: the importer {:.1} (parse, order, convert, send: \
+                 {:.0} MB of JSON per CPU second), the collector {:.1} and ClickHouse {:.1}, \
+                 which store every event as well, on the same {} cores. The goal asks for \
+                 the whole job in {:.2} s, i.e. {:.0} MB/s of JSON parsed and stored on this \
+                 machine: the importer alone would have to be {:.1}x faster per core (it \
+                 streams each file twice, a scan that places steps and launches and then \
+                 the ordering pass, each with serde_json; one pass and a SIMD tokenizer \
+                 are where that could come from) and the collector and ClickHouse would \
+                 have to store the events in what is left.",
+                med(|r| r.import_cpu_s),
+                mb / med(|r| r.import_cpu_s),
+                med(|r| r.collector_cpu_s),
+                med(|r| r.clickhouse_cpu_s),
+                d.machine.cores,
+                median(&h.hta.iter().map(|r| r.total_s).collect::<Vec<_>>()) / 20.0,
+                mb / (median(&h.hta.iter().map(|r| r.total_s).collect::<Vec<_>>()) / 20.0),
+                h.speedup().recip() * 20.0,
+            )
+        }
         _ => String::new(),
     }
 }
