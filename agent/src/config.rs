@@ -88,7 +88,8 @@ pub struct Config {
     /// ...and their encoded bytes at most. A full backlog (either bound)
     /// stops the batcher, the queue fills and drops the newest events.
     pub backlog_max_bytes: usize,
-    /// Batches sent to the collector concurrently.
+    /// Batches sent to the collector concurrently (unacknowledged: the
+    /// collector answers after its writer's window committed them).
     pub max_in_flight_batches: usize,
     /// First retry delay after a transient collector failure.
     pub retry_initial_ms: u64,
@@ -169,7 +170,7 @@ impl Default for Config {
             batch_max_delay_ms: 200,
             backlog_max_batches: 256,
             backlog_max_bytes: 16 * 1024 * 1024,
-            max_in_flight_batches: 4,
+            max_in_flight_batches: 8,
             retry_initial_ms: 100,
             retry_max_ms: 10_000,
             request_timeout_ms: 30_000,

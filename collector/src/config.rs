@@ -140,6 +140,13 @@ impl Config {
         if self.writer.batch_max_rows == 0 || self.writer.queue_capacity == 0 {
             return bad("writer.batch_max_rows and writer.queue_capacity must be >= 1");
         }
+        if self.writer.batch_max_rows > crate::store::MAX_WINDOW_ROWS {
+            return bad(&format!(
+                "writer.batch_max_rows = {} is over {}: ClickHouse would commit an INSERT that large in several parts, and a failure between them could not be retried without storing rows twice",
+                self.writer.batch_max_rows,
+                crate::store::MAX_WINDOW_ROWS
+            ));
+        }
         self.stream
             .straggler
             .policy()
@@ -277,6 +284,17 @@ mod tests {
             let err = Config::from_toml(toml, "f").unwrap_err();
             assert!(err.to_string().contains(expect), "{toml}: {err}");
         }
+    }
+
+    #[test]
+    fn a_window_larger_than_one_clickhouse_block_is_rejected() {
+        let err = Config::from_toml("[writer]\nbatch_max_rows = 1000001", "f").unwrap_err();
+        assert!(
+            err.to_string().contains("writer.batch_max_rows = 1000001"),
+            "{err}"
+        );
+        let ok = Config::from_toml("[writer]\nbatch_max_rows = 1000000", "f").unwrap();
+        assert_eq!(ok.writer.batch_max_rows, 1_000_000);
     }
 
     #[test]

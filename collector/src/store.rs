@@ -53,7 +53,7 @@ pub use rows::{
 };
 pub use writer::{
     spawn_writer, spawn_writer_counting, Queued, TableCounters, WriteError, WriteOutcome,
-    WriterConfig, WriterHandle, WriterMetrics,
+    WriterConfig, WriterHandle, WriterMetrics, MAX_WINDOW_ROWS,
 };
 
 /// How INSERT bodies are compressed on the wire.

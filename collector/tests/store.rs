@@ -655,12 +655,13 @@ async fn malformed_rows_are_rejected() {
 
 #[tokio::test]
 async fn a_full_queue_is_overloaded_at_once_and_a_hung_insert_times_out() {
-    // A "server" that accepts connections and never answers keeps the writer busy.
+    // A "server" that accepts connections and never answers keeps the first
+    // window committing (its `ingest_intents` INSERT hangs until the timeout).
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}", listener.local_addr().unwrap());
     let store = Store::connect(&config(&url, "rankscope")).unwrap();
     let cfg = WriterConfig {
-        insert_timeout_ms: 1_000,
+        insert_timeout_ms: 3_000,
         ..writer_cfg(1, 0, 1)
     };
     let (handle, _task, _stop) = writer(store, cfg);
@@ -669,34 +670,37 @@ async fn a_full_queue_is_overloaded_at_once_and_a_hung_insert_times_out() {
         let handle = handle.clone();
         async move { handle.write(full_row_set("job-o", 1, now_ns())).await }
     });
-    let (_conn, _) = listener.accept().await.unwrap(); // the writer is now inside the flush
-    let second = tokio::spawn({
-        let handle = handle.clone();
-        async move { handle.write(full_row_set("job-o", 2, now_ns())).await }
-    });
+    let (_conn, _) = listener.accept().await.unwrap(); // the first window is committing
+                                                       // The second row set fills the next window (batch_max_rows = 1), which
+                                                       // cannot close while the first commits, so the writer takes no more.
+    let second = handle.enqueue(full_row_set("job-o", 2, now_ns())).unwrap();
     let deadline = Instant::now() + Duration::from_secs(10);
-    while handle.queue_len() < 1 {
-        assert!(Instant::now() < deadline, "second write never queued");
+    while handle.queue_len() > 0 {
+        assert!(Instant::now() < deadline, "second row set never taken");
         tokio::task::yield_now().await;
     }
+    let third = handle.enqueue(full_row_set("job-o", 3, now_ns())).unwrap();
+    assert_eq!(handle.queue_len(), 1);
     let started = Instant::now();
-    let third = handle.write(full_row_set("job-o", 3, now_ns())).await;
-    assert_eq!(third, Err(WriteError::Overloaded));
+    let fourth = handle.write(full_row_set("job-o", 4, now_ns())).await;
+    assert_eq!(fourth, Err(WriteError::Overloaded));
     assert!(
         started.elapsed() < Duration::from_millis(500),
         "Overloaded must not wait"
     );
     assert_eq!(load(&handle.metrics().overloaded), 1);
 
-    drop(listener); // the second flush now finds nothing listening
-    assert!(matches!(
-        first.await.unwrap(),
-        Err(WriteError::Unavailable(_))
-    ));
-    assert!(matches!(
-        second.await.unwrap(),
-        Err(WriteError::Unavailable(_))
-    ));
+    drop(listener); // later INSERTs find nothing listening
+    for (n, answer) in [
+        (1, first.await.unwrap()),
+        (2, second.stored().await),
+        (3, third.stored().await),
+    ] {
+        assert!(
+            matches!(answer, Err(WriteError::Unavailable(_))),
+            "row set {n}: {answer:?}"
+        );
+    }
 }
 
 #[tokio::test]

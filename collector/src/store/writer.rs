@@ -2,27 +2,34 @@
 //! acknowledges each [`RowSet`] only after ClickHouse accepted all of its rows.
 //!
 //! In: [`RowSet`]s through [`WriterHandle::write`] over a bounded queue. Out: one INSERT
-//! per table per flush, then an acknowledgement (`Ok` or a [`WriteError`]) to every
-//! row set of that flush.
+//! per table per *window*, then an acknowledgement (`Ok` or a [`WriteError`]) to every
+//! row set of that window.
+//!
+//! Windows: row sets taken from the queue join the open window. It closes
+//! `flush_interval_ms` after its first row, when it holds `batch_max_rows` rows (all
+//! tables), or at shutdown (after draining the queue). A closed window commits in its
+//! own task while the next one fills: first an `ingest_intents` row per agent batch,
+//! then the event tables and `ranks` concurrently, `ingest_batches` only after all of
+//! them succeeded, so a stored batch row implies its event rows are stored, and an
+//! intent without it marks a batch a killed collector may have stored in part (no event
+//! row is sent before the intent is stored). One window commits at a time: a window
+//! whose time is up while the previous one commits keeps taking rows, so under load
+//! windows grow to the commit time (fewer, larger INSERTs: ClickHouse makes a part per
+//! INSERT and merges them later); a full window stops taking rows until it can close.
+//! Memory: at most two windows of rows (`batch_max_rows` each) plus the queue.
 //!
 //! Backpressure policy: the queue holds `queue_capacity` row sets; when full, `write`
 //! answers [`WriteError::Overloaded`] at once and never blocks (the agent keeps the batch
-//! and retries). While a flush runs the queue is not drained, so a slow ClickHouse fills
-//! it and pushes back.
+//! and retries). The queue is drained while a window commits; it fills when a full
+//! window waits for the previous commit, i.e. when ClickHouse stores slower than rows
+//! come.
 //!
-//! Flush policy: when buffered rows reach `batch_max_rows`, or `flush_interval_ms` after
-//! the first row entered an empty buffer (no free-running tick), or at shutdown (after
-//! draining the queue). First an `ingest_intents` row per agent batch, then the event
-//! tables and `ranks` concurrently, `ingest_batches` only after all of them succeeded, so
-//! a stored batch row implies its event rows are stored, and an intent without it marks
-//! a batch a killed collector may have stored in part.
-//!
-//! Failure: if any INSERT of a flush fails, every row set of the flush gets the error:
-//! [`WriteError::Unavailable`] when retrying may help, [`WriteError::Rejected`] when
-//! ClickHouse refused the data as malformed (see `fault`). Every INSERT of a flush runs
-//! to its end (none is cancelled half-way); the tables that took their rows are
+//! Failure: if any INSERT of a window fails, every row set of the window gets the
+//! error: [`WriteError::Unavailable`] when retrying may help, [`WriteError::Rejected`]
+//! when ClickHouse refused the data as malformed (see `fault`). Every INSERT of a window
+//! runs to its end (none is cancelled half-way); the tables that took their rows are
 //! remembered per agent batch (`Partial`), and when the agent sends the batch again
-//! those tables are left out, so a partial flush never leaves a row stored twice. That
+//! those tables are left out, so a partial window never leaves a row stored twice. That
 //! memory is bounded and dies with the process; after a kill -9 the intents take its
 //! place: the ingest service asks ClickHouse which tables hold an uncommitted batch
 //! and leaves those out (ClickHouse 18.16 has no insert deduplication for
@@ -40,18 +47,21 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use super::fault::{classify, Fault};
+use super::rows::BatchRow;
 use super::{RowSet, Store, Table};
 
 /// Batching of the writer (`[writer]` in the collector config).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct WriterConfig {
-    /// Flush when this many rows (all tables) are buffered.
+    /// Close a window when it holds this many rows (all tables); at most
+    /// 1,000,000 (ClickHouse commits a larger INSERT in several parts, and
+    /// a failure between them could not be retried without duplicates).
     pub batch_max_rows: usize,
-    /// Flush at the latest this long after the first row entered an empty buffer.
-    /// Default 200 ms: acknowledgements, and live analytics (which see a batch
-    /// once it is stored), wait at most this long; at ~15 ms per INSERT this is
-    /// ~5 INSERTs per table per second at low load.
+    /// Close a window this long after its first row (later while the
+    /// previous window still commits: it keeps taking rows meanwhile).
+    /// Default 200 ms: acknowledgements wait about this long plus the
+    /// commit; at low load that is ~5 INSERTs per table per second.
     pub flush_interval_ms: u64,
     /// Row sets waiting for the writer; more are refused with `Overloaded`.
     pub queue_capacity: usize,
@@ -67,7 +77,7 @@ pub struct WriterConfig {
 impl Default for WriterConfig {
     fn default() -> Self {
         WriterConfig {
-            batch_max_rows: 100_000,
+            batch_max_rows: MAX_WINDOW_ROWS,
             flush_interval_ms: 200,
             queue_capacity: 256,
             insert_timeout_ms: 30_000,
@@ -129,11 +139,11 @@ pub struct WriterMetrics {
     pub inserts: AtomicU64,
     /// INSERT statements that failed.
     pub insert_failures: AtomicU64,
-    /// Flushes that stored all their rows.
+    /// Windows that stored all their rows.
     pub flushes: AtomicU64,
     /// Row sets refused because the queue was full.
     pub overloaded: AtomicU64,
-    /// Row sets answered `Unavailable` after a failed flush.
+    /// Row sets answered `Unavailable` after a failed window.
     pub unavailable: AtomicU64,
     /// Row sets answered `Rejected`.
     pub rejected: AtomicU64,
@@ -240,36 +250,30 @@ pub fn spawn_writer_counting(
         cfg,
         metrics: Arc::clone(&metrics),
         rx,
-        buffer: Vec::new(),
-        buffered_rows: 0,
-        pending: Vec::new(),
-        deadline: None,
+        window: Window::default(),
         partial: Partial::default(),
     };
     let task = tokio::spawn(writer.run(shutdown));
     (WriterHandle { tx, metrics }, task)
 }
 
+/// Most rows one INSERT may carry so that ClickHouse commits it as one part
+/// (its `max_insert_block_size` is 1,048,576): the writer's `batch_max_rows`
+/// is capped here.
+pub const MAX_WINDOW_ROWS: usize = 1_000_000;
+
 struct Writer {
     store: Store,
     cfg: WriterConfig,
     metrics: Arc<WriterMetrics>,
     rx: mpsc::Receiver<Request>,
-    /// Every pending row set as it came: a flush writes each table's rows
-    /// from all of them in order (merging them into one vector per table
-    /// would move every row once more, plus the vectors' growth copies).
-    buffer: Vec<RowSet>,
-    /// Rows (all tables) in `buffer`.
-    buffered_rows: usize,
-    /// Acks of the buffered row sets with their event row counts.
-    pending: Vec<(usize, Ack)>,
-    /// When the buffer must be flushed; `None` while it is empty.
-    deadline: Option<Instant>,
-    /// Tables that already hold the rows of agent batches whose flush failed.
+    /// The window taking rows.
+    window: Window,
+    /// Tables that already hold the rows of agent batches whose window failed.
     partial: Partial,
 }
 
-/// A failed flush: the first error, and the tables whose INSERT succeeded.
+/// A failed window: the first error, and the tables whose INSERT succeeded.
 struct FlushError {
     table: Table,
     error: clickhouse::error::Error,
@@ -296,17 +300,17 @@ struct Partial {
 }
 
 impl Partial {
-    fn keys(set: &RowSet) -> impl Iterator<Item = (String, u64, u64)> + '_ {
-        set.batches
+    fn keys(batches: &[BatchRow]) -> impl Iterator<Item = (String, u64, u64)> + '_ {
+        batches
             .iter()
             .map(|b| (b.agent_id.clone(), b.agent_session, b.batch_seq))
     }
 
-    fn record(&mut self, set: &RowSet, tables: u32) {
+    fn record(&mut self, batches: &[BatchRow], tables: u32) {
         if tables == 0 {
             return;
         }
-        for k in Self::keys(set) {
+        for k in Self::keys(batches) {
             let e = self.written.entry(k.clone()).or_insert_with(|| {
                 self.order.push_back(k);
                 0
@@ -320,11 +324,11 @@ impl Partial {
         }
     }
 
-    fn forget(&mut self, set: &RowSet) {
+    fn forget(&mut self, batches: &[BatchRow]) {
         if self.written.is_empty() {
             return;
         }
-        for k in Self::keys(set) {
+        for k in Self::keys(batches) {
             self.written.remove(&k);
         }
     }
@@ -334,7 +338,8 @@ impl Partial {
         if self.written.is_empty() {
             return;
         }
-        let mask = Self::keys(set).fold(0, |m, k| m | self.written.get(&k).copied().unwrap_or(0));
+        let mask =
+            Self::keys(&set.batches).fold(0, |m, k| m | self.written.get(&k).copied().unwrap_or(0));
         for t in Table::ALL {
             if mask & table_bit(t) != 0 {
                 set.clear_table(t);
@@ -343,67 +348,127 @@ impl Partial {
     }
 }
 
+/// The row sets of one window, as they came: the commit writes each
+/// table's rows from all of them in order (merging them into one vector per
+/// table would move every row once more, plus the vectors' growth copies).
+#[derive(Default)]
+struct Window {
+    sets: Vec<RowSet>,
+    /// Acks of the row sets with their event row counts.
+    pending: Vec<(usize, Ack)>,
+    /// Rows (all tables) taken.
+    rows: usize,
+    /// When the window closes at the latest; `None` while it is empty.
+    deadline: Option<Instant>,
+}
+
+impl Window {
+    fn is_empty(&self) -> bool {
+        self.pending.is_empty()
+    }
+}
+
+/// A committed (or failed) window, back from its commit task.
+struct Committed {
+    /// The agent batches' own rows (for [`Partial`]).
+    batches: Vec<BatchRow>,
+    pending: Vec<(usize, Ack)>,
+    rows: usize,
+    result: Result<(), FlushError>,
+}
+
 impl Writer {
     async fn run(mut self, shutdown: impl Future<Output = ()>) {
         tokio::pin!(shutdown);
+        let mut closing: Option<JoinHandle<Committed>> = None;
         loop {
-            let deadline = self.deadline;
+            let max_rows = self.cfg.batch_max_rows.clamp(1, MAX_WINDOW_ROWS);
+            let full = self.window.rows >= max_rows;
+            let due = full || self.window.deadline.is_some_and(|d| d <= Instant::now());
+            if closing.is_none() && !self.window.is_empty() && due {
+                closing = Some(self.close());
+                continue;
+            }
+            let deadline = if closing.is_none() {
+                self.window.deadline
+            } else {
+                None
+            };
             tokio::select! {
                 biased;
                 () = &mut shutdown => break,
-                request = self.rx.recv() => match request {
-                    Some(request) => self.accept(request).await,
+                done = async { closing.as_mut().expect("guarded").await }, if closing.is_some() => {
+                    closing = None;
+                    self.finish(done);
+                }
+                request = self.rx.recv(), if !full => match request {
+                    Some(request) => self.accept(request),
                     None => break,
                 },
-                () = sleep_until(deadline), if deadline.is_some() => self.flush().await,
+                () = sleep_until(deadline), if deadline.is_some() => {}
             }
         }
         // Store everything already accepted into the queue, then stop.
         self.rx.close();
-        while let Ok(request) = self.rx.try_recv() {
-            self.buffer_request(request);
+        if let Some(h) = closing.take() {
+            self.finish(h.await);
         }
-        self.flush().await;
+        while let Ok(request) = self.rx.try_recv() {
+            self.accept(request);
+            if self.window.rows >= self.cfg.batch_max_rows.clamp(1, MAX_WINDOW_ROWS) {
+                let h = self.close();
+                self.finish(h.await);
+            }
+        }
+        if !self.window.is_empty() {
+            let h = self.close();
+            self.finish(h.await);
+        }
         tracing::info!("writer stopped");
     }
 
-    async fn accept(&mut self, request: Request) {
-        self.buffer_request(request);
-        if self.buffered_rows >= self.cfg.batch_max_rows {
-            self.flush().await;
-        }
-    }
-
-    fn buffer_request(&mut self, request: Request) {
-        if self.pending.is_empty() {
-            self.deadline =
+    /// Adds a row set to the window.
+    fn accept(&mut self, request: Request) {
+        let Request { rows: mut set, ack } = request;
+        let events = set.len();
+        self.partial.strip(&mut set);
+        if self.window.is_empty() {
+            self.window.deadline =
                 Some(Instant::now() + Duration::from_millis(self.cfg.flush_interval_ms));
         }
-        let rows = request.rows.len();
-        let mut request = request;
-        self.partial.strip(&mut request.rows);
-        self.buffered_rows += request.rows.total_rows();
-        self.buffer.push(request.rows);
-        self.pending.push((rows, request.ack));
+        self.window.rows += set.total_rows();
+        self.window.sets.push(set);
+        self.window.pending.push((events, ack));
     }
 
-    /// Writes the buffer, table by table, and answers every pending row set.
-    async fn flush(&mut self) {
-        self.deadline = None;
-        if self.pending.is_empty() {
+    /// Starts committing the window; the next one starts empty.
+    fn close(&mut self) -> JoinHandle<Committed> {
+        let window = std::mem::take(&mut self.window);
+        let store = self.store.clone();
+        let metrics = Arc::clone(&self.metrics);
+        let timeout = Duration::from_millis(self.cfg.insert_timeout_ms);
+        tokio::spawn(commit(store, metrics, timeout, window))
+    }
+
+    /// Records a closed window's outcome and answers its row sets.
+    fn finish(&mut self, done: Result<Committed, tokio::task::JoinError>) {
+        // A panicked commit task dropped the acks: its row sets get
+        // "shutting down" (Unavailable) and are retried.
+        let Ok(done) = done else {
+            tracing::error!("a window's commit task failed");
             return;
-        }
-        let sets = std::mem::take(&mut self.buffer);
-        let total_rows = std::mem::take(&mut self.buffered_rows);
-        let pending = std::mem::take(&mut self.pending);
-        let result = self.write_all(&sets).await;
+        };
+        let Committed {
+            batches,
+            pending,
+            rows,
+            result,
+        } = done;
         match result {
             Ok(()) => {
-                for s in &sets {
-                    self.partial.forget(s);
-                }
+                self.partial.forget(&batches);
                 self.metrics.flushes.fetch_add(1, Relaxed);
-                tracing::debug!(rows = total_rows, row_sets = pending.len(), "flushed");
+                tracing::debug!(rows, row_sets = pending.len(), "window committed");
                 for (rows, ack) in pending {
                     let _ = ack.send(Ok(WriteOutcome { rows }));
                 }
@@ -413,9 +478,7 @@ impl Writer {
                 error,
                 written,
             }) => {
-                for s in &sets {
-                    self.partial.record(s, written);
-                }
+                self.partial.record(&batches, written);
                 let answer = match classify(&error) {
                     Fault::Transient => {
                         self.metrics
@@ -438,132 +501,175 @@ impl Writer {
             }
         }
     }
+}
 
-    /// Event tables concurrently (one INSERT each costs ~15 ms of server latency), then
-    /// `ingest_batches` once all of them succeeded.
-    ///
-    /// Every event-table INSERT runs to its end even when another fails (a
-    /// cancelled INSERT may still commit on the server): on failure the
-    /// tables that did take their rows are returned with the error, so the
-    /// retry of the same agent batches can leave them out (see [`Partial`]).
-    async fn write_all(&self, sets: &[RowSet]) -> Result<(), FlushError> {
-        // The intent first: a batch with an intent and no `ingest_batches`
-        // row was cut short here (migration 0009, `Store::uncommitted`).
-        self.write_table(Table::IngestIntents, sets, |r| &r.batches)
-            .await
-            .map_err(|(table, error)| FlushError {
-                table,
-                error,
-                written: 0,
-            })?;
-        let results = tokio::join!(
-            self.write_table(Table::Steps, sets, |r| &r.steps),
-            self.write_table(Table::Spans, sets, |r| &r.spans),
-            self.write_table(Table::Collectives, sets, |r| &r.collectives),
-            self.write_table(Table::Kernels, sets, |r| &r.kernels),
-            self.write_table(Table::KernelLaunches, sets, |r| &r.launches),
-            self.write_table(Table::Ranks, sets, |r| &r.ranks),
-            self.write_table(Table::StepBreakdown, sets, |r| &r.breakdowns),
-            self.write_table(Table::StragglerVerdicts, sets, |r| &r.verdicts),
-            self.write_table(Table::HangSuspects, sets, |r| &r.hangs),
-            self.write_table(Table::Alerts, sets, |r| &r.alerts),
-            self.write_table(Table::TraceRanks, sets, |r| &r.traces),
-            self.write_table(Table::TraceOps, sets, |r| &r.trace_ops),
-            self.write_table(Table::GpuSamples, sets, |r| &r.telemetry.gpu_samples),
-            self.write_table(Table::HostSamples, sets, |r| &r.telemetry.host_samples),
-            self.write_table(Table::RankGpuSamples, sets, |r| &r.telemetry.rank_gpu),
-            self.write_table(Table::RankProcessSamples, sets, |r| {
-                &r.telemetry.rank_process
-            }),
-            self.write_table(Table::StragglerEvidence, sets, |r| &r.telemetry.evidence),
-        );
-        let (r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, r15, r16) = results;
-        let all = [
-            (Table::Steps, r0),
-            (Table::Spans, r1),
-            (Table::Collectives, r2),
-            (Table::Kernels, r3),
-            (Table::KernelLaunches, r4),
-            (Table::Ranks, r5),
-            (Table::StepBreakdown, r6),
-            (Table::StragglerVerdicts, r7),
-            (Table::HangSuspects, r8),
-            (Table::Alerts, r9),
-            (Table::TraceRanks, r10),
-            (Table::TraceOps, r11),
-            (Table::GpuSamples, r12),
-            (Table::HostSamples, r13),
-            (Table::RankGpuSamples, r14),
-            (Table::RankProcessSamples, r15),
-            (Table::StragglerEvidence, r16),
-        ];
-        let mut written = 0u32;
-        let mut first_error = None;
-        for (table, r) in all {
-            match r {
-                Ok(()) => written |= table_bit(table),
-                Err(e) if first_error.is_none() => first_error = Some(e),
-                Err(_) => {}
-            }
-        }
-        if let Some((table, error)) = first_error {
-            return Err(FlushError {
-                table,
-                error,
-                written,
-            });
-        }
-        self.write_table(Table::IngestBatches, sets, |r| &r.batches)
-            .await
-            .map_err(|(table, error)| FlushError {
-                table,
-                error,
-                written,
-            })
+/// Commits a window: the intents, then every table's INSERT ended
+/// concurrently (each runs to its end even when another fails: a cancelled
+/// INSERT may still commit on the server), then `ingest_batches` once all
+/// of them succeeded. On failure the tables that did take their rows are
+/// returned with the error, so the retry of the same agent batches can leave
+/// them out (see [`Partial`]).
+async fn commit(
+    store: Store,
+    metrics: Arc<WriterMetrics>,
+    timeout: Duration,
+    window: Window,
+) -> Committed {
+    let Window {
+        sets,
+        pending,
+        rows,
+        ..
+    } = window;
+    let result = commit_tables(&store, &metrics, timeout, &sets).await;
+    let batches = sets.into_iter().flat_map(|s| s.batches).collect();
+    Committed {
+        batches,
+        pending,
+        rows,
+        result,
     }
+}
 
-    /// One INSERT of `table`'s rows (`select`ed from every row set, in order).
-    async fn write_table<T: RowOwned + RowWrite>(
-        &self,
-        table: Table,
-        sets: &[RowSet],
-        select: impl Fn(&RowSet) -> &Vec<T>,
-    ) -> Result<(), (Table, clickhouse::error::Error)> {
-        let n: usize = sets.iter().map(|s| select(s).len()).sum();
-        if n == 0 {
-            return Ok(());
-        }
-        let counters = self.metrics.table(table);
-        let started = std::time::Instant::now();
-        let rows = sets.iter().flat_map(|s| select(s).iter());
-        match insert(
-            &self.store,
-            table,
-            rows,
-            Duration::from_millis(self.cfg.insert_timeout_ms),
-        )
+async fn commit_tables(
+    store: &Store,
+    metrics: &WriterMetrics,
+    timeout: Duration,
+    sets: &[RowSet],
+) -> Result<(), FlushError> {
+    fn batches(r: &RowSet) -> &Vec<BatchRow> {
+        &r.batches
+    }
+    let w = |table| write_table(store, metrics, timeout, table, sets, batches);
+    // The intent first: a batch with an intent and no `ingest_batches` row
+    // was cut short here (migration 0009, `Store::uncommitted`). No event
+    // row is sent before it is stored.
+    w(Table::IngestIntents)
         .await
-        {
-            Ok(()) => {
-                self.metrics.insert_latency.observe(started.elapsed());
-                let n = n as u64;
-                counters.rows.fetch_add(n, Relaxed);
-                counters.inserts.fetch_add(1, Relaxed);
-                self.metrics.rows_written.fetch_add(n, Relaxed);
-                self.metrics.inserts.fetch_add(1, Relaxed);
-                Ok(())
-            }
-            Err(error) => {
-                counters.failures.fetch_add(1, Relaxed);
-                self.metrics.insert_failures.fetch_add(1, Relaxed);
-                Err((table, error))
-            }
+        .map_err(|(table, error)| FlushError {
+            table,
+            error,
+            written: 0,
+        })?;
+    let results = tokio::join!(
+        write_table(store, metrics, timeout, Table::Steps, sets, |r| &r.steps),
+        write_table(store, metrics, timeout, Table::Spans, sets, |r| &r.spans),
+        write_table(store, metrics, timeout, Table::Collectives, sets, |r| &r
+            .collectives),
+        write_table(store, metrics, timeout, Table::Kernels, sets, |r| &r
+            .kernels),
+        write_table(store, metrics, timeout, Table::KernelLaunches, sets, |r| &r
+            .launches),
+        write_table(store, metrics, timeout, Table::Ranks, sets, |r| &r.ranks),
+        write_table(store, metrics, timeout, Table::StepBreakdown, sets, |r| &r
+            .breakdowns),
+        write_table(
+            store,
+            metrics,
+            timeout,
+            Table::StragglerVerdicts,
+            sets,
+            |r| &r.verdicts
+        ),
+        write_table(store, metrics, timeout, Table::HangSuspects, sets, |r| &r
+            .hangs),
+        write_table(store, metrics, timeout, Table::Alerts, sets, |r| &r.alerts),
+        write_table(store, metrics, timeout, Table::TraceRanks, sets, |r| &r
+            .traces),
+        write_table(store, metrics, timeout, Table::TraceOps, sets, |r| &r
+            .trace_ops),
+        write_table(store, metrics, timeout, Table::GpuSamples, sets, |r| {
+            &r.telemetry.gpu_samples
+        }),
+        write_table(store, metrics, timeout, Table::HostSamples, sets, |r| {
+            &r.telemetry.host_samples
+        }),
+        write_table(store, metrics, timeout, Table::RankGpuSamples, sets, |r| {
+            &r.telemetry.rank_gpu
+        }),
+        write_table(
+            store,
+            metrics,
+            timeout,
+            Table::RankProcessSamples,
+            sets,
+            |r| { &r.telemetry.rank_process }
+        ),
+        write_table(
+            store,
+            metrics,
+            timeout,
+            Table::StragglerEvidence,
+            sets,
+            |r| { &r.telemetry.evidence }
+        ),
+    );
+    let (r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, r15, r16) = results;
+    let mut written = 0u32;
+    let mut first_error = None;
+    for r in [
+        r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, r15, r16,
+    ] {
+        match r {
+            Ok(table) => written |= table_bit(table),
+            Err(e) if first_error.is_none() => first_error = Some(e),
+            Err(_) => {}
+        }
+    }
+    if let Some((table, error)) = first_error {
+        return Err(FlushError {
+            table,
+            error,
+            written,
+        });
+    }
+    w(Table::IngestBatches)
+        .await
+        .map_err(|(table, error)| FlushError {
+            table,
+            error,
+            written,
+        })
+        .map(drop)
+}
+
+/// One INSERT of `table`'s rows (`select`ed from every row set, in order),
+/// none when there are no rows; counted. `Ok` names the table.
+async fn write_table<T: RowOwned + RowWrite + for<'r> RowWrite<Value<'r> = T>>(
+    store: &Store,
+    metrics: &WriterMetrics,
+    timeout: Duration,
+    table: Table,
+    sets: &[RowSet],
+    select: impl Fn(&RowSet) -> &Vec<T>,
+) -> Result<Table, (Table, clickhouse::error::Error)> {
+    let n: usize = sets.iter().map(|s| select(s).len()).sum();
+    if n == 0 {
+        return Ok(table);
+    }
+    let counters = metrics.table(table);
+    let started = std::time::Instant::now();
+    let rows = sets.iter().flat_map(|s| select(s).iter());
+    match insert(store, table, rows, timeout).await {
+        Ok(()) => {
+            metrics.insert_latency.observe(started.elapsed());
+            let n = n as u64;
+            counters.rows.fetch_add(n, Relaxed);
+            counters.inserts.fetch_add(1, Relaxed);
+            metrics.rows_written.fetch_add(n, Relaxed);
+            metrics.inserts.fetch_add(1, Relaxed);
+            Ok(table)
+        }
+        Err(error) => {
+            counters.failures.fetch_add(1, Relaxed);
+            metrics.insert_failures.fetch_add(1, Relaxed);
+            Err((table, error))
         }
     }
 }
 
 /// One INSERT of `rows` into `table`.
-async fn insert<'r, T: RowOwned + RowWrite + 'r>(
+async fn insert<'r, T: RowOwned + RowWrite + for<'x> RowWrite<Value<'x> = T> + 'r>(
     store: &Store,
     table: Table,
     rows: impl Iterator<Item = &'r T>,
