@@ -14,6 +14,13 @@
 //!   not read its acks they are dropped and counted (`acks_dropped`);
 //! * handling a message never awaits anything but the next message.
 //!
+//! After events of a stream were dropped, the step markers of its next
+//! messages that would not pair up with what was forwarded (a StepEnd whose
+//! StepBegin was dropped) are dropped too, counted as
+//! `dropped_events{reason="unpaired"}`: the collector validates every batch's
+//! step markers and would otherwise refuse the whole batch, with the events
+//! of every rank in it.
+//!
 //! Invalid messages are answered with `INVALID_ARGUMENT` and the validation
 //! text, counted by reason, and the stream goes on. A message over
 //! `max_message_bytes` ends the stream with `RESOURCE_EXHAUSTED` (the gRPC
@@ -120,7 +127,7 @@ impl Ingest {
         let n = msg.events.len();
         Metrics::inc(&self.metrics.received_messages);
         Metrics::add(&self.metrics.received_events, n as u64);
-        let accepted = match session.accept(msg) {
+        let mut accepted = match session.accept(msg) {
             Ok(a) => a,
             Err(e) => {
                 self.metrics.rejected(e.reason());
@@ -128,30 +135,39 @@ impl Ingest {
                 return ack(seq, Code::InvalidArgument, e.to_string(), 0, 0);
             }
         };
-        if n == 0 {
-            return ack(seq, Code::Ok, String::new(), 0, 0);
+        // Markers left out count as `unpaired` only when the rest of the
+        // message is forwarded; when it is dropped they go with it.
+        let (unpaired, forwarded) = session.repair(&mut accepted.events);
+        if n == 0 || n == unpaired {
+            session.forwarded(forwarded);
+            self.metrics.dropped(DropReason::Unpaired, unpaired as u64);
+            return ack(seq, Code::Ok, String::new(), 0, unpaired);
         }
+        let all = n;
+        let n = n - unpaired;
         if self.spool.as_ref().is_some_and(|s| s.full()) {
-            self.metrics.dropped(DropReason::SpoolFull, n as u64);
+            session.dropped();
+            self.metrics.dropped(DropReason::SpoolFull, all as u64);
             return ack(
                 seq,
                 Code::ResourceExhausted,
-                format!("agent spool full (spool_max_bytes): dropped {n} events"),
+                format!("agent spool full (spool_max_bytes): dropped {all} events"),
                 0,
-                n,
+                all,
             );
         }
         let permit = u32::try_from(n)
             .ok()
             .and_then(|k| Arc::clone(&self.queue).try_acquire_many_owned(k).ok());
         let Some(permit) = permit else {
-            self.metrics.dropped(DropReason::QueueFull, n as u64);
+            session.dropped();
+            self.metrics.dropped(DropReason::QueueFull, all as u64);
             return ack(
                 seq,
                 Code::ResourceExhausted,
-                format!("agent queue full: dropped {n} events"),
+                format!("agent queue full: dropped {all} events"),
                 0,
-                n,
+                all,
             );
         };
         let tx = self.spool.as_ref().map(|_| {
@@ -168,17 +184,20 @@ impl Ingest {
             spooled: tx,
         };
         if self.chunks.send(chunk).is_err() {
-            self.metrics.dropped(DropReason::Shutdown, n as u64);
+            session.dropped();
+            self.metrics.dropped(DropReason::Shutdown, all as u64);
             return ack(
                 seq,
                 Code::ResourceExhausted,
-                format!("agent is shutting down: dropped {n} events"),
+                format!("agent is shutting down: dropped {all} events"),
                 0,
-                n,
+                all,
             );
         }
+        session.forwarded(forwarded);
+        self.metrics.dropped(DropReason::Unpaired, unpaired as u64);
         Metrics::add(&self.metrics.accepted_events, n as u64);
-        ack(seq, Code::Ok, String::new(), n, 0)
+        ack(seq, Code::Ok, String::new(), n, unpaired)
     }
 }
 

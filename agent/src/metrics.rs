@@ -26,14 +26,18 @@ pub enum DropReason {
     Shutdown,
     /// The disk spool held `spool_max_bytes`; the newest events were dropped.
     SpoolFull,
+    /// A step marker whose partner was dropped for one of the reasons
+    /// above (the collector would refuse the batch holding it).
+    Unpaired,
 }
 
 impl DropReason {
-    const ALL: [DropReason; 4] = [
+    const ALL: [DropReason; 5] = [
         Self::QueueFull,
         Self::RejectedByCollector,
         Self::Shutdown,
         Self::SpoolFull,
+        Self::Unpaired,
     ];
 
     /// The `reason` label.
@@ -43,6 +47,7 @@ impl DropReason {
             Self::RejectedByCollector => "rejected_by_collector",
             Self::Shutdown => "shutdown",
             Self::SpoolFull => "spool_full",
+            Self::Unpaired => "unpaired",
         }
     }
 }
@@ -87,7 +92,7 @@ pub struct Metrics {
     pub(crate) received_events: AtomicU64,
     pub(crate) accepted_events: AtomicU64,
     pub(crate) acks_dropped: AtomicU64,
-    dropped: [AtomicU64; 4],
+    dropped: [AtomicU64; DropReason::ALL.len()],
     rejected: Mutex<BTreeMap<&'static str, u64>>,
     pub(crate) batches_created: AtomicU64,
     pub(crate) batches_sent: AtomicU64,
@@ -106,7 +111,7 @@ pub struct Metrics {
     pub(crate) tls_reloads: AtomicU64,
     /// Certificate reloads that failed (the previous files stay in use).
     pub(crate) tls_reload_failures: AtomicU64,
-    samples_dropped: [AtomicU64; 4],
+    samples_dropped: [AtomicU64; DropReason::ALL.len()],
     nvml_state: AtomicU8,
     pub(crate) gpus: AtomicU64,
     /// Batches the spool could not write (sent all the same, not durable).

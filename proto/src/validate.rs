@@ -197,6 +197,46 @@ pub struct StepState {
     pub open: Option<(u64, u64)>,
 }
 
+/// Removes the step markers of `events` that the step rules of
+/// [`validate_events`] would refuse after `state` (a StepBegin going
+/// backwards or repeating the open step, a StepEnd going backwards, of a
+/// step other than the open one, of a step already ended, or before its
+/// begin) and returns how many; `state` becomes the state after the rest.
+/// For a stream some of whose events were dropped on the way (an agent's
+/// full queue): what is forwarded stays valid for the receiver, whose step
+/// state only saw the forwarded events. Other events are kept as they are.
+pub fn drop_unpaired_markers(events: &mut Vec<proto::Event>, state: &mut StepState) -> usize {
+    let before = events.len();
+    let st = state;
+    events.retain(|ev| match &ev.kind {
+        Some(Kind::StepBegin(b)) => {
+            let backwards = st
+                .last_step
+                .is_some_and(|last| b.step < last || (b.step == last && st.open.is_some()));
+            if !backwards {
+                st.last_step = Some(b.step);
+                st.open = Some((b.step, b.ts_ns));
+            }
+            !backwards
+        }
+        Some(Kind::StepEnd(e)) => {
+            let backwards = st.last_step.is_some_and(|last| e.step < last);
+            let fits = match st.open {
+                Some((open, begin_ns)) => open == e.step && e.ts_ns >= begin_ns,
+                None => st.last_step != Some(e.step),
+            };
+            let keep = !backwards && fits;
+            if keep {
+                st.last_step = Some(e.step);
+                st.open = None;
+            }
+            keep
+        }
+        _ => true,
+    });
+    before - events.len()
+}
+
 /// Validates `events` given the names visible to them (`known` plus `new`)
 /// and the stream's step state. On success returns the step state after the
 /// events; the caller commits it. On error nothing is to be committed.

@@ -130,3 +130,55 @@ fn required_enums() {
         validate_events(&[Event { kind: None }], &[], &names, StepState::default()).unwrap_err();
     assert_eq!(err.reason(), "empty_event");
 }
+
+#[test]
+fn dropping_unpaired_markers_keeps_a_gapped_stream_valid() {
+    // Forwarded so far: step 18 begun. The events of steps 18 (its end)
+    // to 195 were dropped; the stream goes on inside step 196.
+    let mut state = StepState {
+        last_step: Some(18),
+        open: Some((18, 1_000)),
+    };
+    let mut events = vec![
+        kernel(1, 5_000, 6_000),
+        end(196, 7_000),
+        begin(197, 8_000),
+        end(197, 9_000),
+        end(197, 9_500),
+        begin(150, 9_600),
+    ];
+    let removed = drop_unpaired_markers(&mut events, &mut state);
+    assert_eq!(removed, 3, "end(196), the second end(197), begin(150)");
+    assert_eq!(
+        events,
+        vec![kernel(1, 5_000, 6_000), begin(197, 8_000), end(197, 9_000)]
+    );
+    assert_eq!(
+        state,
+        StepState {
+            last_step: Some(197),
+            open: None
+        }
+    );
+    // What is left is valid for a receiver that saw only the forwarded part.
+    let before = StepState {
+        last_step: Some(18),
+        open: Some((18, 1_000)),
+    };
+    assert_eq!(
+        validate_events(
+            &events,
+            &[],
+            &HashMap::from([(1u32, "k".to_owned())]),
+            before
+        ),
+        Ok(state)
+    );
+    // A stream without a gap loses nothing.
+    let mut clean = vec![begin(1, 10), kernel(0, 11, 12), end(1, 13)];
+    assert_eq!(
+        drop_unpaired_markers(&mut clean, &mut StepState::default()),
+        0
+    );
+    assert_eq!(clean.len(), 3);
+}

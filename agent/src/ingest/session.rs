@@ -56,6 +56,13 @@ pub(crate) struct Session {
     stream: Option<Arc<RankStream>>,
     names: NameTable,
     steps: StepState,
+    /// Step state of the events actually queued for the collector: behind
+    /// `steps` after a message was dropped (full queue or spool).
+    forwarded: StepState,
+    /// Some accepted events were dropped since `forwarded` last equalled
+    /// `steps`: queued messages lose the step markers the collector would
+    /// refuse (see [`Session::repair`]).
+    gapped: bool,
     /// The rank process's scheduler environment, read once per stream.
     attribution: Option<Option<Attribution>>,
 }
@@ -83,8 +90,40 @@ impl Session {
             stream: None,
             names: NameTable::default(),
             steps: StepState::default(),
+            forwarded: StepState::default(),
+            gapped: false,
             attribution: None,
         }
+    }
+
+    /// After a gap (events of this stream dropped, not forwarded): removes
+    /// from `events`, a message just accepted, the step markers that would
+    /// not pair up with what was forwarded (the collector validates every
+    /// batch's step markers and would refuse the whole batch, every rank's
+    /// events in it). Returns how many were removed and the forwarded step
+    /// state once `events` are queued (commit it with
+    /// [`Session::forwarded`]).
+    pub(crate) fn repair(&self, events: &mut Vec<proto::Event>) -> (usize, StepState) {
+        if !self.gapped {
+            return (0, self.steps);
+        }
+        let mut state = self.forwarded;
+        let removed = rankscope_proto::validate::drop_unpaired_markers(events, &mut state);
+        (removed, state)
+    }
+
+    /// The events of the last accepted message were queued; `state` is from
+    /// [`Session::repair`].
+    pub(crate) fn forwarded(&mut self, state: StepState) {
+        self.forwarded = state;
+        if state == self.steps {
+            self.gapped = false;
+        }
+    }
+
+    /// The events of the last accepted message were dropped.
+    pub(crate) fn dropped(&mut self) {
+        self.gapped = true;
     }
 
     /// Completes `identity` from the rank process's environment.

@@ -112,3 +112,54 @@ fn identity_must_not_change_and_is_required_first() {
     assert_eq!(err.reason(), "identity_changed");
     assert_eq!(s.identity().unwrap().rank, 2);
 }
+
+fn marker(begin: bool, step: u64, ts_ns: u64) -> proto::Event {
+    let kind = if begin {
+        Kind::StepBegin(proto::StepBegin { step, ts_ns })
+    } else {
+        Kind::StepEnd(proto::StepEnd { step, ts_ns })
+    };
+    proto::Event { kind: Some(kind) }
+}
+
+#[test]
+fn after_a_dropped_message_unpaired_step_markers_are_left_out_until_in_step_again() {
+    let mut s = Session::new(1, "n".into());
+    let msg = |events: Vec<proto::Event>| proto::RankMessage {
+        identity: Some(identity(0)),
+        names: names(&[(1, "fwd")]),
+        events,
+        ..Default::default()
+    };
+    // Queued: step 1 begins.
+    let mut a = s
+        .accept(msg(vec![marker(true, 1, 10), span(1, 11, 12)]))
+        .unwrap();
+    let (removed, fwd) = s.repair(&mut a.events);
+    assert_eq!((removed, a.events.len()), (0, 2));
+    s.forwarded(fwd);
+    // Dropped (full queue): step 1 ends, step 2 begins.
+    s.accept(msg(vec![marker(false, 1, 20), marker(true, 2, 21)]))
+        .unwrap();
+    s.dropped();
+    // Next: the end of step 2 has no forwarded begin; step 3 begins.
+    let mut a = s
+        .accept(msg(vec![
+            span(1, 30, 31),
+            marker(false, 2, 32),
+            marker(true, 3, 33),
+        ]))
+        .unwrap();
+    let (removed, fwd) = s.repair(&mut a.events);
+    assert_eq!(removed, 1, "end(2) left out");
+    assert_eq!(
+        a.events,
+        vec![span(1, 30, 31), marker(true, 3, 33)],
+        "the rest is forwarded"
+    );
+    s.forwarded(fwd);
+    // In step again: nothing more is left out.
+    let mut a = s.accept(msg(vec![marker(false, 3, 40)])).unwrap();
+    assert_eq!(s.repair(&mut a.events).0, 0);
+    assert_eq!(a.events.len(), 1);
+}

@@ -135,3 +135,87 @@ async fn send5(r: &mut Rank, seq: u64) -> (u64, u64) {
     }
     (u64::from(ack.accepted), u64::from(ack.dropped))
 }
+
+/// Message `k` of a rank whose every message holds a step boundary:
+/// `[end(k - 1), begin(k), 3 kernels]` (`[begin(1), 4 kernels]` for k = 1).
+fn step_message(k: u64) -> proto::RankMessage {
+    let ts = k * 10_000;
+    let mut events = Vec::new();
+    if k > 1 {
+        events.push(step_end(k - 1, ts));
+    }
+    events.push(step_begin(k, ts + 1));
+    events.extend(kernels(5 - events.len() as u64, ts + 2));
+    proto::RankMessage {
+        seq: k,
+        events,
+        ..Default::default()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_dropping_events_the_forwarded_stream_keeps_valid_step_markers() {
+    let collector = FakeCollector::start().await;
+    collector.state.stall();
+    let mut cfg = config(&collector.url(), None);
+    cfg.queue_max_events = 10;
+    cfg.batch_max_events = 5;
+    cfg.batch_max_delay_ms = 3_600_000;
+    cfg.backlog_max_batches = 1;
+    cfg.max_in_flight_batches = 1;
+    let agent = rankscope_agent::start(cfg).await.unwrap();
+    let mut r = Rank::over_tcp(agent.tcp_addr).await;
+    let first = proto::RankMessage {
+        identity: Some(identity("job", 0, 1)),
+        names: names(&[(1, "k")]),
+        ..Default::default()
+    };
+    assert_eq!(r.call(first).await.code, 0);
+
+    // Fill the pipeline, then drop a few messages (each holds the end of
+    // the step the last queued message began).
+    let mut k = 0;
+    let mut dropped_messages = 0;
+    while dropped_messages < 3 {
+        k += 1;
+        assert!(k < 1_000, "pipeline never filled: {:?}", agent.metrics());
+        let ack = r.call(step_message(k)).await;
+        if ack.dropped > 0 {
+            assert_eq!(ack.accepted, 0);
+            dropped_messages += 1;
+        }
+    }
+    let accepted_before = agent.metrics().accepted_events;
+    collector.state.release();
+    wait_delivered(&agent, accepted_before).await;
+
+    // The next message ends a step whose begin was dropped: that marker is
+    // left out (the collector would refuse the batch), the rest goes on.
+    k += 1;
+    let ack = r.call(step_message(k)).await;
+    assert_eq!((ack.code, ack.accepted, ack.dropped), (0, 4, 1));
+    k += 1;
+    let ack = r.call(step_message(k)).await;
+    assert_eq!((ack.accepted, ack.dropped), (5, 0), "in step again");
+    let m = agent.metrics();
+    assert_eq!(m.dropped("unpaired"), 1);
+    // Shutting down delivers what is still batched.
+    let report = agent.shutdown().await;
+    assert_eq!(report.delivered_events, accepted_before + 9);
+
+    // What the collector got validates as one stream, as the real
+    // collector checks every batch.
+    let events = collector.state.events_by_rank()[&("job".to_owned(), 0)].clone();
+    let known = std::collections::HashMap::from([(1u32, "k".to_owned())]);
+    let state = rankscope_proto::validate::validate_events(
+        &events,
+        &[],
+        &known,
+        rankscope_proto::validate::StepState::default(),
+    );
+    assert_eq!(
+        state.map(|s| s.open.map(|(step, _)| step)),
+        Ok(Some(k)),
+        "step {k} is open at the end"
+    );
+}
