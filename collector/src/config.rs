@@ -137,8 +137,13 @@ impl Config {
         if self.retention_check_interval_secs == 0 {
             return bad("retention_check_interval_secs must be >= 1");
         }
-        if self.writer.batch_max_rows == 0 || self.writer.queue_capacity == 0 {
-            return bad("writer.batch_max_rows and writer.queue_capacity must be >= 1");
+        if self.writer.batch_max_rows == 0
+            || self.writer.queue_capacity == 0
+            || self.writer.queue_max_rows == 0
+        {
+            return bad(
+                "writer.batch_max_rows, writer.queue_capacity and writer.queue_max_rows must be >= 1",
+            );
         }
         if self.writer.batch_max_rows > crate::store::MAX_WINDOW_ROWS {
             return bad(&format!(

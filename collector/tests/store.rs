@@ -683,18 +683,56 @@ async fn a_full_queue_is_overloaded_at_once_and_a_hung_insert_times_out() {
     assert_eq!(handle.queue_len(), 1);
     let started = Instant::now();
     let fourth = handle.write(full_row_set("job-o", 4, now_ns())).await;
-    assert_eq!(fourth, Err(WriteError::Overloaded));
+    assert_eq!(
+        fourth,
+        Err(WriteError::Overloaded),
+        "the queue holds 1 row set"
+    );
     assert!(
         started.elapsed() < Duration::from_millis(500),
         "Overloaded must not wait"
     );
     assert_eq!(load(&handle.metrics().overloaded), 1);
+    // The row bound: a queue of 8 row sets but rows for one.
+    let rows_of_one = full_row_set("job-o", 5, now_ns()).total_rows();
+    let (rows_handle, _rows_task, _rows_stop) = writer(
+        Store::connect(&config(&url, "rankscope")).unwrap(),
+        WriterConfig {
+            insert_timeout_ms: 3_000,
+            queue_max_rows: rows_of_one,
+            ..writer_cfg(1, 0, 8)
+        },
+    );
+    let a = rows_handle
+        .enqueue(full_row_set("job-r", 1, now_ns()))
+        .unwrap();
+    let (_conn2, _) = listener.accept().await.unwrap(); // its window commits
+    let b = rows_handle
+        .enqueue(full_row_set("job-r", 2, now_ns()))
+        .unwrap();
+    while rows_handle.queue_len() > 0 {
+        assert!(Instant::now() < deadline, "row set b never taken");
+        tokio::task::yield_now().await;
+    }
+    let c = rows_handle
+        .enqueue(full_row_set("job-r", 3, now_ns()))
+        .unwrap();
+    assert!(
+        matches!(
+            rows_handle.enqueue(full_row_set("job-r", 4, now_ns())),
+            Err(WriteError::Overloaded)
+        ),
+        "the queue's rows are spent with 7 row sets free"
+    );
 
     drop(listener); // later INSERTs find nothing listening
     for (n, answer) in [
         (1, first.await.unwrap()),
         (2, second.stored().await),
         (3, third.stored().await),
+        (11, a.stored().await),
+        (12, b.stored().await),
+        (13, c.stored().await),
     ] {
         assert!(
             matches!(answer, Err(WriteError::Unavailable(_))),

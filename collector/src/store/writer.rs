@@ -18,9 +18,9 @@
 //! INSERT and merges them later); a full window stops taking rows until it can close.
 //! Memory: at most two windows of rows (`batch_max_rows` each) plus the queue.
 //!
-//! Backpressure policy: the queue holds `queue_capacity` row sets; when full, `write`
-//! answers [`WriteError::Overloaded`] at once and never blocks (the agent keeps the batch
-//! and retries). The queue is drained while a window commits; it fills when a full
+//! Backpressure policy: the queue holds `queue_capacity` row sets and `queue_max_rows`
+//! rows; when either is full, `write` answers [`WriteError::Overloaded`] at once and
+//! never blocks (the agent keeps the batch and retries). The queue is drained while a window commits; it fills when a full
 //! window waits for the previous commit, i.e. when ClickHouse stores slower than rows
 //! come.
 //!
@@ -65,6 +65,11 @@ pub struct WriterConfig {
     pub flush_interval_ms: u64,
     /// Row sets waiting for the writer; more are refused with `Overloaded`.
     pub queue_capacity: usize,
+    /// Rows (all tables) waiting for the writer; a row set that would go
+    /// over is refused with `Overloaded` (one larger than this passes alone
+    /// into an empty queue). Bounds the queue's memory however large the
+    /// row sets, while many small ones (thousands of node agents) fit.
+    pub queue_max_rows: usize,
     /// Limit on sending one INSERT and on waiting for ClickHouse's answer.
     pub insert_timeout_ms: u64,
     /// Flush interval of the second writer, which stores live analytics
@@ -79,7 +84,8 @@ impl Default for WriterConfig {
         WriterConfig {
             batch_max_rows: MAX_WINDOW_ROWS,
             flush_interval_ms: 200,
-            queue_capacity: 256,
+            queue_capacity: 4_096,
+            queue_max_rows: 1_000_000,
             insert_timeout_ms: 30_000,
             results_flush_interval_ms: 50,
         }
@@ -165,12 +171,18 @@ type Ack = oneshot::Sender<Result<WriteOutcome, WriteError>>;
 struct Request {
     rows: RowSet,
     ack: Ack,
+    /// The queue's row budget taken by `rows`, given back when the writer
+    /// takes them.
+    _permit: tokio::sync::OwnedSemaphorePermit,
 }
 
 /// Sends row sets to the writer task. Cheap to clone.
 #[derive(Debug, Clone)]
 pub struct WriterHandle {
     tx: mpsc::Sender<Request>,
+    /// Permits: rows the queue may still take (`queue_max_rows`).
+    room: Arc<tokio::sync::Semaphore>,
+    queue_max_rows: usize,
     metrics: Arc<WriterMetrics>,
 }
 
@@ -184,8 +196,20 @@ impl WriterHandle {
     /// Queues `rows` without waiting: `Ok` once the writer holds them (they
     /// will be in its next flush), with the acknowledgement to await.
     pub fn enqueue(&self, rows: RowSet) -> Result<Queued, WriteError> {
+        let want = rows.total_rows().clamp(1, self.queue_max_rows);
+        let permit = u32::try_from(want)
+            .ok()
+            .and_then(|n| Arc::clone(&self.room).try_acquire_many_owned(n).ok());
+        let Some(permit) = permit else {
+            self.metrics.overloaded.fetch_add(1, Relaxed);
+            return Err(WriteError::Overloaded);
+        };
         let (ack, done) = oneshot::channel();
-        match self.tx.try_send(Request { rows, ack }) {
+        match self.tx.try_send(Request {
+            rows,
+            ack,
+            _permit: permit,
+        }) {
             Ok(()) => Ok(Queued(done)),
             Err(mpsc::error::TrySendError::Full(_)) => {
                 self.metrics.overloaded.fetch_add(1, Relaxed);
@@ -245,6 +269,11 @@ pub fn spawn_writer_counting(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> (WriterHandle, JoinHandle<()>) {
     let (tx, rx) = mpsc::channel(cfg.queue_capacity.max(1));
+    let queue_max_rows = cfg.queue_max_rows.clamp(
+        1,
+        tokio::sync::Semaphore::MAX_PERMITS.min(u32::MAX as usize),
+    );
+    let room = Arc::new(tokio::sync::Semaphore::new(queue_max_rows));
     let writer = Writer {
         store,
         cfg,
@@ -254,7 +283,15 @@ pub fn spawn_writer_counting(
         partial: Partial::default(),
     };
     let task = tokio::spawn(writer.run(shutdown));
-    (WriterHandle { tx, metrics }, task)
+    (
+        WriterHandle {
+            tx,
+            room,
+            queue_max_rows,
+            metrics,
+        },
+        task,
+    )
 }
 
 /// Most rows one INSERT may carry so that ClickHouse commits it as one part
@@ -429,7 +466,9 @@ impl Writer {
 
     /// Adds a row set to the window.
     fn accept(&mut self, request: Request) {
-        let Request { rows: mut set, ack } = request;
+        let Request {
+            rows: mut set, ack, ..
+        } = request;
         let events = set.len();
         self.partial.strip(&mut set);
         if self.window.is_empty() {
