@@ -84,11 +84,15 @@ fn why(name: &str, d: &Details) -> String {
              and its merges run after it. The part count, not the format, is the cost: on \
              this ClickHouse 18.16, 1 M rows of the `kernels` schema sent over HTTP as 40 \
              INSERTs of 25,000 rows took 2.0-2.5 CPU s in RowBinary and in Native alike, \
-             and 0.67 CPU s as 4 INSERTs of 250,000 rows (merges included). A collector \
-             writing 250,000-row flushes every second (with its next buffer filling during \
-             a flush, 32 agent batches in flight) made 90 INSERTs instead of 217 and held \
-             ClickHouse at about 5 CPU s per run, but tripled the collector's peak RSS \
-             (470 MiB) and was not adopted. Per-run ClickHouse CPU is bimodal on this \
+             and 0.67 CPU s as 4 INSERTs of 250,000 rows (merges included). The writer \
+             now commits a window in its own task while the next one fills, so under load \
+             a window grows to the commit time (about 90 INSERTs per run instead of 217 \
+             when it still stopped for every 100,000-row flush); one agent with \
+             `max_in_flight_batches` unacknowledged batches cannot fill larger windows. \
+             Rows streamed into open INSERTs as they arrive would not need to be held, but \
+             ClickHouse 18.16 commits a truncated chunked INSERT when its client dies, so \
+             a killed collector would store rows before their batch's intent (tried; the \
+             restart test found duplicates). Per-run ClickHouse CPU is bimodal on this \
              shared VM: identical binaries back to back took 2.9 s and 10 s, so single \
              runs do not separate a change from the noise. {}",
             med(&|r| r.inserts as f64),
@@ -224,10 +228,14 @@ fn busy_note(d: &Details) -> String {
         );
     }
     if busy < 85.0 {
-        s.push_str(
-            "; the idle rest is latency: the agent keeps at most `max_in_flight_batches` (4) x \
-             `batch_max_events` (50,000) events unacknowledged and the collector acknowledges \
-             only after its INSERT, so the pipeline stalls while ClickHouse inserts",
+        let a = rankscope_agent::Config::default();
+        let _ = write!(
+            s,
+            "; the idle rest is latency: the agent keeps at most `max_in_flight_batches` ({}) x \
+             `batch_max_events` ({}) events unacknowledged and the collector acknowledges a \
+             batch only after its window committed, so the agent waits while ClickHouse inserts",
+            a.max_in_flight_batches,
+            h(a.batch_max_events as f64)
         );
     }
     s.push('.');

@@ -128,9 +128,10 @@ pub fn section(d: &Details) -> String {
     let max_rows = super::default_batch_max_rows();
     let _ = writeln!(
         s,
-        "\nThe INSERT rate stays low: each collector's writer flushes once per \
-         `writer.flush_interval_ms` ({flush_ms} ms) or per `writer.batch_max_rows` ({} rows), \
-         whichever comes first, so the {} collectors together make about {:.0} INSERTs per \
+        "\nThe INSERT rate stays low: each collector's writer closes a window (one INSERT \
+         per table) once per `writer.flush_interval_ms` ({flush_ms} ms) or per \
+         `writer.batch_max_rows` ({} rows), whichever comes first (later while the previous \
+         window still commits), so the {} collectors together make at most about {:.0} INSERTs per \
          second per event table at 2.7 M rows/s, in line with ClickHouse's guidance of \
          large, infrequent inserts.\n",
         h(max_rows as f64),
