@@ -170,7 +170,7 @@ impl Default for Config {
             batch_max_delay_ms: 200,
             backlog_max_batches: 256,
             backlog_max_bytes: 16 * 1024 * 1024,
-            max_in_flight_batches: 8,
+            max_in_flight_batches: 16,
             retry_initial_ms: 100,
             retry_max_ms: 10_000,
             request_timeout_ms: 30_000,

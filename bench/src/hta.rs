@@ -177,27 +177,15 @@ pub async fn run_ours(
 ) -> Result<OursRun, BenchError> {
     let cpu = |pid: Option<u32>| pid.and_then(|p| sys::cpu_s(p).ok()).unwrap_or(f64::NAN);
     let (collector0, clickhouse0) = (cpu(Some(pids.0)), cpu(pids.1));
-    let log_file =
-        std::fs::File::create(log).map_err(BenchError::io(format!("create {}", log.display())))?;
-    let mut cmd = Command::new(bins.rankscope());
-    cmd.args(["--collector", http_url])
-        .args(["import", "--job", job, "--ingest", grpc_url])
-        .arg(dir)
-        .env("RUST_BACKTRACE", "0")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(log_file);
-    let started = Instant::now();
-    let child = sys::spawn(&mut cmd)?;
-    let r = sys::reap_blocking(child.id(), Duration::from_secs(900), "rankscope import")?;
-    let import_s = started.elapsed().as_secs_f64();
-    if !r.status.success() {
-        return Err(BenchError::Process {
-            program: "rankscope import (side by side with HTA)".into(),
-            status: r.status.to_string(),
-            detail: std::fs::read_to_string(log).unwrap_or_default(),
-        });
-    }
+    let (import_s, r) = crate::import::run_import(
+        bins,
+        (grpc_url, http_url),
+        job,
+        &[dir.to_path_buf()],
+        true,
+        log,
+        "side by side with HTA",
+    )?;
     let asked = Instant::now();
     let ranks = http
         .get_ok(&format!("{http_url}/api/v1/jobs/{job}/ranks"))
@@ -208,7 +196,7 @@ pub async fn run_ours(
         .await?
         .json()?;
     let answers_s = asked.elapsed().as_secs_f64();
-    let total_s = started.elapsed().as_secs_f64();
+    let total_s = import_s + answers_s;
     let (collector1, clickhouse1) = (cpu(Some(pids.0)), cpu(pids.1));
     let ranks_answered = ranks["ranks"].as_array().map_or(0, Vec::len);
     let mut active: Vec<u32> = stragglers["stragglers"]

@@ -122,36 +122,27 @@ pub fn trace_sets(root: &Path) -> Result<Vec<TraceSet>, BenchError> {
     Ok(sets)
 }
 
-/// Runs `rankscope --collector <http> import --job <job> --ingest <grpc> <paths>`
-/// (it returns once the job's analytics are final).
-#[allow(clippy::too_many_arguments)]
-pub fn import(
+/// Runs `rankscope --collector <http> import [--wait-secs 0] --job <job>
+/// --ingest <grpc> <paths>` (with `wait`, it returns once the job's
+/// analytics are final); the wall seconds and rusage of the process, or its
+/// log as the error.
+pub fn run_import(
     bins: &Binaries,
-    ingest_url: &str,
-    http_url: &str,
+    (ingest_url, http_url): (&str, &str),
     job: &str,
-    name: &str,
     paths: &[PathBuf],
-    json_bytes: u64,
+    wait: bool,
     log: &Path,
-) -> Result<ImportRun, BenchError> {
+    what: &str,
+) -> Result<(f64, sys::Reaped), BenchError> {
     let log_file =
         std::fs::File::create(log).map_err(BenchError::io(format!("create {}", log.display())))?;
     let mut cmd = Command::new(bins.rankscope());
-    // The bench waits for the analytics itself (`wait_final`: the last
-    // step's breakdown of every rank), as the record always did: with its
-    // own wait, `rankscope import` of the 500 MB synthetic trace saw 207 of
-    // its 216 (step, rank) breakdowns final and timed out (open question).
-    cmd.args(["--collector", http_url])
-        .args([
-            "import",
-            "--wait-secs",
-            "0",
-            "--job",
-            job,
-            "--ingest",
-            ingest_url,
-        ])
+    cmd.args(["--collector", http_url, "import"]);
+    if !wait {
+        cmd.args(["--wait-secs", "0"]);
+    }
+    cmd.args(["--job", job, "--ingest", ingest_url])
         .args(paths)
         .env("RUST_BACKTRACE", "0")
         .stdin(Stdio::null())
@@ -163,11 +154,31 @@ pub fn import(
     let elapsed_s = started.elapsed().as_secs_f64();
     if !r.status.success() {
         return Err(BenchError::Process {
-            program: format!("rankscope import ({name})"),
+            program: format!("rankscope import ({what})"),
             status: r.status.to_string(),
             detail: std::fs::read_to_string(log).unwrap_or_default(),
         });
     }
+    Ok((elapsed_s, r))
+}
+
+/// Runs `rankscope import` of one trace set without its own wait.
+#[allow(clippy::too_many_arguments)]
+pub fn import(
+    bins: &Binaries,
+    ingest_url: &str,
+    http_url: &str,
+    job: &str,
+    name: &str,
+    paths: &[PathBuf],
+    json_bytes: u64,
+    log: &Path,
+) -> Result<ImportRun, BenchError> {
+    // The bench waits for the analytics itself (`wait_final`: the last
+    // step's breakdown of every rank), as the record always did: with its
+    // own wait, `rankscope import` of the 500 MB synthetic trace saw 207 of
+    // its 216 (step, rank) breakdowns final and timed out (open question).
+    let (elapsed_s, r) = run_import(bins, (ingest_url, http_url), job, paths, false, log, name)?;
     Ok(ImportRun {
         name: name.to_owned(),
         files: paths.len(),

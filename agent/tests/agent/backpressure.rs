@@ -7,15 +7,16 @@ use tonic::Code;
 use crate::support::*;
 use crate::workload::*;
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn full_queue_drops_newest_and_never_blocks_the_rank() {
+/// An agent with a tiny pipeline in front of a stalled collector, and a
+/// rank (job "job", rank 0, name 1 = "k") connected to it. Pipeline
+/// capacity: 1 batch in flight + 1 in the backlog + 1 the encoder is
+/// waiting to hand over + 1 waiting for the encoder + 1 the batcher is
+/// waiting to hand over + 10 queued events = 35 events of 5-event messages.
+/// Cuts happen only by size.
+async fn stalled_tiny_agent() -> (FakeCollector, rankscope_agent::AgentHandle, Rank) {
     let collector = FakeCollector::start().await;
     collector.state.stall();
     let mut cfg = config(&collector.url(), None);
-    // Pipeline capacity: 1 batch in flight + 1 in the backlog + 1 the
-    // encoder is waiting to hand over + 1 waiting for the encoder + 1 the
-    // batcher is waiting to hand over + 10 queued events = 35 events of
-    // 5-event messages. Cuts happen only by size.
     cfg.queue_max_events = 10;
     cfg.batch_max_events = 5;
     cfg.batch_max_delay_ms = 3_600_000;
@@ -29,6 +30,12 @@ async fn full_queue_drops_newest_and_never_blocks_the_rank() {
         ..Default::default()
     };
     assert_eq!(r.call(first).await.code, 0);
+    (collector, agent, r)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn full_queue_drops_newest_and_never_blocks_the_rank() {
+    let (collector, agent, mut r) = stalled_tiny_agent().await;
 
     let (mut accepted, mut dropped, mut seq) = (0u64, 0u64, 0u64);
     // Fill the pipeline until it is stuck on the stalled collector.
@@ -155,22 +162,7 @@ fn step_message(k: u64) -> proto::RankMessage {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn after_dropping_events_the_forwarded_stream_keeps_valid_step_markers() {
-    let collector = FakeCollector::start().await;
-    collector.state.stall();
-    let mut cfg = config(&collector.url(), None);
-    cfg.queue_max_events = 10;
-    cfg.batch_max_events = 5;
-    cfg.batch_max_delay_ms = 3_600_000;
-    cfg.backlog_max_batches = 1;
-    cfg.max_in_flight_batches = 1;
-    let agent = rankscope_agent::start(cfg).await.unwrap();
-    let mut r = Rank::over_tcp(agent.tcp_addr).await;
-    let first = proto::RankMessage {
-        identity: Some(identity("job", 0, 1)),
-        names: names(&[(1, "k")]),
-        ..Default::default()
-    };
-    assert_eq!(r.call(first).await.code, 0);
+    let (collector, agent, mut r) = stalled_tiny_agent().await;
 
     // Fill the pipeline, then drop a few messages (each holds the end of
     // the step the last queued message began).
