@@ -338,7 +338,10 @@ impl JobAssembler {
         for (open, end_ns) in finished {
             self.finish_rank_step(input.rank, &node, &run_id, open, end_ns, now_ns);
         }
-        self.poll(now_ns, out);
+        // Hangs are looked for on the tick ([`JobAssembler::poll`]): that
+        // walks every rank, and doing it per input costs ranks^2 per step
+        // (16,384-rank jobs spent 14 % of the collector's CPU there).
+        self.finalize_due(now_ns, out);
     }
 
     fn finish_rank_step(
@@ -389,6 +392,12 @@ impl JobAssembler {
 
     /// Finalizes what is due and reports hang suspects.
     pub fn poll(&mut self, now_ns: u64, out: &mut JobOutput) {
+        self.finalize_due(now_ns, out);
+        self.detect_hangs(now_ns, out);
+    }
+
+    /// Finalizes the steps that are due, in step order.
+    fn finalize_due(&mut self, now_ns: u64, out: &mut JobOutput) {
         while let Some((&step, p)) = self.pending.first_key_value() {
             let complete = p.ranks.len() as u32 >= self.world_size;
             let timed_out =
@@ -404,7 +413,6 @@ impl JobAssembler {
                 self.finalize(step, p, out);
             }
         }
-        self.detect_hangs(now_ns, out);
     }
 
     fn finalize(&mut self, step: u64, p: PendingStep, out: &mut JobOutput) {
