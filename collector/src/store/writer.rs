@@ -419,8 +419,7 @@ impl Writer {
         tokio::pin!(shutdown);
         let mut closing: Option<JoinHandle<Committed>> = None;
         loop {
-            let max_rows = self.cfg.batch_max_rows.clamp(1, MAX_WINDOW_ROWS);
-            let full = self.window.rows >= max_rows;
+            let full = self.window_full();
             let due = full || self.window.deadline.is_some_and(|d| d <= Instant::now());
             if closing.is_none() && !self.window.is_empty() && due {
                 closing = Some(self.close());
@@ -452,7 +451,7 @@ impl Writer {
         }
         while let Ok(request) = self.rx.try_recv() {
             self.accept(request);
-            if self.window.rows >= self.cfg.batch_max_rows.clamp(1, MAX_WINDOW_ROWS) {
+            if self.window_full() {
                 let h = self.close();
                 self.finish(h.await);
             }
@@ -462,6 +461,11 @@ impl Writer {
             self.finish(h.await);
         }
         tracing::info!("writer stopped");
+    }
+
+    /// The window holds `batch_max_rows` (at most [`MAX_WINDOW_ROWS`]).
+    fn window_full(&self) -> bool {
+        self.window.rows >= self.cfg.batch_max_rows.clamp(1, MAX_WINDOW_ROWS)
     }
 
     /// Adds a row set to the window.
