@@ -127,7 +127,9 @@ impl StepSim<'_> {
             seq: *self.seq,
         };
         *self.seq += 1;
-        // group_ranks travels with the first collective of each step.
+        // group_ranks travels with the first collective of the stream
+        // (events.proto: "sent at least with the first collective of a
+        // group"); at 16,384 ranks a copy per step was 64 KiB per rank.
         let first = std::mem::take(&mut self.first_collective);
         for (lane, &arrival) in self.lanes.iter_mut().zip(arrival_ns) {
             let ranks = if first {
@@ -148,10 +150,12 @@ impl StepSim<'_> {
     }
 }
 
-/// Simulates step `step` for every rank.
+/// Simulates step `step` for every rank; `names_group`: its first
+/// collective carries the group's ranks (the stream's first step).
 pub(super) fn simulate_step(
     shape: &JobShape,
     step: u64,
+    names_group: bool,
     carry: &mut [RankCarry],
     seq: &mut u64,
 ) -> StepPlan {
@@ -180,7 +184,7 @@ pub(super) fn simulate_step(
         net_rng: StdRng::seed_from_u64(mix_seed(&[shape.seed, step, u64::MAX])),
         seq,
         group_ranks: (0..shape.ranks).collect(),
-        first_collective: true,
+        first_collective: names_group,
     };
     sim.host();
     sim.forward();
