@@ -14,7 +14,9 @@
 //! * a batch holds at most `batch_max_events` events plus samples (a big
 //!   chunk is split) and is cut at the latest `batch_max_delay_ms` after its
 //!   first event, or one second after its first sample when it holds no
-//!   events;
+//!   events; with `flush_at_step_end` it is cut as soon as every live rank
+//!   stream of the node has ended a step ([`steps::NodeSteps`]; at most
+//!   once per [`STEP_CUT_MIN_INTERVAL`], later ones wait that long);
 //! * `seq` starts at 1 and grows by one per batch; per rank stream, events
 //!   leave in the order they arrived;
 //! * queue permits are released as soon as their events are in the batch
@@ -33,6 +35,7 @@ use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 
 pub(crate) mod builder;
+pub(crate) mod steps;
 
 use crate::metrics::Metrics;
 use crate::sample::SampleSet;
@@ -42,6 +45,11 @@ use builder::{BatchBuilder, RankStream};
 /// least `batch_max_delay_ms`): telemetry alone makes about one batch a
 /// second, not one per `batch_max_delay_ms` (fewer calls, fewer INSERTs).
 const SAMPLES_MAX_DELAY: Duration = Duration::from_millis(1000);
+
+/// Cuts at node step ends are at least this far apart: a job of very short
+/// steps (or a benchmark at full speed) gets batches of several steps, not
+/// one small batch per step.
+pub(crate) const STEP_CUT_MIN_INTERVAL: Duration = Duration::from_millis(50);
 
 /// Validated events of one rank message, waiting in the queue.
 #[derive(Debug)]
@@ -117,6 +125,10 @@ pub(crate) struct Batcher {
     spool: Option<Arc<crate::spool::Spool>>,
     /// Acks waiting for the batch under construction to be spooled.
     spool_waiting: Vec<oneshot::Sender<()>>,
+    /// Cut when the node's live ranks all ended a step.
+    flush_at_step_end: bool,
+    steps: steps::NodeSteps,
+    last_step_cut: Option<Instant>,
 }
 
 impl Batcher {
@@ -142,7 +154,16 @@ impl Batcher {
             deadline: None,
             spool: None,
             spool_waiting: Vec::new(),
+            flush_at_step_end: false,
+            steps: steps::NodeSteps::default(),
+            last_step_cut: None,
         }
+    }
+
+    /// Cuts the batch once every live rank stream ended a step.
+    pub(crate) fn with_step_end_flush(mut self, on: bool) -> Self {
+        self.flush_at_step_end = on;
+        self
     }
 
     /// Writes every batch to `spool` before its ranks are acknowledged.
@@ -215,6 +236,10 @@ impl Batcher {
             closed,
             spooled,
         } = chunk;
+        // Trace imports are not live ranks of the node.
+        let live = stream.trace.is_none() && self.flush_at_step_end;
+        let job = &stream.identity.job_id;
+        let mut step_done = live && self.steps.record(job, stream.id, &events);
         if closed {
             // A marker without events: one unit, so the batch carrying it is cut.
             if self.builder.is_empty() {
@@ -222,6 +247,7 @@ impl Batcher {
                 self.deadline = Some(self.deadline.map_or(due, |d| d.min(due)));
             }
             self.builder.close(&stream);
+            step_done |= live && self.steps.close(job, stream.id);
         }
         while !events.is_empty() {
             let room = self.max_events.saturating_sub(self.builder.units()).max(1);
@@ -249,6 +275,26 @@ impl Batcher {
                 let _ = tx.send(()); // nothing of it waits in a batch
             } else {
                 self.spool_waiting.push(tx);
+            }
+        }
+        if step_done && !self.builder.is_empty() {
+            self.cut_at_step_end(out).await;
+        }
+    }
+
+    /// A node step is complete: cut now, or once [`STEP_CUT_MIN_INTERVAL`]
+    /// has passed since the last such cut.
+    async fn cut_at_step_end(&mut self, out: &mpsc::Sender<Cut>) {
+        let now = Instant::now();
+        match self.last_step_cut {
+            Some(last) if now < last + STEP_CUT_MIN_INTERVAL => {
+                let due = last + STEP_CUT_MIN_INTERVAL;
+                self.deadline = Some(self.deadline.map_or(due, |d| d.min(due)));
+            }
+            _ => {
+                self.last_step_cut = Some(now);
+                Metrics::inc(&self.metrics.batches_cut_at_step_end);
+                self.cut(out).await;
             }
         }
     }

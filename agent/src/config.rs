@@ -80,8 +80,12 @@ pub struct Config {
     pub queue_max_events: usize,
     /// A batch is cut when it holds this many events...
     pub batch_max_events: usize,
-    /// ...or this long after its first event.
+    /// ...or this long after its first event...
     pub batch_max_delay_ms: u64,
+    /// ...or as soon as every live rank stream of the node has ended a step
+    /// (at most every 50 ms): the collector's per-step verdicts wait for the
+    /// node's last StepEnd, not for `batch_max_delay_ms` after it.
+    pub flush_at_step_end: bool,
     /// Batches held in memory while the collector is slow or unreachable
     /// (cut, not yet acknowledged, the calls in flight included)...
     pub backlog_max_batches: usize,
@@ -168,6 +172,7 @@ impl Default for Config {
             queue_max_events: 100_000,
             batch_max_events: 50_000,
             batch_max_delay_ms: 200,
+            flush_at_step_end: true,
             backlog_max_batches: 256,
             backlog_max_bytes: 16 * 1024 * 1024,
             max_in_flight_batches: 16,

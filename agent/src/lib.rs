@@ -214,7 +214,8 @@ pub async fn start(config: Config) -> Result<AgentHandle, AgentError> {
         Arc::clone(&metrics),
         budget.clone(),
     )
-    .with_spool(spool.clone());
+    .with_spool(spool.clone())
+    .with_step_end_flush(config.flush_at_step_end);
     let (sample_tx, sample_rx) = mpsc::channel(sample::QUEUE_SETS);
     let batcher = tokio::spawn(batcher.run(chunk_rx, sample_rx, backlog_tx, flush_rx));
 

@@ -95,6 +95,7 @@ pub struct Metrics {
     dropped: [AtomicU64; DropReason::ALL.len()],
     rejected: Mutex<BTreeMap<&'static str, u64>>,
     pub(crate) batches_created: AtomicU64,
+    pub(crate) batches_cut_at_step_end: AtomicU64,
     pub(crate) batches_sent: AtomicU64,
     pub(crate) batches_retried: AtomicU64,
     pub(crate) batches_acked: AtomicU64,
@@ -178,6 +179,7 @@ impl Metrics {
                 .collect(),
             queued_events,
             batches_created,
+            batches_cut_at_step_end: get(&self.batches_cut_at_step_end),
             batches_sent: get(&self.batches_sent),
             batches_retried: get(&self.batches_retried),
             batches_acked,
@@ -237,6 +239,9 @@ pub struct MetricsSnapshot {
     pub backlog_bytes: u64,
     /// Batches cut by the batcher.
     pub batches_created: u64,
+    /// Of those, batches cut because every live rank of the node ended a
+    /// step (`flush_at_step_end`).
+    pub batches_cut_at_step_end: u64,
     /// Batches sent to the collector for the first time.
     pub batches_sent: u64,
     /// Repeated attempts to send a batch.
@@ -294,6 +299,7 @@ impl MetricsSnapshot {
             ("accepted_events", self.accepted_events),
             ("acks_dropped", self.acks_dropped),
             ("batches_created", self.batches_created),
+            ("batches_cut_at_step_end", self.batches_cut_at_step_end),
             ("batches_sent", self.batches_sent),
             ("batches_retried", self.batches_retried),
             ("batches_acked", self.batches_acked),

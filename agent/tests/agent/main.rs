@@ -11,5 +11,6 @@ mod listen;
 mod retry;
 mod runtime;
 mod shutdown;
+mod step_flush;
 mod support;
 mod workload;
