@@ -163,8 +163,11 @@ async fn run(args: Args) -> anyhow::Result<()> {
     if !bulk::client_available() {
         bail!("clickhouse-client is not installed: run `deploy/dev/clickhouse.sh apt clickhouse-client` (or `make bench`)");
     }
+    // With RANKSCOPE_BENCH_LOG (looking into a run) the logs are kept.
+    let keep = std::env::var_os("RANKSCOPE_BENCH_LOG").is_some();
     let scratch = tempfile::Builder::new()
         .prefix("rankscope-bench-")
+        .disable_cleanup(keep)
         .tempdir()
         .context("creating a scratch directory")?;
     note(&format!("scratch dir {}", scratch.path().display()));

@@ -8,7 +8,7 @@
 //! Configs start from the binary's own `gen-config` output (so new options
 //! keep their defaults) with only addresses, database and the overrides
 //! replaced; the product runs with its default tuning unless a section says
-//! otherwise. Logs go to `<dir>/<name>.log` at `warn` level.
+//! otherwise. Logs go to `<dir>/<name>.log` at `warn` level (`$RANKSCOPE_BENCH_LOG` sets another filter, and the scratch directory is then kept).
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -136,7 +136,12 @@ fn spawn_logged(
     let mut cmd = Command::new(binary);
     cmd.arg("--config")
         .arg(config)
-        .env("RUST_LOG", "warn")
+        // RANKSCOPE_BENCH_LOG: another filter for the stack's logs (to
+        // look into a run; the record uses the default, `warn`).
+        .env(
+            "RUST_LOG",
+            std::env::var("RANKSCOPE_BENCH_LOG").unwrap_or_else(|_| "warn".to_owned()),
+        )
         .env("RUST_BACKTRACE", "0")
         .stdin(Stdio::null())
         .stdout(Stdio::null())

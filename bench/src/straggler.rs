@@ -16,9 +16,11 @@
 //! sent concurrently (an UNAVAILABLE answer, the collector's writer queue
 //! being full, is retried with the agent's default backoff and counted);
 //! `t0` is when the last of them (holding the last rank's StepEnd) was
-//! handed to the client. The driver then polls
+//! handed to the client. From then on the driver polls
 //! `GET /api/v1/jobs/{job}/stragglers` every [`POLL`] until an active verdict
-//! names the slow rank; latency = receipt of that answer - `t0`. Also
+//! names the slow rank, while the batches' acknowledgements come in (it
+//! does not wait for them: the analytics take a batch once the writer holds
+//! it, as on the agent path); latency = receipt of that answer - `t0`. Also
 //! recorded: when the last batch was acknowledged (rows stored) and the
 //! verdict's `updated_ns` (when the collector computed it), which split the
 //! latency into ingest storage, analysis and result storage.
@@ -197,8 +199,27 @@ async fn trial(
         .flat_map(|b| b.ranks.iter())
         .map(|r| r.events.len() as u64)
         .sum();
-    let (t0, t0_wall_ns, acked, retries) = send_all(clients, decisive).await?;
-    let (latency, updated_ns) = wait_verdict(http, http_url, job, t0).await?;
+    let (tx, mut handed) = tokio::sync::mpsc::unbounded_channel();
+    let n = decisive.len();
+    let sends = spawn_sends(clients, decisive, Some(tx));
+    let verdict = async {
+        // t0: the last batch's first hand-over to its client.
+        let mut t0: Option<(Instant, u64)> = None;
+        for _ in 0..n {
+            let Some(sent) = handed.recv().await else {
+                break;
+            };
+            if t0.is_none_or(|(t, _)| sent.0 > t) {
+                t0 = Some(sent);
+            }
+        }
+        let (t0, wall) = t0.ok_or_else(|| BenchError::Check("no batch sent".into()))?;
+        let (latency, updated_ns) = wait_verdict(http, http_url, job, t0).await?;
+        Ok::<_, BenchError>((t0, wall, latency, updated_ns))
+    };
+    let (acks, verdict) = tokio::join!(join_acks(sends), verdict);
+    let (_, acked, retries) = acks?;
+    let (t0, t0_wall_ns, latency, updated_ns) = verdict?;
     Ok(StragglerTrial {
         latency_ms: latency.as_secs_f64() * 1e3,
         stored_ms: (acked - t0).as_secs_f64() * 1e3,
@@ -344,19 +365,40 @@ async fn agent_trial(
     })
 }
 
-/// Sends every batch concurrently, retrying UNAVAILABLE answers with the
-/// agent's default backoff (100 ms doubling, equal jitter); returns when the
-/// last batch was first handed to the client (monotonic and wall clock), when
-/// the last ack came back, and how many retries there were.
+/// Sends `batches` concurrently and waits for every acknowledgement;
+/// returns (when the last was handed over, as instant and wall clock ns,
+/// when the last was acknowledged, retries).
 async fn send_all(
     clients: &[Client],
     batches: Vec<proto::AgentBatch>,
 ) -> Result<(Instant, u64, Instant, u64), BenchError> {
+    let (last_sent, last_ack, retries) = join_acks(spawn_sends(clients, batches, None)).await?;
+    Ok((last_sent.0, last_sent.1, last_ack, retries))
+}
+
+/// When a batch was first handed to its client (instant, wall clock ns).
+type Handed = (Instant, u64);
+
+/// The send tasks: each ends with its hand-over and either (when it was
+/// acknowledged, retries) or the refusal.
+type Sends = tokio::task::JoinSet<(Handed, Result<(Instant, u32), tonic::Status>)>;
+
+/// One task per batch: sends it, retrying UNAVAILABLE with the agent's
+/// default backoff (100 ms doubling, equal jitter); each task reports its first hand-over on `handed`.
+fn spawn_sends(
+    clients: &[Client],
+    batches: Vec<proto::AgentBatch>,
+    handed: Option<tokio::sync::mpsc::UnboundedSender<Handed>>,
+) -> Sends {
     let mut set = tokio::task::JoinSet::new();
     for (i, b) in batches.into_iter().enumerate() {
         let mut c = clients[i % clients.len()].clone();
+        let handed = handed.clone();
         set.spawn(async move {
             let sent = (Instant::now(), now_ns());
+            if let Some(h) = handed {
+                let _ = h.send(sent);
+            }
             let mut rng = SmallRng::seed_from_u64(sent.1 ^ i as u64);
             let mut retries = 0u32;
             loop {
@@ -374,7 +416,13 @@ async fn send_all(
             }
         });
     }
-    let mut last_sent: Option<(Instant, u64)> = None;
+    set
+}
+
+/// Waits for every send of `set`: (the last hand-over, the last
+/// acknowledgement, retries); the first refused batch is an error.
+async fn join_acks(mut set: Sends) -> Result<(Handed, Instant, u64), BenchError> {
+    let mut last_sent: Option<Handed> = None;
     let mut last_ack: Option<Instant> = None;
     let mut retries = 0;
     while let Some(res) = set.join_next().await {
@@ -395,7 +443,7 @@ async fn send_all(
         }
     }
     match (last_sent, last_ack) {
-        (Some((t0, wall)), Some(ack)) => Ok((t0, wall, ack, retries)),
+        (Some(sent), Some(ack)) => Ok((sent, ack, retries)),
         _ => Err(BenchError::Check("no batch sent".into())),
     }
 }

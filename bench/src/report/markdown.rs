@@ -311,15 +311,17 @@ fn straggler(s: &mut String, d: &Details) {
          retried with the agent's default backoff, as an agent would, and counted) and `t0` \
          is when the last of them, holding the last rank's StepEnd, was \
          handed to the client. Latency = t0 -> the first `GET /api/v1/jobs/{{job}}/stragglers` \
-         answer (polled every {} ms) that names the rank as an active straggler. The split: \
-         *stored* = t0 -> the last batch's ack (rows in ClickHouse, the stream gets the batch \
-         right after), *computed* = t0 -> the verdict's `updated_ns` (set by the collector \
+         answer (polled every {} ms from t0 on, while the acknowledgements come in) that names \
+         the rank as an active straggler. The split: \
+         *stored* = t0 -> the last batch's ack (rows in ClickHouse; the analytics take a batch \
+         as soon as the writer holds it, so the verdict may come first), *computed* = t0 -> the verdict's `updated_ns` (set by the collector \
          when it raised the verdict, same clock), and the rest is writing the result rows and \
          the poll.\n\n\
          **End to end** (the JSON figures): the same jobs, but the driver plays the 1,024 ranks \
          and streams each rank's steps over its own `RankIngest.StreamEvents` stream to a real \
-         `rankscope-agent` (default configuration: it batches for up to \
-         `batch_max_delay_ms` before forwarding), so the path is rank -> agent -> collector -> \
+         `rankscope-agent` (default configuration: a batch is cut when every live rank of \
+         the job on the node has ended a step, `flush_at_step_end`, else `batch_max_delay_ms` \
+         after its first event), so the path is rank -> agent -> collector -> \
          verdict in the API; `t0` is when the last rank's decisive-step message was handed to \
          its stream (*stored* is not observable there). *Under load*: meanwhile a second agent \
          (another node) streams the end-to-end job of section 1 (`rankscope simulate --ranks \
