@@ -15,6 +15,14 @@
 //!   updated at every step: 95 versions each) and another 6% have one short
 //!   episode (activated, then cleared 5 steps later: 2 versions each).
 //!
+//! * `collectives`: job B's collectives as its ranks store them, 16,384
+//!   ranks x [`STEPS`] steps x [`COLLECTIVES_PER_STEP`] (the simulator's
+//!   `--layers 1` step: an all-gather and a reduce-scatter of one layer,
+//!   then the loss all-reduce; 4.9 M rows), arrival jitter and the
+//!   stragglers' late arrivals included, so the cross-rank matching has
+//!   waits to find. `GET /api/v1/jobs/{job}/collectives` is job-wide: it
+//!   reads and matches every row ([`COLLECTIVES_REPS`] warm requests).
+//!
 //! The stragglers route reads only `straggler_verdicts FINAL` of the job, so
 //! its cost follows the number of verdict versions; the breakdown route reads
 //! one step's rows of `step_breakdown FINAL`. The first request per route
@@ -39,6 +47,10 @@ pub const BREAKDOWN_RANKS: u32 = 4_096;
 pub const STRAGGLER_RANKS: u32 = 16_384;
 /// The step whose breakdown is queried.
 pub const QUERIED_STEP: u64 = 50;
+/// Collectives per rank and step of job B.
+pub const COLLECTIVES_PER_STEP: u64 = 3;
+/// Warm requests of the collectives route (each reads the whole job).
+pub const COLLECTIVES_REPS: usize = 3;
 
 /// Timings of both routes.
 #[derive(Debug, Clone, Default, serde::Serialize)]
@@ -71,6 +83,17 @@ pub struct QueryRun {
     #[serde(default)]
     pub sql_breakdown_16k_ms: Vec<f64>,
     pub sql_stragglers_ms: Vec<f64>,
+    /// `GET .../collectives` of the 16,384-rank job (job-wide), warm.
+    #[serde(default)]
+    pub collectives_16k_ms: Vec<f64>,
+    #[serde(default)]
+    pub collectives_16k_cold_ms: f64,
+    /// Collective rows of that job.
+    #[serde(default)]
+    pub collective_rows: u64,
+    /// The route's SQL alone (rows fetched as RowBinary, not matched).
+    #[serde(default)]
+    pub sql_collectives_16k_ms: Vec<f64>,
     pub loaded_rows: u64,
     pub load_s: f64,
 }
@@ -80,6 +103,8 @@ struct Loaded {
     rows: u64,
     verdicts: usize,
     versions: u64,
+    /// (rank, first step, last flagged step) of every straggler episode.
+    stragglers: Vec<(u32, u64, u64)>,
 }
 
 /// Loads the data, starts a collector and times `reps` requests per route.
@@ -99,6 +124,8 @@ pub async fn run(ctx: &Ctx, reps: usize) -> Result<QueryRun, BenchError> {
     let job_b = "bench-query-16384";
     let a = load_job(&store, job_a, BREAKDOWN_RANKS, 1).await?;
     let b = load_job(&store, job_b, STRAGGLER_RANKS, 2).await?;
+    let collective_rows =
+        load_collectives(&store, job_b, STRAGGLER_RANKS, &b.stragglers, 3).await?;
     let load_s = started.elapsed().as_secs_f64();
 
     let breakdown_url = format!(
@@ -111,7 +138,8 @@ pub async fn run(ctx: &Ctx, reps: usize) -> Result<QueryRun, BenchError> {
     );
     let stragglers_url = format!("{}/api/v1/jobs/{job_b}/stragglers", collector.http_url);
     let mut out = QueryRun {
-        loaded_rows: a.rows + b.rows,
+        loaded_rows: a.rows + b.rows + collective_rows,
+        collective_rows,
         load_s,
         verdict_versions: b.versions,
         ..QueryRun::default()
@@ -146,7 +174,36 @@ pub async fn run(ctx: &Ctx, reps: usize) -> Result<QueryRun, BenchError> {
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+    let collectives_url = format!("{}/api/v1/jobs/{job_b}/collectives", collector.http_url);
+    for i in 0..=COLLECTIVES_REPS {
+        let r = ctx.http.get_ok(&collectives_url).await?;
+        let ms = r.elapsed.as_secs_f64() * 1e3;
+        if i == 0 {
+            out.collectives_16k_cold_ms = ms;
+            let v = r.json()?;
+            let rows = v["collectives"].as_array().cloned().unwrap_or_default();
+            let calls: u64 = rows.iter().filter_map(|c| c["calls"].as_u64()).sum();
+            if rows.len() != COLLECTIVES_PER_STEP as usize || calls != collective_rows {
+                return Err(BenchError::Check(format!(
+                    "collectives answered {} rows of {calls} calls (want {COLLECTIVES_PER_STEP} of {collective_rows})",
+                    rows.len()
+                )));
+            }
+        } else {
+            out.collectives_16k_ms.push(ms);
+        }
+    }
     collector.stop();
+    let collectives_sql = format!(
+        "{} FORMAT RowBinary",
+        bind(JOB_COLLECTIVES_SQL, &[&quote(job_b)])
+    );
+    for _ in 0..COLLECTIVES_REPS {
+        let t = std::time::Instant::now();
+        ctx.ch.query_in(db, &collectives_sql)?;
+        out.sql_collectives_16k_ms
+            .push(t.elapsed().as_secs_f64() * 1e3);
+    }
     let breakdown_sql = bind(
         BREAKDOWN_SQL,
         &[
@@ -187,6 +244,7 @@ pub async fn run(ctx: &Ctx, reps: usize) -> Result<QueryRun, BenchError> {
 /// The collector's own query files.
 const BREAKDOWN_SQL: &str = include_str!("../../collector/queries/breakdown.sql");
 const STRAGGLERS_SQL: &str = include_str!("../../collector/queries/stragglers.sql");
+const JOB_COLLECTIVES_SQL: &str = include_str!("../../collector/queries/job_collectives.sql");
 
 fn quote(s: &str) -> String {
     format!("'{}'", s.replace('\\', "\\\\").replace('\'', "\\'"))
@@ -309,7 +367,106 @@ async fn load_job(store: &Store, job: &str, ranks: u32, seed: u64) -> Result<Loa
         rows,
         verdicts: episodes.len(),
         versions,
+        stragglers: episodes.iter().map(|e| (e.0, e.1, e.2)).collect(),
     })
+}
+
+/// Inserts job `job`'s collectives (module doc), one INSERT per step as the
+/// writer stores a step; returns the rows written.
+async fn load_collectives(
+    store: &Store,
+    job: &str,
+    ranks: u32,
+    stragglers: &[(u32, u64, u64)],
+    seed: u64,
+) -> Result<u64, BenchError> {
+    use rankscope_collector::store::CollectiveRow;
+    let mut rng = SmallRng::seed_from_u64(seed);
+    let t0 = now_ns().saturating_sub(STEPS * 2_000_000_000);
+    let job: rankscope_collector::store::Text = job.into();
+    let pg: rankscope_collector::store::Text = "0".into();
+    let agent: rankscope_collector::store::Text = "bench-query".into();
+    let nodes: Vec<rankscope_collector::store::Text> = (0..ranks.div_ceil(8))
+        .map(|n| format!("node-{n}").into())
+        .collect();
+    let layer_bytes = 12 * 4096 * 4096 * 2u64;
+    use rankscope_proto::v1::{CollectiveOp, DataType};
+    let (bf16, fp32) = (DataType::Bfloat16 as i8, DataType::Float32 as i8);
+    // (op, dtype, bytes, offset into the step, transfer ns)
+    let calls: [(i8, i8, u64, u64, u64); COLLECTIVES_PER_STEP as usize] = [
+        (
+            CollectiveOp::AllGather as i8,
+            bf16,
+            layer_bytes,
+            10_000_000,
+            40_000_000,
+        ),
+        (
+            CollectiveOp::ReduceScatter as i8,
+            bf16,
+            layer_bytes,
+            900_000_000,
+            40_000_000,
+        ),
+        (
+            CollectiveOp::AllReduce as i8,
+            fp32,
+            4,
+            1_400_000_000,
+            30_000,
+        ),
+    ];
+    let mut rows = 0;
+    for step in 0..STEPS {
+        let step_start_ns = t0 + step * 2_000_000_000;
+        let late: Vec<u32> = stragglers
+            .iter()
+            .filter(|&&(_, first, last)| (first..=last).contains(&step))
+            .map(|s| s.0)
+            .collect();
+        let mut ins = store
+            .client()
+            .insert::<CollectiveRow>("collectives")
+            .await?;
+        for (c, &(op, dtype, bytes, offset, transfer)) in calls.iter().enumerate() {
+            let seq = step * COLLECTIVES_PER_STEP + c as u64 + 1;
+            let arrivals: Vec<u64> = (0..ranks)
+                .map(|r| {
+                    let lag = if late.contains(&r) { 150_000_000 } else { 0 };
+                    step_start_ns + offset + rng.random_range(0..2_000_000u64) + lag
+                })
+                .collect();
+            let end_ns = arrivals.iter().copied().max().unwrap_or(0) + transfer;
+            for (rank, &start_ns) in (0..ranks).zip(&arrivals) {
+                ins.write(&CollectiveRow {
+                    job_id: job.clone(),
+                    run_id: "".into(),
+                    rank,
+                    node: nodes[(rank / 8) as usize].clone(),
+                    op,
+                    process_group: pg.clone(),
+                    group_ranks: Vec::new(),
+                    group_size: ranks,
+                    dtype,
+                    count: bytes / if dtype == fp32 { 4 } else { 2 },
+                    bytes,
+                    seq,
+                    peer: 0,
+                    stream: 20,
+                    device: (rank % 8) as i32,
+                    start_ns,
+                    end_ns: end_ns + rng.random_range(0..10_000u64),
+                    agent_id: agent.clone(),
+                    agent_session: 1,
+                    batch_seq: step + 1,
+                })
+                .await?;
+            }
+            rows += u64::from(ranks);
+        }
+        ins.end().await?;
+    }
+    Ok(rows)
 }
 
 fn now_ns() -> u64 {

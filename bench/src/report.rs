@@ -96,6 +96,7 @@ pub struct Results {
     #[serde(default)]
     pub query_breakdown_16384_ranks_ms: Option<f64>,
     pub query_stragglers_16384x100_ms: Option<f64>,
+    pub query_collectives_16384x100_ms: Option<f64>,
     pub import_mb_per_s: Option<f64>,
     #[serde(default)]
     pub import_vs_hta_speedup: Option<f64>,
@@ -186,6 +187,7 @@ impl Details {
             query_breakdown_4096_ranks_ms: fig(median(&self.query.breakdown_ms)),
             query_breakdown_16384_ranks_ms: fig(median(&self.query.breakdown_16k_ms)),
             query_stragglers_16384x100_ms: fig(median(&self.query.stragglers_ms)),
+            query_collectives_16384x100_ms: fig(median(&self.query.collectives_16k_ms)),
             import_mb_per_s: fig(median(&self.import_mb_per_final_s())),
             import_vs_hta_speedup: self.hta.as_ref().and_then(|h| fig(h.speedup())),
         }
@@ -320,6 +322,12 @@ pub fn rows(r: &Results) -> Vec<(&'static str, Option<f64>, &'static str, Option
             r.query_stragglers_16384x100_ms,
             "ms",
             at_most(200.0),
+        ),
+        (
+            "query_collectives_16384x100_ms",
+            r.query_collectives_16384x100_ms,
+            "ms",
+            at_most(500.0),
         ),
         (
             "import_mb_per_s",

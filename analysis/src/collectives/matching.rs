@@ -67,49 +67,74 @@ pub struct MatchedCollective {
 
 /// Group `obs` by `(process_group, seq)` and compute transfer and wait times.
 pub fn match_collectives(obs: &[CollectiveObs]) -> Vec<MatchedCollective> {
+    // Strings become their rank among the distinct values, so the sort
+    // compares integers only (millions of observations: string compares
+    // were most of the work) and orders exactly as by the strings.
+    let pg = ordinals(obs.iter().map(|o| o.process_group.as_str()));
+    let dtype = ordinals(obs.iter().map(|o| o.dtype.as_str()));
     let mut order: Vec<usize> = (0..obs.len()).collect();
-    order.sort_unstable_by(|&a, &b| {
-        let (x, y) = (&obs[a], &obs[b]);
-        // Content first, index last: duplicates resolve the same way
-        // whatever the input order.
+    // Content first, index last: duplicates resolve the same way whatever
+    // the input order.
+    order.sort_unstable_by_key(|&i| {
+        let o = &obs[i];
         (
-            &x.process_group,
-            x.seq,
-            x.rank,
-            x.start_ns,
-            x.end_ns,
-            x.op,
-            &x.dtype,
-            x.bytes,
-            x.group_size,
-            a,
+            pg[i],
+            o.seq,
+            o.rank,
+            o.start_ns,
+            o.end_ns,
+            o.op,
+            dtype[i],
+            o.bytes,
+            o.group_size,
+            i,
         )
-            .cmp(&(
-                &y.process_group,
-                y.seq,
-                y.rank,
-                y.start_ns,
-                y.end_ns,
-                y.op,
-                &y.dtype,
-                y.bytes,
-                y.group_size,
-                b,
-            ))
     });
     let mut out = Vec::new();
     let mut rest = order.as_slice();
     while let Some(&head) = rest.first() {
-        let key = (&obs[head].process_group, obs[head].seq);
+        let key = (pg[head], obs[head].seq);
         let len = rest
             .iter()
-            .take_while(|&&i| (&obs[i].process_group, obs[i].seq) == key)
+            .take_while(|&&i| (pg[i], obs[i].seq) == key)
             .count();
         let (group, tail) = rest.split_at(len);
         out.push(match_one(obs, group));
         rest = tail;
     }
     out
+}
+
+/// For each string, its rank among the distinct strings (in string order).
+fn ordinals<'a>(values: impl Iterator<Item = &'a str> + Clone) -> Vec<u32> {
+    let mut distinct: Vec<&str> = Vec::new();
+    let mut seen: std::collections::HashSet<&str> = std::collections::HashSet::new();
+    let mut last: Option<&str> = None;
+    for v in values.clone() {
+        if last != Some(v) {
+            last = Some(v);
+            if seen.insert(v) {
+                distinct.push(v);
+            }
+        }
+    }
+    distinct.sort_unstable();
+    let rank: std::collections::HashMap<&str, u32> = distinct
+        .iter()
+        .enumerate()
+        .map(|(i, v)| (*v, i as u32))
+        .collect();
+    let mut last: Option<(&str, u32)> = None;
+    values
+        .map(|v| match last {
+            Some((l, r)) if l == v => r,
+            _ => {
+                let r = rank[v];
+                last = Some((v, r));
+                r
+            }
+        })
+        .collect()
 }
 
 /// `group`: indices of one `(process_group, seq)`, sorted by (rank, start).

@@ -27,8 +27,6 @@
 //! Invariants: `wait_ns_total + transfer_ns_total == total_duration_ns`;
 //! `p50 <= p99 <= max duration`; results do not depend on input order.
 
-use std::collections::BTreeMap;
-
 use super::matching::match_collectives;
 use super::{algbw_gbps, busbw_factor, size_bucket, CollOp, CollectiveObs, SizeBucket};
 use crate::stats::percentile_nearest_rank;
@@ -73,6 +71,8 @@ pub struct CollectiveStats {
 }
 
 type Key = (String, CollOp, String, SizeBucket, Option<u32>);
+/// [`Key`] borrowed from the observations while grouping.
+type KeyRef<'a> = (&'a str, CollOp, &'a str, SizeBucket, Option<u32>);
 
 #[derive(Default)]
 struct Acc {
@@ -88,18 +88,33 @@ struct Acc {
 
 /// Group `obs` (see the module doc); `per_rank` adds the rank to the key.
 pub fn collective_stats(obs: &[CollectiveObs], per_rank: bool) -> Vec<CollectiveStats> {
-    let mut groups: BTreeMap<Key, Acc> = BTreeMap::new();
+    // Keys are borrowed while grouping (no string copied per observation)
+    // and the participants of a call usually share the previous one's key.
+    let mut slots: std::collections::HashMap<KeyRef<'_>, usize> = Default::default();
+    let mut groups: Vec<(KeyRef<'_>, Acc)> = Vec::new();
+    let mut last: Option<(KeyRef<'_>, usize)> = None;
     for (m_idx, m) in match_collectives(obs).iter().enumerate() {
         for p in &m.participants {
             let o = &obs[p.obs_index];
-            let key = (
-                o.process_group.clone(),
+            let key: KeyRef<'_> = (
+                &o.process_group,
                 o.op,
-                o.dtype.clone(),
+                &o.dtype,
                 size_bucket(o.bytes),
                 per_rank.then_some(o.rank),
             );
-            let acc = groups.entry(key).or_default();
+            let slot = match last {
+                Some((k, slot)) if k == key => slot,
+                _ => {
+                    let slot = *slots.entry(key).or_insert_with(|| {
+                        groups.push((key, Acc::default()));
+                        groups.len() - 1
+                    });
+                    last = Some((key, slot));
+                    slot
+                }
+            };
+            let acc = &mut groups[slot].1;
             acc.total_bytes += o.bytes;
             acc.bus_bytes += o.bytes as f64 * busbw_factor(o.op, o.group_size);
             acc.durations.push(p.duration_ns);
@@ -111,9 +126,12 @@ pub fn collective_stats(obs: &[CollectiveObs], per_rank: bool) -> Vec<Collective
             }
         }
     }
+    groups.sort_unstable_by(|a, b| a.0.cmp(&b.0));
     groups
         .into_iter()
-        .map(|(key, acc)| finish(key, acc))
+        .map(|((pg, op, dtype, bucket, rank), acc)| {
+            finish((pg.to_owned(), op, dtype.to_owned(), bucket, rank), acc)
+        })
         .collect()
 }
 

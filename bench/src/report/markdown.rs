@@ -407,16 +407,22 @@ fn query(s: &mut String, d: &Details) {
          `step_breakdown` for 4,096 ranks x 100 steps and 16,384 ranks x 100 steps, and every \
          `straggler_verdicts` version the live tracker would write for the 16,384-rank job (1 % \
          of the ranks stragglers from step 3 on, updated at every step; 6 % with one short \
-         episode): {} rows in {:.1} s, {} verdict versions for {} verdicts. Round trip of the \
+         episode), and the 16,384-rank job's {} collectives (3 per rank and step: an \
+         all-gather, a reduce-scatter and the loss all-reduce, with arrival jitter and the \
+         stragglers arriving late): {} rows in {:.1} s, {} verdict versions for {} verdicts. \
+         The collectives route is job-wide: it reads every collective of the job and matches \
+         them across ranks ({} warm requests). Round trip of the \
          HTTP API on a kept-alive connection: *cold* is the first request of each route after \
          the load (a fresh collector, nothing read yet), then {} warm requests per route after \
          two uncounted ones; the \
          same SQL sent straight to ClickHouse's HTTP interface is shown for comparison (the \
          rest is the collector: ClickHouse client, JSON).\n",
+        h(q.collective_rows as f64),
         h(q.loaded_rows as f64),
         q.load_s,
         h(q.verdict_versions as f64),
         h(q.verdicts as f64),
+        q.collectives_16k_ms.len(),
         q.breakdown_ms.len()
     );
     let _ = writeln!(
@@ -464,6 +470,14 @@ fn query(s: &mut String, d: &Details) {
         q.stragglers_cold_ms,
         &q.stragglers_ms,
         &q.sql_stragglers_ms,
+    );
+    row(
+        s,
+        "`collectives`, 16,384 ranks x 100 steps (job-wide)",
+        format!("{} calls", h(q.collective_rows as f64)),
+        q.collectives_16k_cold_ms,
+        &q.collectives_16k_ms,
+        &q.sql_collectives_16k_ms,
     );
     s.push('\n');
 }

@@ -187,6 +187,18 @@ fn why(name: &str, d: &Details) -> String {
                 super::default_flush_ms()
             )
         }
+        "query_collectives_16384x100_ms" => format!(
+            "The route reads all {} collectives of the job and matches them across ranks on \
+             every request: the SQL alone, which only streams the rows out of ClickHouse, takes \
+             {:.0} ms at the median, and the collector's decoding, matching and grouping the \
+             rest. Only a pre-aggregation gets under the goal: per finalized step and \
+             (process group, op, dtype, size bucket) the sums and the sorted durations (exact \
+             nearest-rank percentiles need every duration), computed from the stored rows once \
+             a step's batches are committed, so the route reads ~100 rows per key instead of \
+             every call.",
+            human(Some(d.query.collective_rows as f64)),
+            median(&d.query.sql_collectives_16k_ms)
+        ),
         n if n.starts_with("query") => format!(
             "The same SQL sent straight to ClickHouse takes {:.1} ms (breakdown, 4,096 ranks), \
              {:.1} ms (breakdown, 16,384 ranks) and {:.1} ms (the stragglers' verdicts) at the \

@@ -97,8 +97,6 @@ struct GpuEventRow {
 #[derive(Debug, Row, Deserialize)]
 pub(super) struct CollectiveReadRow {
     rank: u32,
-    #[allow(dead_code)]
-    node: String,
     process_group: String,
     seq: u64,
     op: String,
