@@ -17,7 +17,8 @@
 //! * one background thread (a single-threaded tokio runtime) drains the
 //!   queue every [`sender::DRAIN_INTERVAL`] without waiting on it (so a
 //!   caller's enqueue wakes no thread) into messages of at most [`sender::MAX_EVENTS_PER_MESSAGE`]
-//!   events or [`sender::MAX_DELAY`] old, keeps at most
+//!   events or [`sender::MAX_DELAY`] old (a message holding a StepEnd goes
+//!   out at once), keeps at most
 //!   [`sender::WINDOW`] messages unacknowledged, and reconnects with
 //!   jittered exponential backoff when the agent goes away. While it is
 //!   away the queue fills and further events are dropped and counted;

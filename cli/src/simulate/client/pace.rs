@@ -58,13 +58,16 @@ pub async fn wait_until_wall_ns(ts_ns: u64) {
     }
 }
 
-/// Events per message under a rate: about a tenth of a second of each
-/// rank's share, so pacing stays smooth; never more than `max`.
+/// Events per message under a rate: what the rank SDK collects in its
+/// [`MAX_DELAY`](rankscope_sdk::sender::MAX_DELAY) of each rank's share (a
+/// rank at that rate sends about as many messages as the SDK would; a
+/// step's end is sent at once, as the SDK does); never more than `max`.
 pub fn events_per_message(max: usize, rate_events_per_s: Option<f64>, ranks: u32) -> usize {
     match rate_events_per_s {
         None => max.max(1),
         Some(rate) => {
-            let share = rate / 10.0 / f64::from(ranks.max(1));
+            let window = rankscope_sdk::sender::MAX_DELAY.as_secs_f64();
+            let share = rate * window / f64::from(ranks.max(1));
             (share as usize).clamp(1, max.max(1))
         }
     }
@@ -77,7 +80,7 @@ mod tests {
     #[test]
     fn messages_shrink_under_a_rate() {
         assert_eq!(events_per_message(2_000, None, 8), 2_000);
-        assert_eq!(events_per_message(2_000, Some(8_000.0), 8), 100);
+        assert_eq!(events_per_message(2_000, Some(8_000.0), 8), 200);
         assert_eq!(events_per_message(2_000, Some(1e9), 8), 2_000);
         assert_eq!(events_per_message(2_000, Some(1.0), 8), 1);
     }

@@ -148,7 +148,9 @@ pub async fn run_rank(
                 sender.send(msg).await?;
             }
         }
-        if opts.realtime && builder.has_pending() {
+        // Paced or in real time, a step's end goes out with the step, as
+        // the rank SDK sends it.
+        if (opts.realtime || opts.pacer.is_some()) && builder.has_pending() {
             sender.send(builder.take()).await?;
         }
     }
