@@ -89,7 +89,8 @@ pub struct SimConfig {
     /// `start_ns` = now so timestamps are real times).
     pub realtime: bool,
     /// Most events per `RankMessage`, >= 1 (under a rate, messages hold
-    /// about a tenth of a second of each rank's share, if that is less).
+    /// the rank SDK's `MAX_DELAY` of each rank's share, if that is less, and
+    /// a step's end goes out with its step).
     pub events_per_message: usize,
 }
 
