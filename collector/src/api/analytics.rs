@@ -285,12 +285,12 @@ pub(super) async fn stragglers(
     State(st): State<ApiState>,
     Path(job): Path<String>,
 ) -> Result<Json<serde_json::Value>, ApiError> {
-    let rows = st.store.stragglers(&job).await?;
+    // The verdicts and their evidence are independent reads: concurrent.
+    let (rows, evidence) =
+        tokio::join!(st.store.stragglers(&job), st.store.straggler_evidence(&job));
+    let rows = rows?;
     st.require_job(&job, rows.is_empty()).await?;
-    let mut evidence: std::collections::HashMap<(u32, u64), EvidenceReadRow> = st
-        .store
-        .straggler_evidence(&job)
-        .await?
+    let mut evidence: std::collections::HashMap<(u32, u64), EvidenceReadRow> = evidence?
         .into_iter()
         .map(|e| ((e.rank, e.first_step), e))
         .collect();
@@ -357,15 +357,14 @@ impl VerdictGains {
         let mut ranks: Vec<u32> = verdicts.iter().map(|v| v.0).collect();
         ranks.sort_unstable();
         ranks.dedup();
-        let peers = st
-            .store
-            .step_peers(job, first, last)
-            .await?
-            .into_iter()
-            .map(|p| (p.step, p.into()))
-            .collect();
+        // Both reads depend only on the verdicts' spans: concurrent.
+        let (peers, waits) = tokio::join!(
+            st.store.step_peers(job, first, last),
+            st.store.step_waits_of(job, first, last, &ranks)
+        );
+        let peers = peers?.into_iter().map(|p| (p.step, p.into())).collect();
         let mut own: std::collections::HashMap<u32, Vec<_>> = Default::default();
-        for r in st.store.step_waits_of(job, first, last, &ranks).await? {
+        for r in waits? {
             own.entry(r.rank)
                 .or_default()
                 .push(rankscope_analysis::RankStepWait {
