@@ -384,7 +384,8 @@ type Handed = (Instant, u64);
 type Sends = tokio::task::JoinSet<(Handed, Result<(Instant, u32), tonic::Status>)>;
 
 /// One task per batch: sends it, retrying UNAVAILABLE with the agent's
-/// default backoff (100 ms doubling, equal jitter); each task reports its first hand-over on `handed`.
+/// default backoff (100 ms doubling, equal jitter); each task reports its
+/// first hand-over on `handed`.
 fn spawn_sends(
     clients: &[Client],
     batches: Vec<proto::AgentBatch>,

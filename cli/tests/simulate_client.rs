@@ -365,6 +365,38 @@ async fn rate_limits_all_ranks_together() {
 }
 
 #[tokio::test]
+async fn paced_messages_end_with_their_step() {
+    let rec = Recorder::default();
+    let url = serve_tcp(rec.clone()).await;
+    // Neither the size nor the rate's share cuts a message here: only the
+    // ends of steps do, as the rank SDK sends a StepEnd at once.
+    let cfg = SimConfig {
+        layers: 1,
+        rate_events_per_s: Some(1e6),
+        events_per_message: 100_000,
+        ..config(2, 3)
+    };
+    let summary = simulate::run(&cfg, &url).await.expect("run");
+    assert_eq!(
+        summary.messages_sent,
+        2 * 3,
+        "one message per step and rank"
+    );
+    let streams = rec.streams.lock().unwrap();
+    for m in streams.iter().flatten() {
+        assert!(
+            matches!(
+                m.events.last().and_then(|e| e.kind.as_ref()),
+                Some(proto::event::Kind::StepEnd(_))
+            ),
+            "message {} does not end with a StepEnd",
+            m.seq
+        );
+    }
+    check_streams(&cfg, &streams);
+}
+
+#[tokio::test]
 async fn realtime_waits_for_the_wall_clock() {
     let rec = Recorder::default();
     let url = serve_tcp(rec.clone()).await;
