@@ -50,7 +50,9 @@ mod test_rng;
 pub use breakdown::{assign_to_steps, breakdown, Breakdown, GpuEvent, StepBreakdown};
 pub use classify::{classify_kernel, classify_name, GpuEventKind, KernelClass};
 pub use collectives::matching::{match_collectives, MatchedCollective, Participant};
-pub use collectives::stats::{collective_stats, CollectiveStats};
+pub use collectives::stats::{
+    collective_stats, job_collective_stats, CollectiveStats, UniformMatch,
+};
 pub use collectives::{
     algbw_gbps, busbw_factor, busbw_gbps, nccl_tests_bytes, size_bucket, CollOp, CollectiveObs,
     SizeBucket, UnknownCollOp,

@@ -86,10 +86,22 @@ pub fn modified_z_score(x: f64, median: f64, mad: f64) -> f64 {
 /// `[0, 100]` (clamped). `None` for an empty slice.
 pub fn percentile_nearest_rank(sorted: &[u64], pct: f64) -> Option<u64> {
     debug_assert!(sorted.windows(2).all(|w| w[0] <= w[1]));
-    if sorted.is_empty() {
+    nearest_rank_index(sorted.len(), pct).map(|i| sorted[i])
+}
+
+/// [`percentile_nearest_rank`] of `values` in any order, by selection
+/// (O(n), no full sort); reorders `values`.
+pub fn percentile_nearest_rank_unsorted(values: &mut [u64], pct: f64) -> Option<u64> {
+    let i = nearest_rank_index(values.len(), pct)?;
+    Some(*values.select_nth_unstable(i).1)
+}
+
+/// 0-based index of the nearest-rank `pct` percentile of `n` sorted values:
+/// rank `ceil(pct / 100 x n)`, at least 1.
+fn nearest_rank_index(n: usize, pct: f64) -> Option<usize> {
+    if n == 0 {
         return None;
     }
-    let n = sorted.len();
     let p = if pct.is_nan() {
         0.0
     } else {
@@ -97,7 +109,7 @@ pub fn percentile_nearest_rank(sorted: &[u64], pct: f64) -> Option<u64> {
     };
     // p * n first: exact for integral p, so ceil() sees no rounding noise.
     let rank = (p * n as f64 / 100.0).ceil() as usize;
-    Some(sorted[rank.clamp(1, n) - 1])
+    Some(rank.clamp(1, n) - 1)
 }
 
 #[cfg(test)]
@@ -149,6 +161,25 @@ mod tests {
         assert_eq!(percentile_nearest_rank(&hundred, 50.0), Some(50));
         let ten: Vec<u64> = (1..=10).collect();
         assert_eq!(percentile_nearest_rank(&ten, 99.0), Some(10));
+        assert_eq!(percentile_nearest_rank_unsorted(&mut [], 50.0), None);
+    }
+
+    #[test]
+    fn selection_gives_the_sorted_percentile() {
+        let mut rng = crate::test_rng::Rng::new(7);
+        for n in [1usize, 2, 3, 10, 99, 100, 101, 1000] {
+            let values: Vec<u64> = (0..n).map(|_| rng.below(50)).collect();
+            let mut sorted = values.clone();
+            sorted.sort_unstable();
+            for pct in [0.0, 1.0, 25.0, 50.0, 51.0, 99.0, 99.9, 100.0, f64::NAN] {
+                let mut scratch = values.clone();
+                assert_eq!(
+                    percentile_nearest_rank_unsorted(&mut scratch, pct),
+                    percentile_nearest_rank(&sorted, pct),
+                    "n={n} pct={pct}"
+                );
+            }
+        }
     }
 
     #[test]

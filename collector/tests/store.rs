@@ -1031,3 +1031,129 @@ async fn retention_drops_old_day_partitions_and_keeps_recent_ones() {
         "idempotent"
     );
 }
+
+/// The job-wide collectives read (calls aggregated in ClickHouse, only the
+/// rows of mixed calls read) gives what matching every stored row gives, to
+/// the bit: uniform all-reduces, a rank reported twice, send / recv pairs,
+/// ranks that disagree on bytes, an inverted timestamp, and another job
+/// under the same (process group, seq).
+#[tokio::test]
+async fn job_collective_stats_equal_the_row_by_row_statistics() {
+    use rankscope_analysis::{collective_stats, CollOp, CollectiveObs};
+    let store = fresh_store("rs_coll_agg").await;
+    let t0 = now_ns();
+    let mut rows: Vec<CollectiveRow> = Vec::new();
+    let mut row =
+        |job: &str, rank: u32, op: CollOp, pg: &str, seq: u64, bytes: u64, start: u64, dur: i64| {
+            let start_ns = t0 + start;
+            rows.push(CollectiveRow {
+                job_id: job.into(),
+                run_id: "r".into(),
+                rank,
+                node: "n".into(),
+                op: CollOp::ALL.iter().position(|o| *o == op).unwrap() as i8 + 1,
+                process_group: pg.into(),
+                group_ranks: Vec::new(),
+                group_size: if matches!(op, CollOp::Send | CollOp::Recv) {
+                    2
+                } else {
+                    8
+                },
+                dtype: if seq.is_multiple_of(3) { 10 } else { 8 },
+                count: 0,
+                bytes,
+                seq,
+                peer: 0,
+                stream: 0,
+                device: 0,
+                start_ns,
+                end_ns: start_ns.saturating_add_signed(dur),
+                agent_id: "a".into(),
+                agent_session: 1,
+                batch_seq: 1,
+            });
+        };
+    for seq in 0..40u64 {
+        for rank in 0..8u32 {
+            let jitter = (u64::from(rank) * 7_919 + seq * 104_729) % 50_000;
+            let late = if rank == 5 { 400_000 } else { 0 };
+            let bytes = if seq == 17 && rank == 2 {
+                1 << 20
+            } else {
+                64 << 20
+            };
+            let dur = 1_000_000 + jitter as i64 + late;
+            // At-least-once: rank 4 reports call 9 twice, the copy started later.
+            let copies: &[u64] = if seq == 9 && rank == 4 { &[0, 5] } else { &[0] };
+            for &later in copies {
+                let start = seq * 10_000_000 + later;
+                row("agg", rank, CollOp::AllReduce, "0", seq, bytes, start, dur);
+            }
+        }
+        // A pipeline stage pair: send and recv under one seq.
+        row(
+            "agg",
+            0,
+            CollOp::Send,
+            "pp",
+            seq,
+            8 << 20,
+            seq * 10_000_000,
+            300_000,
+        );
+        row(
+            "agg",
+            1,
+            CollOp::Recv,
+            "pp",
+            seq,
+            8 << 20,
+            seq * 10_000_000,
+            350_000 + seq as i64,
+        );
+        row("other", 0, CollOp::AllReduce, "0", seq, 1, 0, 1);
+    }
+    row("agg", 3, CollOp::Broadcast, "tp", 1, 4096, 0, -10); // inverted: 0 ns
+    row("agg", 4, CollOp::Broadcast, "tp", 1, 4096, 0, 20_000);
+    let obs: Vec<CollectiveObs> = rows
+        .iter()
+        .filter(|r| &*r.job_id == "agg")
+        .map(|r| CollectiveObs {
+            rank: r.rank,
+            process_group: r.process_group.to_string(),
+            seq: r.seq,
+            op: CollOp::ALL[(r.op - 1) as usize],
+            dtype: if r.dtype == 10 { "bfloat16" } else { "float32" }.into(),
+            group_size: r.group_size,
+            bytes: r.bytes,
+            start_ns: r.start_ns,
+            end_ns: r.end_ns,
+        })
+        .collect();
+    // Stored in several INSERTs (parts), as the writer stores batches.
+    for chunk in rows.chunks(97) {
+        let mut ins = store
+            .client()
+            .insert::<CollectiveRow>("collectives")
+            .await
+            .unwrap();
+        for r in chunk {
+            ins.write(r).await.unwrap();
+        }
+        ins.end().await.unwrap();
+    }
+    let want = collective_stats(&obs, false);
+    let got = store.collective_stats("agg", false).await.unwrap();
+    assert_eq!(got, want);
+    // Every row but the duplicate is a call.
+    assert_eq!(
+        got.iter().map(|s| s.calls).sum::<u64>(),
+        obs.len() as u64 - 1
+    );
+    assert!(got.iter().any(|s| s.op == CollOp::Send) && got.iter().any(|s| s.wait_ns_total > 0));
+    // Per rank: every row, matched as before.
+    assert_eq!(
+        store.collective_stats("agg", true).await.unwrap(),
+        collective_stats(&obs, true)
+    );
+}

@@ -27,9 +27,9 @@
 //! Invariants: `wait_ns_total + transfer_ns_total == total_duration_ns`;
 //! `p50 <= p99 <= max duration`; results do not depend on input order.
 
-use super::matching::match_collectives;
+use super::matching::{match_collectives, MatchedCollective};
 use super::{algbw_gbps, busbw_factor, size_bucket, CollOp, CollectiveObs, SizeBucket};
-use crate::stats::percentile_nearest_rank;
+use crate::stats::percentile_nearest_rank_unsorted;
 
 /// Statistics of one group of collective observations (module doc).
 #[derive(Debug, Clone, PartialEq)]
@@ -70,6 +70,22 @@ pub struct CollectiveStats {
     pub transfer_ns_total: u64,
 }
 
+/// One collective call as a database can aggregate it per `(process_group,
+/// seq)` without sending its rows: every participant reported the same op,
+/// dtype, bytes and group size, and each rank reported it once (so
+/// [`match_collectives`] would keep every observation). The durations are
+/// the participants' `end_ns - start_ns` (0 if inverted), in any order.
+#[derive(Debug, Clone, PartialEq)]
+pub struct UniformMatch<'a> {
+    pub process_group: &'a str,
+    pub seq: u64,
+    pub op: CollOp,
+    pub dtype: &'a str,
+    pub bytes: u64,
+    pub group_size: u32,
+    pub durations_ns: &'a [u64],
+}
+
 type Key = (String, CollOp, String, SizeBucket, Option<u32>);
 /// [`Key`] borrowed from the observations while grouping.
 type KeyRef<'a> = (&'a str, CollOp, &'a str, SizeBucket, Option<u32>);
@@ -86,57 +102,139 @@ struct Acc {
     last_match: Option<usize>,
 }
 
-/// Group `obs` (see the module doc); `per_rank` adds the rank to the key.
-pub fn collective_stats(obs: &[CollectiveObs], per_rank: bool) -> Vec<CollectiveStats> {
-    // Keys are borrowed while grouping (no string copied per observation)
-    // and the participants of a call usually share the previous one's key.
-    let mut slots: std::collections::HashMap<KeyRef<'_>, usize> = Default::default();
-    let mut groups: Vec<(KeyRef<'_>, Acc)> = Vec::new();
-    let mut last: Option<(KeyRef<'_>, usize)> = None;
-    for (m_idx, m) in match_collectives(obs).iter().enumerate() {
+/// The groups being accumulated. Keys are borrowed (no string copied per
+/// observation) and the participants of a call usually share the previous
+/// one's key, so the hash map is rarely consulted.
+#[derive(Default)]
+struct Groups<'a> {
+    slots: std::collections::HashMap<KeyRef<'a>, usize>,
+    groups: Vec<(KeyRef<'a>, Acc)>,
+    last: Option<(KeyRef<'a>, usize)>,
+}
+
+impl<'a> Groups<'a> {
+    /// The group of `key`, counting match `m_idx` once in its collectives.
+    fn acc(&mut self, key: KeyRef<'a>, m_idx: usize) -> &mut Acc {
+        let slot = match self.last {
+            Some((k, slot)) if k == key => slot,
+            _ => {
+                let groups = &mut self.groups;
+                let slot = *self.slots.entry(key).or_insert_with(|| {
+                    groups.push((key, Acc::default()));
+                    groups.len() - 1
+                });
+                self.last = Some((key, slot));
+                slot
+            }
+        };
+        let acc = &mut self.groups[slot].1;
+        if acc.last_match != Some(m_idx) {
+            acc.last_match = Some(m_idx);
+            acc.collectives += 1;
+        }
+        acc
+    }
+
+    /// Every participant of `m` (matched over `obs`).
+    fn add_match(
+        &mut self,
+        obs: &'a [CollectiveObs],
+        m: &MatchedCollective,
+        m_idx: usize,
+        per_rank: bool,
+    ) {
         for p in &m.participants {
             let o = &obs[p.obs_index];
-            let key: KeyRef<'_> = (
+            let key: KeyRef<'a> = (
                 &o.process_group,
                 o.op,
                 &o.dtype,
                 size_bucket(o.bytes),
                 per_rank.then_some(o.rank),
             );
-            let slot = match last {
-                Some((k, slot)) if k == key => slot,
-                _ => {
-                    let slot = *slots.entry(key).or_insert_with(|| {
-                        groups.push((key, Acc::default()));
-                        groups.len() - 1
-                    });
-                    last = Some((key, slot));
-                    slot
-                }
-            };
-            let acc = &mut groups[slot].1;
+            let acc = self.acc(key, m_idx);
             acc.total_bytes += o.bytes;
             acc.bus_bytes += o.bytes as f64 * busbw_factor(o.op, o.group_size);
             acc.durations.push(p.duration_ns);
             acc.wait_ns += p.wait_ns;
             acc.transfer_ns += m.transfer_ns;
-            if acc.last_match != Some(m_idx) {
-                acc.last_match = Some(m_idx);
-                acc.collectives += 1;
-            }
         }
     }
-    groups.sort_unstable_by(|a, b| a.0.cmp(&b.0));
-    groups
-        .into_iter()
-        .map(|((pg, op, dtype, bucket, rank), acc)| {
-            finish((pg.to_owned(), op, dtype.to_owned(), bucket, rank), acc)
-        })
-        .collect()
+
+    /// What [`Self::add_match`] adds for the match of `u`'s observations,
+    /// job-wide: the same sums, in the same order (so the floating-point
+    /// bus bytes come out bit for bit the same).
+    fn add_uniform(&mut self, u: &UniformMatch<'a>, m_idx: usize) {
+        let Some(&transfer_ns) = u.durations_ns.iter().min() else {
+            return;
+        };
+        let key: KeyRef<'a> = (u.process_group, u.op, u.dtype, size_bucket(u.bytes), None);
+        let bus = u.bytes as f64 * busbw_factor(u.op, u.group_size);
+        let acc = self.acc(key, m_idx);
+        for &d in u.durations_ns {
+            acc.total_bytes += u.bytes;
+            acc.bus_bytes += bus;
+            acc.wait_ns += d - transfer_ns;
+            acc.transfer_ns += transfer_ns;
+        }
+        acc.durations.extend_from_slice(u.durations_ns);
+    }
+
+    fn finish(mut self) -> Vec<CollectiveStats> {
+        self.groups.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+        self.groups
+            .into_iter()
+            .map(|((pg, op, dtype, bucket, rank), acc)| {
+                finish((pg.to_owned(), op, dtype.to_owned(), bucket, rank), acc)
+            })
+            .collect()
+    }
+}
+
+/// Group `obs` (see the module doc); `per_rank` adds the rank to the key.
+pub fn collective_stats(obs: &[CollectiveObs], per_rank: bool) -> Vec<CollectiveStats> {
+    let mut groups = Groups::default();
+    for (m_idx, m) in match_collectives(obs).iter().enumerate() {
+        groups.add_match(obs, m, m_idx, per_rank);
+    }
+    groups.finish()
+}
+
+/// Job-wide statistics of the calls given as [`UniformMatch`]es plus those
+/// matched from `rest`: the same result, to the bit, as
+/// `collective_stats(all observations, false)` when every `(process_group,
+/// seq)` is either one uniform match or entirely in `rest`. Lets a store
+/// send per-call durations instead of rows for the common case.
+pub fn job_collective_stats(
+    uniform: &[UniformMatch<'_>],
+    rest: &[CollectiveObs],
+) -> Vec<CollectiveStats> {
+    let matched = match_collectives(rest);
+    let mut order: Vec<&UniformMatch<'_>> = uniform.iter().collect();
+    order.sort_unstable_by(|a, b| (a.process_group, a.seq).cmp(&(b.process_group, b.seq)));
+    // Merge both by (process_group, seq), the order collective_stats visits
+    // calls in: the floating-point sums then add in the same order.
+    let mut groups = Groups::default();
+    let (mut u, mut r) = (order.into_iter().peekable(), matched.iter().peekable());
+    let mut m_idx = 0;
+    loop {
+        let take_uniform = match (u.peek(), r.peek()) {
+            (Some(a), Some(b)) => (a.process_group, a.seq) <= (b.process_group.as_str(), b.seq),
+            (Some(_), None) => true,
+            (None, Some(_)) => false,
+            (None, None) => break,
+        };
+        if take_uniform {
+            groups.add_uniform(u.next().expect("peeked"), m_idx);
+        } else {
+            groups.add_match(rest, r.next().expect("peeked"), m_idx, false);
+        }
+        m_idx += 1;
+    }
+    groups.finish()
 }
 
 fn finish((process_group, op, dtype, size_bucket, rank): Key, mut acc: Acc) -> CollectiveStats {
-    acc.durations.sort_unstable();
     let calls = acc.durations.len() as u64;
     let total_duration_ns: u64 = acc.durations.iter().sum();
     let per_call = |total: u64| total.checked_div(calls).unwrap_or(0);
@@ -154,8 +252,8 @@ fn finish((process_group, op, dtype, size_bucket, rank): Key, mut acc: Acc) -> C
         avg_bytes: per_call(acc.total_bytes),
         total_duration_ns,
         mean_duration_ns: per_call(total_duration_ns),
-        p50_duration_ns: percentile_nearest_rank(&acc.durations, 50.0).unwrap_or(0),
-        p99_duration_ns: percentile_nearest_rank(&acc.durations, 99.0).unwrap_or(0),
+        p50_duration_ns: percentile_nearest_rank_unsorted(&mut acc.durations, 50.0).unwrap_or(0),
+        p99_duration_ns: percentile_nearest_rank_unsorted(&mut acc.durations, 99.0).unwrap_or(0),
         algbw_gbps: if op == CollOp::Barrier {
             None
         } else {

@@ -1,5 +1,5 @@
 use super::matching::match_collectives;
-use super::stats::collective_stats;
+use super::stats::{collective_stats, job_collective_stats, UniformMatch};
 use super::*;
 use crate::test_rng::Rng;
 
@@ -280,4 +280,97 @@ fn property_stats_invariants_and_order_independence() {
             assert!(m.participants.iter().any(|p| p.wait_ns == 0));
         }
     }
+}
+
+/// Splits `input` as a store aggregating per `(process_group, seq, op,
+/// dtype, bytes, group_size)` does: a call whose observations share one such
+/// key and have distinct ranks becomes a [`UniformMatch`], the others stay
+/// rows.
+fn split_uniform(input: &[CollectiveObs]) -> (Vec<(CollectiveObs, Vec<u64>)>, Vec<CollectiveObs>) {
+    use std::collections::{BTreeMap, BTreeSet};
+    let mut calls: BTreeMap<(String, u64), Vec<&CollectiveObs>> = BTreeMap::new();
+    for o in input {
+        calls
+            .entry((o.process_group.clone(), o.seq))
+            .or_default()
+            .push(o);
+    }
+    let (mut uniform, mut rest) = (Vec::new(), Vec::new());
+    for obs in calls.into_values() {
+        let first = obs[0];
+        let same = obs.iter().all(|o| {
+            (o.op, &o.dtype, o.bytes, o.group_size)
+                == (first.op, &first.dtype, first.bytes, first.group_size)
+        });
+        let ranks: BTreeSet<u32> = obs.iter().map(|o| o.rank).collect();
+        if same && ranks.len() == obs.len() {
+            uniform.push((first.clone(), obs.iter().map(|o| o.duration_ns()).collect()));
+        } else {
+            rest.extend(obs.into_iter().cloned());
+        }
+    }
+    (uniform, rest)
+}
+
+#[test]
+fn property_uniform_matches_give_the_row_statistics_to_the_bit() {
+    let mut rng = Rng::new(4242);
+    let ops = [
+        CollOp::AllReduce,
+        CollOp::ReduceScatter,
+        CollOp::Send,
+        CollOp::Barrier,
+    ];
+    let mut saw = (0, 0);
+    for _ in 0..300 {
+        let mut input = Vec::new();
+        for seq in 0..rng.below(16) {
+            let pg = format!("pg{}", rng.below(3));
+            let op = ops[rng.below(4) as usize];
+            let bytes = 1 + rng.below(1 << 26);
+            let ranks = 1 + rng.below(6) as u32;
+            for rank in 0..ranks {
+                if rng.below(10) == 0 {
+                    continue; // a missing rank
+                }
+                let start = rng.below(1_000_000);
+                // Some inverted (0 ns), some long.
+                let end = (start + rng.below(80_000)).saturating_sub(rng.below(2) * 40_000);
+                let mut o = obs(rank, seq, start, end);
+                (o.process_group, o.op, o.bytes, o.group_size) = (pg.clone(), op, bytes, ranks);
+                if rng.below(12) == 0 {
+                    o.bytes += 1; // a rank that disagrees
+                }
+                if rng.below(12) == 0 {
+                    o.dtype = "bfloat16".into();
+                }
+                input.push(o.clone());
+                if rng.below(15) == 0 {
+                    o.start_ns += rng.below(3); // a duplicate observation
+                    input.push(o);
+                }
+            }
+        }
+        let (uniform, rest) = split_uniform(&input);
+        saw.0 += uniform.len();
+        saw.1 += rest.len();
+        let matches: Vec<UniformMatch<'_>> = uniform
+            .iter()
+            .rev() // any order
+            .map(|(o, d)| UniformMatch {
+                process_group: &o.process_group,
+                seq: o.seq,
+                op: o.op,
+                dtype: &o.dtype,
+                bytes: o.bytes,
+                group_size: o.group_size,
+                durations_ns: d,
+            })
+            .collect();
+        assert_eq!(
+            job_collective_stats(&matches, &rest),
+            collective_stats(&input, false)
+        );
+    }
+    assert!(saw.0 > 300 && saw.1 > 300, "both kinds exercised: {saw:?}");
 }

@@ -410,8 +410,10 @@ fn query(s: &mut String, d: &Details) {
          episode), and the 16,384-rank job's {} collectives (3 per rank and step: an \
          all-gather, a reduce-scatter and the loss all-reduce, with arrival jitter and the \
          stragglers arriving late): {} rows in {:.1} s, {} verdict versions for {} verdicts. \
-         The collectives route is job-wide: it reads every collective of the job and matches \
-         them across ranks ({} warm requests). Round trip of the \
+         The collectives route is job-wide: ClickHouse aggregates every collective of the job \
+         per call (process group, seq) into its ranks' durations, and the collector computes \
+         the statistics from those; the rows of calls whose ranks disagree or repeat would \
+         also be read (none here) ({} warm requests). Round trip of the \
          HTTP API on a kept-alive connection: *cold* is the first request of each route after \
          the load (a fresh collector, nothing read yet), then {} warm requests per route after \
          two uncounted ones; the \

@@ -188,14 +188,10 @@ fn why(name: &str, d: &Details) -> String {
             )
         }
         "query_collectives_16384x100_ms" => format!(
-            "The route reads all {} collectives of the job and matches them across ranks on \
-             every request: the SQL alone, which only streams the rows out of ClickHouse, takes \
-             {:.0} ms at the median, and the collector's decoding, matching and grouping the \
-             rest. Only a pre-aggregation gets under the goal: per finalized step and \
-             (process group, op, dtype, size bucket) the sums and the sorted durations (exact \
-             nearest-rank percentiles need every duration), computed from the stored rows once \
-             a step's batches are committed, so the route reads ~100 rows per key instead of \
-             every call.",
+            "The route aggregates all {} collectives of the job per call in ClickHouse and \
+             reads each call's durations (exact nearest-rank percentiles need every one): that \
+             SQL alone takes {:.0} ms at the median; the rest is the collector decoding the \
+             durations and grouping them.",
             human(Some(d.query.collective_rows as f64)),
             median(&d.query.sql_collectives_16k_ms)
         ),

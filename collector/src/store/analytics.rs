@@ -8,9 +8,11 @@
 //! SQL in `collector/queries/`, arguments bound with `?`.
 
 use clickhouse::Row;
+use std::collections::{HashMap, HashSet};
+
 use rankscope_analysis::{
-    breakdown, classify_kernel, collective_stats, Breakdown, CollOp, CollectiveObs, GpuEvent,
-    GpuEventKind,
+    breakdown, classify_kernel, collective_stats, job_collective_stats, Breakdown, CollOp,
+    CollectiveObs, GpuEvent, GpuEventKind, UniformMatch,
 };
 use serde::{Deserialize, Serialize};
 
@@ -19,6 +21,8 @@ use super::{Store, StoreError};
 const BREAKDOWN_SQL: &str = include_str!("../../queries/breakdown.sql");
 const RANK_GPU_EVENTS_SQL: &str = include_str!("../../queries/rank_gpu_events.sql");
 const JOB_COLLECTIVES_SQL: &str = include_str!("../../queries/job_collectives.sql");
+const JOB_COLLECTIVE_CALLS_SQL: &str = include_str!("../../queries/job_collective_calls.sql");
+const JOB_COLLECTIVES_MIXED_SQL: &str = include_str!("../../queries/job_collectives_mixed.sql");
 const STRAGGLERS_SQL: &str = include_str!("../../queries/stragglers.sql");
 const STEP_PEERS_SQL: &str = include_str!("../../queries/step_peers.sql");
 const STEP_WAITS_OF_SQL: &str = include_str!("../../queries/step_waits_of.sql");
@@ -122,6 +126,20 @@ impl CollectiveReadRow {
             end_ns: self.end_ns,
         })
     }
+}
+
+/// One row of `job_collective_calls.sql`.
+#[derive(Debug, Row, Deserialize)]
+struct CollectiveCallRow {
+    process_group: String,
+    seq: u64,
+    op_name: String,
+    dtype_name: String,
+    bytes: u64,
+    group_size: u32,
+    calls: u64,
+    ranks: u64,
+    durations_ns: Vec<u64>,
 }
 
 /// A straggler verdict, latest version.
@@ -251,11 +269,21 @@ impl Store {
 
     /// Collective statistics of the job (per rank when `per_rank`), with
     /// wait / transfer from matching across all ranks.
+    ///
+    /// Job-wide, ClickHouse aggregates each call first
+    /// (`job_collective_calls.sql`): a uniform call arrives as its
+    /// durations, and only the rows of the other calls are read
+    /// (`job_collectives_mixed.sql`). `job_collective_stats` then gives the
+    /// numbers `collective_stats` gives over every row, to the bit. Per rank,
+    /// every row is read.
     pub async fn collective_stats(
         &self,
         job: &str,
         per_rank: bool,
     ) -> Result<Vec<rankscope_analysis::CollectiveStats>, StoreError> {
+        if !per_rank {
+            return self.job_collective_stats(job).await;
+        }
         let rows: Vec<CollectiveReadRow> = self
             .client()
             .query(JOB_COLLECTIVES_SQL)
@@ -268,6 +296,69 @@ impl Store {
             .filter_map(CollectiveReadRow::into_obs)
             .collect();
         Ok(collective_stats(&obs, per_rank))
+    }
+
+    async fn job_collective_stats(
+        &self,
+        job: &str,
+    ) -> Result<Vec<rankscope_analysis::CollectiveStats>, StoreError> {
+        let calls: Vec<CollectiveCallRow> = self
+            .client()
+            .query(JOB_COLLECTIVE_CALLS_SQL)
+            .bind(job)
+            .fetch_all()
+            .await
+            .map_err(StoreError::query("job collective calls"))?;
+        // Rows per (process_group, seq): a call is uniform when it has one
+        // row and no rank reported it twice.
+        let mut rows_of: HashMap<(&str, u64), u32> = HashMap::with_capacity(calls.len());
+        for c in &calls {
+            *rows_of.entry((&c.process_group, c.seq)).or_default() += 1;
+        }
+        let uniform_call = |c: &CollectiveCallRow| {
+            rows_of[&(c.process_group.as_str(), c.seq)] == 1 && c.calls == c.ranks
+        };
+        let uniform: Vec<UniformMatch<'_>> = calls
+            .iter()
+            .filter(|c| uniform_call(c))
+            .filter_map(|c| {
+                Some(UniformMatch {
+                    process_group: &c.process_group,
+                    seq: c.seq,
+                    // An op this build does not know is left out, as
+                    // `CollectiveReadRow::into_obs` leaves its rows out.
+                    op: c.op_name.parse::<CollOp>().ok()?,
+                    dtype: &c.dtype_name,
+                    bytes: c.bytes,
+                    group_size: c.group_size,
+                    durations_ns: &c.durations_ns,
+                })
+            })
+            .collect();
+        let mixed: HashSet<(&str, u64)> = calls
+            .iter()
+            .filter(|c| !uniform_call(c))
+            .map(|c| (c.process_group.as_str(), c.seq))
+            .collect();
+        let mut rest: Vec<CollectiveObs> = Vec::new();
+        if !mixed.is_empty() {
+            let rows: Vec<CollectiveReadRow> = self
+                .client()
+                .query(JOB_COLLECTIVES_MIXED_SQL)
+                .bind(job)
+                .bind(job)
+                .fetch_all()
+                .await
+                .map_err(StoreError::query("job collectives, mixed calls"))?;
+            // Only the calls found mixed above: one that became mixed since
+            // (rows stored in between) was already counted as uniform.
+            rest = rows
+                .into_iter()
+                .filter(|r| mixed.contains(&(r.process_group.as_str(), r.seq)))
+                .filter_map(CollectiveReadRow::into_obs)
+                .collect();
+        }
+        Ok(job_collective_stats(&uniform, &rest))
     }
 
     /// Latest version of every straggler verdict of the job.
