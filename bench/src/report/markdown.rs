@@ -244,11 +244,15 @@ fn costs(s: &mut String, d: &Details, r: &Results) {
             );
             let _ = writeln!(
                 s,
-                "Realtime, 8 ranks and 8 GPUs at 10 Hz (`agent_cpu_pct_8_ranks_realtime`): the \
-                 same sampling agent while `rankscope simulate --ranks {} --layers 12 --rate {:.0}` \
-                 streams into it, the per-node rate of the scale model (section 7: 2.7 M events/s \
-                 over 2,048 nodes); {:.0} events/s achieved over the whole run, {} dropped. CPU % \
-                 of one core over {} windows of {} s after a 3 s warm-up: {} (median **{}**).\n",
+                "Realtime, 8 ranks and 8 GPUs at 10 Hz (`agent_cpu_pct_8_ranks_realtime`): a \
+                 fresh agent sampling the 8 stand-in GPUs every 100 ms and the host at its \
+                 default interval (1 s) while `rankscope simulate --ranks {} --layers 12 --rate \
+                 {:.0}` streams into it, the per-node rate of the scale model (section 7: 2.7 M \
+                 events/s over 2,048 nodes); {:.0} events/s achieved over the whole run, {} \
+                 dropped. CPU % of one core over {} windows of {} s after a 3 s warm-up: {} \
+                 (median **{}**). The same run into the idle agent above, which also samples the \
+                 host every 100 ms (this figure's configuration until 2026-11-26): {} (median \
+                 {:.3}).\n",
                 crate::idle::REALTIME_RANKS,
                 crate::idle::REALTIME_EVENTS_PER_S,
                 d.idle.realtime_events_per_s,
@@ -257,6 +261,8 @@ fn costs(s: &mut String, d: &Details, r: &Results) {
                 crate::idle::WINDOW.as_secs(),
                 pcts(&d.idle.realtime_cpu_pct),
                 human(r.agent_cpu_pct_8_ranks_realtime),
+                pcts(&d.idle.realtime_host_10hz_cpu_pct),
+                median(&d.idle.realtime_host_10hz_cpu_pct),
             );
         }
     }

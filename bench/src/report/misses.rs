@@ -100,8 +100,8 @@ fn why(name: &str, d: &Details) -> String {
             busy_note(d)
         ),
         "agent_cpu_pct_8_ranks_realtime" => format!(
-            "Of it, {:.2} % is the sampling of 8 GPUs and the host at 10 Hz alone (the idle \
-             figure) and {:.3} % the agent with nothing to do; the rest is relaying {:.0} \
+            "For scale: sampling 8 GPUs and the host at 10 Hz alone costs {:.2} % (the idle \
+             figure) and the agent with nothing to do {:.3} %; the rest is relaying {:.0} \
              events/s ({:.2} CPU s per million events in the end-to-end runs).",
             crate::idle::median_pct(&d.idle),
             d.idle.baseline_cpu_pct,
