@@ -47,6 +47,9 @@ pub struct ApiState {
     pub gauges: Arc<crate::gauges::JobGauges>,
     /// Kineto traces on request.
     pub traces: crate::traces::TraceHub,
+    /// Straggler verdicts as the live analytics raised them (not yet
+    /// stored, perhaps).
+    pub live: Arc<crate::stream::live::LiveVerdicts>,
 }
 
 /// The API's router.

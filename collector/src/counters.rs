@@ -167,6 +167,11 @@ impl Counters {
                 &s.verdict_evidence,
             ),
             Family::plain(
+                "rankscope_collector_stream_live_verdicts_dropped_total",
+                "New straggler verdicts not held in memory for the API because 100,000 recent versions were (served once stored).",
+                &s.live_verdicts_dropped,
+            ),
+            Family::plain(
                 "rankscope_collector_stream_hang_suspects_total",
                 "Ranks suspected hung (silent while the job went on).",
                 &s.hang_suspects,

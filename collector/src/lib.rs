@@ -201,6 +201,7 @@ pub async fn start(cfg: Config) -> Result<Collector, StartError> {
         recovered.firing,
         wait_for(shutdown_rx.clone()),
     )?;
+    let live_verdicts = Arc::new(stream::live::LiveVerdicts::default());
     let (stream, stream_task) = stream::spawn_stream(
         cfg.stream.clone(),
         policy,
@@ -209,6 +210,7 @@ pub async fn start(cfg: Config) -> Result<Collector, StartError> {
             gauges: gauges.clone(),
             hang_after_secs: cfg.alerts.rules.hang.hang_after_secs,
             traces: Some(trace_hub.clone()),
+            live: live_verdicts.clone(),
         },
         results_writer,
         recovered.jobs,
@@ -303,6 +305,7 @@ pub async fn start(cfg: Config) -> Result<Collector, StartError> {
             counters,
             gauges: gauges.clone(),
             traces: trace_hub.clone(),
+            live: live_verdicts,
         };
         let stop = wait_for(shutdown_rx.clone());
         let app = api::router(state);

@@ -22,6 +22,7 @@
 
 pub mod evidence;
 pub mod job;
+pub mod live;
 pub mod recover;
 pub mod reorder;
 
@@ -202,6 +203,9 @@ pub struct StreamMetrics {
     pub result_write_failures: AtomicU64,
     /// Straggler verdict versions that carried GPU evidence.
     pub verdict_evidence: AtomicU64,
+    /// New verdicts the API could not serve before storing them
+    /// (`live::MAX_VERSIONS` held).
+    pub live_verdicts_dropped: AtomicU64,
 }
 
 struct Submission {
@@ -297,6 +301,8 @@ pub struct Outputs {
     pub hang_after_secs: u64,
     /// Automatic Kineto traces (`[traces.auto]`); `None`: none.
     pub traces: Option<crate::traces::TraceHub>,
+    /// Verdict versions as raised, served by the API before they are stored.
+    pub live: Arc<live::LiveVerdicts>,
 }
 
 impl Outputs {
@@ -626,7 +632,7 @@ fn collect(
         if cleared {
             entry.first_seen.remove(&key);
         }
-        rows.verdicts.push(VerdictRow {
+        let row = VerdictRow {
             job_id: job.to_owned(),
             rank: v.rank,
             node: v.node.clone(),
@@ -639,7 +645,11 @@ fn collect(
             active: u8::from(v.active),
             first_seen_ns,
             updated_ns: now,
-        });
+        };
+        if !outputs.live.record(&row, now) {
+            metrics.live_verdicts_dropped.fetch_add(1, Relaxed);
+        }
+        rows.verdicts.push(row);
         let mut hardware = String::new();
         if let Some(row) =
             evidence::verdict_evidence(job, v, &entry.spans, gpus, first_seen_ns, now)

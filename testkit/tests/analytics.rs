@@ -191,3 +191,39 @@ async fn analytics_views_through_the_pipeline() {
         .all(|c| c["rank"] == 5));
     stack.stop().await;
 }
+
+/// A verdict is answered as soon as the live analytics raise it, before its
+/// row is stored: here the results writer holds its rows for an hour, and
+/// the stragglers route still names the rank while `straggler_verdicts` has
+/// nothing for the job; the row lands at shutdown.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_straggler_is_answered_before_its_verdict_row_is_stored() {
+    let mut stack = Stack::start_with(|c| c.writer.results_flush_interval_ms = 3_600_000).await;
+    let mut sim = sim_config("live-verdict", 8, 10);
+    sim.stragglers = vec![Straggler {
+        rank: 2,
+        factor: 1.4,
+    }];
+    simulate::run(&sim, &stack.agent_url())
+        .await
+        .expect("simulate");
+    let stragglers = stack
+        .api_poll("/api/v1/jobs/live-verdict/stragglers", "stragglers", |v| {
+            !v.is_empty()
+        })
+        .await;
+    assert_eq!(stragglers[0]["rank"], 2, "{stragglers:?}");
+    assert_eq!(stragglers[0]["active"], true);
+    assert_eq!(
+        stack.rows_now("straggler_verdicts", "live-verdict"),
+        0,
+        "served before stored"
+    );
+    // Shutdown flushes the results writer.
+    stack.stop_agent().await;
+    stack.collector.take().expect("running").shutdown().await;
+    assert!(
+        stack.rows_now("straggler_verdicts", "live-verdict") > 0,
+        "stored at shutdown"
+    );
+}

@@ -153,8 +153,8 @@ fn why(name: &str, d: &Details) -> String {
                 "At 16,384 ranks the median is {lat:.0} ms. The collector decodes and \
                  assembles the decisive step's {events} events from 2,048 node batches and \
                  raises the verdict {det:.0} ms after the last batch; the API answers with it \
-                 {:.0} ms later (the results writer's INSERT of 16,384 breakdown rows and the \
-                 verdicts, then the route's queries), while ClickHouse stores the step's raw \
+                 {:.0} ms later (the route serves it from memory; its reads of the stored \
+                 verdicts and the what-if rows and the poll), while ClickHouse stores the step's raw \
                  events on the same cores ({stored:.0} ms until the last batch was \
                  acknowledged).",
                 lat - det
@@ -177,8 +177,8 @@ fn why(name: &str, d: &Details) -> String {
                  when the node's last rank ended the step and relays it; the collector's \
                  analytics take a batch as soon as its writer holds it, not after the flush), \
                  and the API answers with it \
-                 {:.0} ms later (the results writer's `writer.results_flush_interval_ms`, the \
-                 INSERT, the route's queries and the 5 ms poll). Sent straight to the collector \
+                 {:.0} ms later (served from memory before its row is stored: the route's \
+                 queries and the 5 ms poll). Sent straight to the collector \
                  the verdict is raised {det:.0} ms after the last batch and answered at \
                  {lat:.0} ms: ClickHouse is storing the step's raw events meanwhile ({stored:.0} \
                  ms until acknowledged, `writer.flush_interval_ms` = {} ms) on the same two \

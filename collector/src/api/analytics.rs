@@ -288,7 +288,8 @@ pub(super) async fn stragglers(
     // The verdicts and their evidence are independent reads: concurrent.
     let (rows, evidence) =
         tokio::join!(st.store.stragglers(&job), st.store.straggler_evidence(&job));
-    let rows = rows?;
+    // Versions raised but perhaps not stored yet: answered at once.
+    let rows = crate::stream::live::merge(rows?, st.live.of(&job, crate::service::now_ns()));
     st.require_job(&job, rows.is_empty()).await?;
     let mut evidence: std::collections::HashMap<(u32, u64), EvidenceReadRow> = evidence?
         .into_iter()
