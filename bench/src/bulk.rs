@@ -11,7 +11,10 @@
 //! `clickhouse-client` per table runs `INSERT ... FORMAT Native` from its
 //! file, all four at once (as the collector's writer inserts the event tables
 //! concurrently). Wall time runs from spawning the clients to the last exit.
-//! Row counts are checked afterwards.
+//! Row counts are checked afterwards. Besides the load itself, the CPU until
+//! the merges it triggered settled ([`settle`]) is recorded, as the
+//! end-to-end run records its own (the headline ratio compares the
+//! end-to-end window, its merges so far included, with the load alone).
 
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -34,6 +37,41 @@ pub struct BulkRun {
     pub rows_per_s: f64,
     /// ClickHouse server CPU seconds during the load (NaN if unknown).
     pub clickhouse_cpu_s: f64,
+    /// The same until the merges of the loaded parts settled ([`settle`]).
+    #[serde(default)]
+    pub clickhouse_cpu_settled_s: f64,
+}
+
+/// The longest wait for merges to settle.
+pub const SETTLE_CAP: Duration = Duration::from_secs(120);
+
+/// How long no merge of a database may run for its merges to count as
+/// settled.
+pub const SETTLE_QUIET: Duration = Duration::from_secs(2);
+
+/// Waits until no merge of `db` has run for [`SETTLE_QUIET`] (polled every
+/// 100 ms in `system.merges`), at most `cap`; false when `cap` passed first.
+pub fn settle(ch: &ClickHouse, db: &str, cap: Duration) -> Result<bool, BenchError> {
+    let started = Instant::now();
+    let mut quiet_since = Instant::now();
+    loop {
+        let running: u64 = ch
+            .query(&format!(
+                "SELECT count() FROM system.merges WHERE database = '{db}'"
+            ))?
+            .trim()
+            .parse()
+            .map_err(|e| BenchError::parse("system.merges count", e))?;
+        if running > 0 {
+            quiet_since = Instant::now();
+        } else if quiet_since.elapsed() >= SETTLE_QUIET {
+            return Ok(true);
+        }
+        if started.elapsed() >= cap {
+            return Ok(false);
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
 }
 
 fn client(ch: &ClickHouse) -> Command {
@@ -125,6 +163,8 @@ pub fn load_same_rows(
     }
     let elapsed_s = started.elapsed().as_secs_f64();
     let cpu1 = ch.pid().and_then(|p| sys::cpu_s(p).ok());
+    let settled = settle(ch, dst_db, SETTLE_CAP)?;
+    let cpu2 = ch.pid().and_then(|p| sys::cpu_s(p).ok());
 
     let mut rows = 0;
     for table in EVENT_TABLES {
@@ -147,6 +187,10 @@ pub fn load_same_rows(
         rows_per_s: rows as f64 / elapsed_s.max(1e-9),
         clickhouse_cpu_s: match (cpu0, cpu1) {
             (Some(a), Some(b)) => b - a,
+            _ => f64::NAN,
+        },
+        clickhouse_cpu_settled_s: match (cpu0, cpu2, settled) {
+            (Some(a), Some(b), true) => b - a,
             _ => f64::NAN,
         },
     })

@@ -63,6 +63,10 @@ pub struct E2eRun {
     pub agent_peak_rss_mib: f64,
     pub simulate_cpu_s: f64,
     pub clickhouse_cpu_s: f64,
+    /// ClickHouse CPU from the start until the merges of the stored parts
+    /// settled after the run (`bulk::settle`; NaN if they did not).
+    #[serde(default)]
+    pub clickhouse_cpu_settled_s: f64,
     /// Batches the collector answered UNAVAILABLE (writer queue full; the
     /// agent backs off and retries).
     pub collector_retries: u64,
@@ -174,6 +178,8 @@ pub async fn run_once(
     let profile = profiler.as_mut().map(|p| p.finish()).unwrap_or_default();
     agent.stop();
     collector.stop();
+    let settled = bulk::settle(&ctx.ch, &db, bulk::SETTLE_CAP)?;
+    let ch2 = ch_pid.and_then(|p| sys::cpu_s(p).ok());
 
     let (accepted, dropped) = target.unwrap_or_default();
     let reaped = reaped.ok_or_else(|| BenchError::Check("simulator not reaped".into()))?;
@@ -212,6 +218,10 @@ pub async fn run_once(
         simulate_cpu_s: reaped.cpu_s,
         clickhouse_cpu_s: match (ch0, ch1) {
             (Some(a), Some(b)) => b - a,
+            _ => f64::NAN,
+        },
+        clickhouse_cpu_settled_s: match (ch0, ch2, settled) {
+            (Some(a), Some(b), true) => b - a,
             _ => f64::NAN,
         },
         collector_retries,

@@ -161,6 +161,27 @@ fn e2e(s: &mut String, d: &Details) {
         d.machine.cores,
         split.join(", ")
     );
+    let settled: Vec<String> = d
+        .e2e
+        .iter()
+        .map(|r| {
+            format!(
+                "{:.2} s and {:.2} s ({:.2})",
+                r.clickhouse_cpu_settled_s,
+                r.bulk.clickhouse_cpu_settled_s,
+                r.clickhouse_cpu_settled_s / r.bulk.clickhouse_cpu_settled_s
+            )
+        })
+        .collect();
+    let _ = writeln!(
+        s,
+        "Both sides with their merges: ClickHouse CPU from each load's start until no merge of \
+         its database had run for {} s (`system.merges`), end to end and bulk per run, their \
+         ratio in parentheses: {}. This compares whole costs: the headline ratio's end-to-end \
+         window holds the merges done so far, its bulk side none.\n",
+        crate::bulk::SETTLE_QUIET.as_secs(),
+        settled.join("; ")
+    );
     if !d.profile.is_empty() {
         let _ = writeln!(
             s,
