@@ -51,7 +51,7 @@ pub use breakdown::{assign_to_steps, breakdown, Breakdown, GpuEvent, StepBreakdo
 pub use classify::{classify_kernel, classify_name, GpuEventKind, KernelClass};
 pub use collectives::matching::{match_collectives, MatchedCollective, Participant};
 pub use collectives::stats::{
-    collective_stats, job_collective_stats, CollectiveStats, UniformMatch,
+    collective_stats, job_collective_stats, rank_collective_stats, CollectiveStats, UniformMatch,
 };
 pub use collectives::{
     algbw_gbps, busbw_factor, busbw_gbps, nccl_tests_bytes, size_bucket, CollOp, CollectiveObs,

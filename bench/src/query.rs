@@ -50,6 +50,8 @@ pub const STRAGGLER_RANKS: u32 = 16_384;
 pub const QUERIED_STEP: u64 = 50;
 /// Collectives per rank and step of job B.
 pub const COLLECTIVES_PER_STEP: u64 = 3;
+/// The rank of the per-rank collectives request.
+pub const COLLECTIVES_RANK: u32 = 777;
 /// Warm requests of the collectives route (each reads the whole job).
 pub const COLLECTIVES_REPS: usize = 3;
 
@@ -89,6 +91,15 @@ pub struct QueryRun {
     pub collectives_16k_ms: Vec<f64>,
     #[serde(default)]
     pub collectives_16k_cold_ms: f64,
+    /// `GET .../collectives?rank=777` of that job (one rank's statistics,
+    /// matched against every rank), warm and cold.
+    #[serde(default)]
+    pub collectives_rank_16k_ms: Vec<f64>,
+    #[serde(default)]
+    pub collectives_rank_16k_cold_ms: f64,
+    /// Calls the rank's answer counts.
+    #[serde(default)]
+    pub collectives_rank_calls: u64,
     /// Collective rows of that job.
     #[serde(default)]
     pub collective_rows: u64,
@@ -193,6 +204,31 @@ pub async fn run(ctx: &Ctx, reps: usize) -> Result<QueryRun, BenchError> {
             }
         } else {
             out.collectives_16k_ms.push(ms);
+        }
+    }
+    let rank_url = format!(
+        "{}/api/v1/jobs/{job_b}/collectives?rank={COLLECTIVES_RANK}",
+        collector.http_url
+    );
+    for i in 0..=COLLECTIVES_REPS {
+        let r = ctx.http.get_ok(&rank_url).await?;
+        let ms = r.elapsed.as_secs_f64() * 1e3;
+        if i == 0 {
+            out.collectives_rank_16k_cold_ms = ms;
+            let v = r.json()?;
+            let rows = v["collectives"].as_array().cloned().unwrap_or_default();
+            out.collectives_rank_calls = rows.iter().filter_map(|c| c["calls"].as_u64()).sum();
+            let want = STEPS * COLLECTIVES_PER_STEP;
+            if rows.iter().any(|c| c["rank"] != COLLECTIVES_RANK)
+                || out.collectives_rank_calls != want
+            {
+                return Err(BenchError::Check(format!(
+                    "collectives?rank={COLLECTIVES_RANK} answered {} calls (want {want}): {rows:?}",
+                    out.collectives_rank_calls
+                )));
+            }
+        } else {
+            out.collectives_rank_16k_ms.push(ms);
         }
     }
     collector.stop();

@@ -1,8 +1,9 @@
 -- The rows of the collective calls of one job that are not uniform (see
 -- job_collective_calls.sql): a rank reported the call twice, or its ranks
 -- disagree on op, dtype, bytes or group size (send / recv pairs, a
--- desynchronised job). Same columns as job_collectives.sql. No ORDER BY (see
--- there). Binds: job_id, job_id.
+-- desynchronised job). No ORDER BY: the matching sorts
+-- (rankscope_analysis::match_collectives takes any order), and ClickHouse 18.16
+-- would sort every row first. Binds: job_id, job_id.
 SELECT rank, process_group, seq, toString(op) AS op, toString(dtype) AS dtype,
        group_size, bytes, start_ns, end_ns
 FROM collectives

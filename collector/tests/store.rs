@@ -1032,9 +1032,9 @@ async fn retention_drops_old_day_partitions_and_keeps_recent_ones() {
     );
 }
 
-/// The job-wide collectives read (calls aggregated in ClickHouse, only the
-/// rows of mixed calls read) gives what matching every stored row gives, to
-/// the bit: uniform all-reduces, a rank reported twice, send / recv pairs,
+/// The collectives reads (calls aggregated in ClickHouse, only the rows of
+/// mixed calls and, per rank, the rank's own rows read) give what matching
+/// every stored row gives, to the bit, job-wide and per rank: uniform all-reduces, a rank reported twice, send / recv pairs,
 /// ranks that disagree on bytes, an inverted timestamp, and another job
 /// under the same (process group, seq).
 #[tokio::test]
@@ -1143,7 +1143,7 @@ async fn job_collective_stats_equal_the_row_by_row_statistics() {
         ins.end().await.unwrap();
     }
     let want = collective_stats(&obs, false);
-    let got = store.collective_stats("agg", false).await.unwrap();
+    let got = store.collective_stats("agg", None).await.unwrap();
     assert_eq!(got, want);
     // Every row but the duplicate is a call.
     assert_eq!(
@@ -1151,9 +1151,20 @@ async fn job_collective_stats_equal_the_row_by_row_statistics() {
         obs.len() as u64 - 1
     );
     assert!(got.iter().any(|s| s.op == CollOp::Send) && got.iter().any(|s| s.wait_ns_total > 0));
-    // Per rank: every row, matched as before.
-    assert_eq!(
-        store.collective_stats("agg", true).await.unwrap(),
-        collective_stats(&obs, true)
-    );
+    // Per rank: the rank's rows against the calls' durations, as every row
+    // matched per rank (rank 4 reported a call twice, rank 0 sends, rank 9
+    // has no rows).
+    let per_rank = collective_stats(&obs, true);
+    for rank in [0, 2, 4, 5, 9] {
+        let want: Vec<_> = per_rank
+            .iter()
+            .filter(|s| s.rank == Some(rank))
+            .cloned()
+            .collect();
+        assert_eq!(
+            store.collective_stats("agg", Some(rank)).await.unwrap(),
+            want,
+            "rank {rank}"
+        );
+    }
 }

@@ -136,14 +136,19 @@ impl<'a> Groups<'a> {
     }
 
     /// Every participant of `m` (matched over `obs`).
+    /// With `only`, just that rank's participation (per rank).
     fn add_match(
         &mut self,
         obs: &'a [CollectiveObs],
         m: &MatchedCollective,
         m_idx: usize,
         per_rank: bool,
+        only: Option<u32>,
     ) {
         for p in &m.participants {
+            if only.is_some_and(|r| r != p.rank) {
+                continue;
+            }
             let o = &obs[p.obs_index];
             let key: KeyRef<'a> = (
                 &o.process_group,
@@ -180,6 +185,33 @@ impl<'a> Groups<'a> {
         acc.durations.extend_from_slice(u.durations_ns);
     }
 
+    /// What [`Self::add_match`] adds for `rank`'s participation in the match
+    /// of `u`'s observations, per rank: `duration_ns` is the rank's own.
+    fn add_uniform_of_rank(
+        &mut self,
+        u: &UniformMatch<'a>,
+        rank: u32,
+        duration_ns: u64,
+        m_idx: usize,
+    ) {
+        let Some(&transfer_ns) = u.durations_ns.iter().min() else {
+            return;
+        };
+        let key: KeyRef<'a> = (
+            u.process_group,
+            u.op,
+            u.dtype,
+            size_bucket(u.bytes),
+            Some(rank),
+        );
+        let acc = self.acc(key, m_idx);
+        acc.total_bytes += u.bytes;
+        acc.bus_bytes += u.bytes as f64 * busbw_factor(u.op, u.group_size);
+        acc.durations.push(duration_ns);
+        acc.wait_ns += duration_ns - transfer_ns;
+        acc.transfer_ns += transfer_ns;
+    }
+
     fn finish(mut self) -> Vec<CollectiveStats> {
         self.groups.sort_unstable_by(|a, b| a.0.cmp(&b.0));
         self.groups
@@ -195,7 +227,7 @@ impl<'a> Groups<'a> {
 pub fn collective_stats(obs: &[CollectiveObs], per_rank: bool) -> Vec<CollectiveStats> {
     let mut groups = Groups::default();
     for (m_idx, m) in match_collectives(obs).iter().enumerate() {
-        groups.add_match(obs, m, m_idx, per_rank);
+        groups.add_match(obs, m, m_idx, per_rank, None);
     }
     groups.finish()
 }
@@ -210,28 +242,79 @@ pub fn job_collective_stats(
     rest: &[CollectiveObs],
 ) -> Vec<CollectiveStats> {
     let matched = match_collectives(rest);
-    let mut order: Vec<&UniformMatch<'_>> = uniform.iter().collect();
-    order.sort_unstable_by(|a, b| (a.process_group, a.seq).cmp(&(b.process_group, b.seq)));
-    // Merge both by (process_group, seq), the order collective_stats visits
-    // calls in: the floating-point sums then add in the same order.
     let mut groups = Groups::default();
+    for (m_idx, call) in in_call_order(uniform, |u| u, &matched)
+        .into_iter()
+        .enumerate()
+    {
+        match call {
+            Call::Uniform(u) => groups.add_uniform(u, m_idx),
+            Call::Matched(m) => groups.add_match(rest, m, m_idx, false, None),
+        }
+    }
+    groups.finish()
+}
+
+/// Per-rank statistics of `rank` alone: the same, to the bit, as the rows
+/// of `rank` in `collective_stats(all observations, true)`, under the
+/// precondition of [`job_collective_stats`]. `uniform` pairs each uniform
+/// call `rank` took part in with the rank's own duration in it; the calls'
+/// durations give the transfer time of each. Lets a store read one rank's
+/// rows and the calls' durations instead of every row.
+pub fn rank_collective_stats(
+    rank: u32,
+    uniform: &[(UniformMatch<'_>, u64)],
+    rest: &[CollectiveObs],
+) -> Vec<CollectiveStats> {
+    let matched = match_collectives(rest);
+    let mut groups = Groups::default();
+    for (m_idx, call) in in_call_order(uniform, |u| &u.0, &matched)
+        .into_iter()
+        .enumerate()
+    {
+        match call {
+            Call::Uniform((u, d)) => groups.add_uniform_of_rank(u, rank, *d, m_idx),
+            Call::Matched(m) => groups.add_match(rest, m, m_idx, true, Some(rank)),
+        }
+    }
+    groups.finish()
+}
+
+enum Call<'c, T> {
+    Uniform(&'c T),
+    Matched(&'c MatchedCollective),
+}
+
+/// Uniform calls and matches merged in `(process_group, seq)` order, the
+/// order `collective_stats` visits calls in, so floating-point sums add in
+/// the same order. `matched` is sorted so already.
+fn in_call_order<'c, 'u: 'c, T>(
+    uniform: &'c [T],
+    call: impl Fn(&T) -> &UniformMatch<'u>,
+    matched: &'c [MatchedCollective],
+) -> Vec<Call<'c, T>> {
+    let key = |t: &T| {
+        let u = call(t);
+        (u.process_group, u.seq)
+    };
+    let mut order: Vec<&T> = uniform.iter().collect();
+    order.sort_unstable_by(|a, b| key(a).cmp(&key(b)));
+    let mut out = Vec::with_capacity(order.len() + matched.len());
     let (mut u, mut r) = (order.into_iter().peekable(), matched.iter().peekable());
-    let mut m_idx = 0;
     loop {
         let take_uniform = match (u.peek(), r.peek()) {
-            (Some(a), Some(b)) => (a.process_group, a.seq) <= (b.process_group.as_str(), b.seq),
+            (Some(a), Some(b)) => key(a) <= (b.process_group.as_str(), b.seq),
             (Some(_), None) => true,
             (None, Some(_)) => false,
             (None, None) => break,
         };
-        if take_uniform {
-            groups.add_uniform(u.next().expect("peeked"), m_idx);
+        out.push(if take_uniform {
+            Call::Uniform(u.next().expect("peeked"))
         } else {
-            groups.add_match(rest, r.next().expect("peeked"), m_idx, false);
-        }
-        m_idx += 1;
+            Call::Matched(r.next().expect("peeked"))
+        });
     }
-    groups.finish()
+    out
 }
 
 fn finish((process_group, op, dtype, size_bucket, rank): Key, mut acc: Acc) -> CollectiveStats {

@@ -1,5 +1,7 @@
 use super::matching::match_collectives;
-use super::stats::{collective_stats, job_collective_stats, UniformMatch};
+use super::stats::{
+    collective_stats, job_collective_stats, rank_collective_stats, CollectiveStats, UniformMatch,
+};
 use super::*;
 use crate::test_rng::Rng;
 
@@ -286,7 +288,10 @@ fn property_stats_invariants_and_order_independence() {
 /// dtype, bytes, group_size)` does: a call whose observations share one such
 /// key and have distinct ranks becomes a [`UniformMatch`], the others stay
 /// rows.
-fn split_uniform(input: &[CollectiveObs]) -> (Vec<(CollectiveObs, Vec<u64>)>, Vec<CollectiveObs>) {
+/// Uniform calls come with their durations, also by rank.
+type UniformCall = (CollectiveObs, Vec<u64>, std::collections::HashMap<u32, u64>);
+
+fn split_uniform(input: &[CollectiveObs]) -> (Vec<UniformCall>, Vec<CollectiveObs>) {
     use std::collections::{BTreeMap, BTreeSet};
     let mut calls: BTreeMap<(String, u64), Vec<&CollectiveObs>> = BTreeMap::new();
     for o in input {
@@ -304,7 +309,11 @@ fn split_uniform(input: &[CollectiveObs]) -> (Vec<(CollectiveObs, Vec<u64>)>, Ve
         });
         let ranks: BTreeSet<u32> = obs.iter().map(|o| o.rank).collect();
         if same && ranks.len() == obs.len() {
-            uniform.push((first.clone(), obs.iter().map(|o| o.duration_ns()).collect()));
+            uniform.push((
+                first.clone(),
+                obs.iter().map(|o| o.duration_ns()).collect(),
+                obs.iter().map(|o| (o.rank, o.duration_ns())).collect(),
+            ));
         } else {
             rest.extend(obs.into_iter().cloned());
         }
@@ -357,7 +366,7 @@ fn property_uniform_matches_give_the_row_statistics_to_the_bit() {
         let matches: Vec<UniformMatch<'_>> = uniform
             .iter()
             .rev() // any order
-            .map(|(o, d)| UniformMatch {
+            .map(|(o, d, _)| UniformMatch {
                 process_group: &o.process_group,
                 seq: o.seq,
                 op: o.op,
@@ -371,6 +380,21 @@ fn property_uniform_matches_give_the_row_statistics_to_the_bit() {
             job_collective_stats(&matches, &rest),
             collective_stats(&input, false)
         );
+        // Per rank: the rank's own duration in each uniform call it joined.
+        let per_rank = collective_stats(&input, true);
+        for rank in 0..6u32 {
+            let joined: Vec<(UniformMatch<'_>, u64)> = uniform
+                .iter()
+                .zip(matches.iter().rev())
+                .filter_map(|((_, _, by_rank), m)| by_rank.get(&rank).map(|&d| (m.clone(), d)))
+                .collect();
+            let want: Vec<CollectiveStats> = per_rank
+                .iter()
+                .filter(|s| s.rank == Some(rank))
+                .cloned()
+                .collect();
+            assert_eq!(rank_collective_stats(rank, &joined, &rest), want);
+        }
     }
     assert!(saw.0 > 300 && saw.1 > 300, "both kinds exercised: {saw:?}");
 }

@@ -462,11 +462,15 @@ fn query(s: &mut String, d: &Details) {
     let row = |s: &mut String, name: &str, answer: String, cold: f64, v: &[f64], sql: &[f64]| {
         let _ = writeln!(
             s,
-            "| {name} | {answer} | {cold:.1} | {:.1} | {:.1} | {:.1} | {:.1} |",
+            "| {name} | {answer} | {cold:.1} | {:.1} | {:.1} | {:.1} | {} |",
             median(v),
             percentile(v, 90.0),
             min_max(v).1,
-            median(sql)
+            if sql.is_empty() {
+                "-".to_owned()
+            } else {
+                format!("{:.1}", median(sql))
+            }
         );
     };
     row(
@@ -509,6 +513,16 @@ fn query(s: &mut String, d: &Details) {
         &q.collectives_16k_ms,
         &q.sql_collectives_16k_ms,
     );
+    if !q.collectives_rank_16k_ms.is_empty() {
+        row(
+            s,
+            "`collectives?rank=777`, 16,384 ranks x 100 steps",
+            format!("{} calls of the rank", q.collectives_rank_calls),
+            q.collectives_rank_16k_cold_ms,
+            &q.collectives_rank_16k_ms,
+            &[],
+        );
+    }
     s.push('\n');
 }
 

@@ -194,7 +194,7 @@ pub(super) async fn collectives(
     Path(job): Path<String>,
     Query(q): Query<CollectivesQuery>,
 ) -> Result<Json<serde_json::Value>, ApiError> {
-    let stats = st.store.collective_stats(&job, q.rank.is_some()).await?;
+    let stats = st.store.collective_stats(&job, q.rank).await?;
     st.require_job(&job, stats.is_empty()).await?;
     let out: Vec<CollectiveOut> = stats
         .into_iter()

@@ -11,7 +11,7 @@ use clickhouse::Row;
 use std::collections::{HashMap, HashSet};
 
 use rankscope_analysis::{
-    breakdown, classify_kernel, collective_stats, job_collective_stats, Breakdown, CollOp,
+    breakdown, classify_kernel, job_collective_stats, rank_collective_stats, Breakdown, CollOp,
     CollectiveObs, GpuEvent, GpuEventKind, UniformMatch,
 };
 use serde::{Deserialize, Serialize};
@@ -20,9 +20,9 @@ use super::{Store, StoreError};
 
 const BREAKDOWN_SQL: &str = include_str!("../../queries/breakdown.sql");
 const RANK_GPU_EVENTS_SQL: &str = include_str!("../../queries/rank_gpu_events.sql");
-const JOB_COLLECTIVES_SQL: &str = include_str!("../../queries/job_collectives.sql");
 const JOB_COLLECTIVE_CALLS_SQL: &str = include_str!("../../queries/job_collective_calls.sql");
 const JOB_COLLECTIVES_MIXED_SQL: &str = include_str!("../../queries/job_collectives_mixed.sql");
+const RANK_COLLECTIVES_SQL: &str = include_str!("../../queries/rank_collectives.sql");
 const STRAGGLERS_SQL: &str = include_str!("../../queries/stragglers.sql");
 const STEP_PEERS_SQL: &str = include_str!("../../queries/step_peers.sql");
 const STEP_WAITS_OF_SQL: &str = include_str!("../../queries/step_waits_of.sql");
@@ -97,7 +97,7 @@ struct GpuEventRow {
     end_ns: u64,
 }
 
-/// One stored collective (column order of `job_collectives*.sql`).
+/// One stored collective (column order of `job_collectives_mixed.sql`, `rank_collectives.sql` and `job_collectives_window.sql`).
 #[derive(Debug, Row, Deserialize)]
 pub(super) struct CollectiveReadRow {
     rank: u32,
@@ -267,48 +267,44 @@ impl Store {
         Ok(out)
     }
 
-    /// Collective statistics of the job (per rank when `per_rank`), with
-    /// wait / transfer from matching across all ranks.
+    /// Collective statistics of the job (of one rank when `rank` is given),
+    /// with wait / transfer from matching across all ranks.
     ///
-    /// Job-wide, ClickHouse aggregates each call first
-    /// (`job_collective_calls.sql`): a uniform call arrives as its
-    /// durations, and only the rows of the other calls are read
-    /// (`job_collectives_mixed.sql`). `job_collective_stats` then gives the
-    /// numbers `collective_stats` gives over every row, to the bit. Per rank,
-    /// every row is read.
+    /// ClickHouse aggregates each call first (`job_collective_calls.sql`):
+    /// a uniform call arrives as its durations, and only the rows of the
+    /// other calls are read (`job_collectives_mixed.sql`), plus, per rank,
+    /// that rank's rows (`rank_collectives.sql`). `job_collective_stats` /
+    /// `rank_collective_stats` then give the numbers `collective_stats`
+    /// gives over every row, to the bit.
     pub async fn collective_stats(
         &self,
         job: &str,
-        per_rank: bool,
+        rank: Option<u32>,
     ) -> Result<Vec<rankscope_analysis::CollectiveStats>, StoreError> {
-        if !per_rank {
-            return self.job_collective_stats(job).await;
-        }
-        let rows: Vec<CollectiveReadRow> = self
-            .client()
-            .query(JOB_COLLECTIVES_SQL)
-            .bind(job)
-            .fetch_all()
-            .await
-            .map_err(StoreError::query("job collectives"))?;
-        let obs: Vec<CollectiveObs> = rows
-            .into_iter()
-            .filter_map(CollectiveReadRow::into_obs)
-            .collect();
-        Ok(collective_stats(&obs, per_rank))
-    }
-
-    async fn job_collective_stats(
-        &self,
-        job: &str,
-    ) -> Result<Vec<rankscope_analysis::CollectiveStats>, StoreError> {
-        let calls: Vec<CollectiveCallRow> = self
-            .client()
-            .query(JOB_COLLECTIVE_CALLS_SQL)
-            .bind(job)
-            .fetch_all()
-            .await
-            .map_err(StoreError::query("job collective calls"))?;
+        let own = async {
+            match rank {
+                Some(r) => self
+                    .client()
+                    .query(RANK_COLLECTIVES_SQL)
+                    .bind(job)
+                    .bind(r)
+                    .fetch_all::<CollectiveReadRow>()
+                    .await
+                    .map(Some)
+                    .map_err(StoreError::query("rank collectives")),
+                None => Ok(None),
+            }
+        };
+        let calls = async {
+            self.client()
+                .query(JOB_COLLECTIVE_CALLS_SQL)
+                .bind(job)
+                .fetch_all::<CollectiveCallRow>()
+                .await
+                .map_err(StoreError::query("job collective calls"))
+        };
+        let (own, calls) = tokio::join!(own, calls);
+        let (own, calls) = (own?, calls?);
         // Rows per (process_group, seq): a call is uniform when it has one
         // row and no rank reported it twice.
         let mut rows_of: HashMap<(&str, u64), u32> = HashMap::with_capacity(calls.len());
@@ -358,7 +354,25 @@ impl Store {
                 .filter_map(CollectiveReadRow::into_obs)
                 .collect();
         }
-        Ok(job_collective_stats(&uniform, &rest))
+        let (Some(rank), Some(own)) = (rank, own) else {
+            return Ok(job_collective_stats(&uniform, &rest));
+        };
+        // The rank's duration in each uniform call (one row each: uniform).
+        let mine: HashMap<(&str, u64), u64> = own
+            .iter()
+            .map(|r| {
+                let d = r.end_ns.saturating_sub(r.start_ns);
+                ((r.process_group.as_str(), r.seq), d)
+            })
+            .collect();
+        let joined: Vec<(UniformMatch<'_>, u64)> = uniform
+            .into_iter()
+            .filter_map(|u| {
+                let d = *mine.get(&(u.process_group, u.seq))?;
+                Some((u, d))
+            })
+            .collect();
+        Ok(rank_collective_stats(rank, &joined, &rest))
     }
 
     /// Latest version of every straggler verdict of the job.
