@@ -1,8 +1,11 @@
 //! Collective statistics grouped per (process group, op, dtype, size
 //! bucket), job-wide or per rank.
 //!
-//! In: [`CollectiveObs`] of a job (any order). Out: [`CollectiveStats`] rows
-//! sorted by `(process_group, op, dtype, size_bucket, rank)`.
+//! In: [`CollectiveObs`] of a job (any order), or, for a store that
+//! aggregates each call, [`UniformMatch`]es plus the observations of the
+//! other calls ([`job_collective_stats`], [`rank_collective_stats`]: the same
+//! results to the bit). Out: [`CollectiveStats`] rows sorted by
+//! `(process_group, op, dtype, size_bucket, rank)`.
 //!
 //! Definitions, per group of observations (one observation = one rank's view
 //! of one call; duplicates removed by [`match_collectives`]):
@@ -11,7 +14,7 @@
 //! - `total_bytes` = Σ bytes, `avg_bytes` = total / calls (floor);
 //! - `total_duration_ns` = Σ duration, `mean_duration_ns` = total / calls
 //!   (floor), `p50_duration_ns` / `p99_duration_ns` = nearest-rank
-//!   percentiles ([`percentile_nearest_rank`]) of the durations;
+//!   percentiles ([`crate::stats::percentile_nearest_rank`]) of the durations;
 //! - `algbw_gbps` = total_bytes / total_duration_ns (nccl-tests algbw of the
 //!   aggregate, i.e. the duration-weighted mean of the per-call algbw, which
 //!   stays finite when single calls take 0 ns; GB = 1e9 bytes);

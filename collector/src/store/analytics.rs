@@ -2,14 +2,15 @@
 //! analytics need.
 //!
 //! In: a job id (and ranges). Out: rows ready for the API. The per-rank
-//! temporal breakdown and the collective statistics are computed here from
-//! raw rows with `rankscope_analysis` (HTA / nccl-tests definitions, see that
-//! crate); step breakdowns and verdicts were computed live and are only read.
-//! SQL in `collector/queries/`, arguments bound with `?`.
+//! temporal breakdown is computed here from raw rows and the collective
+//! statistics from per-call aggregates (plus the rows of mixed calls), both
+//! with `rankscope_analysis` (HTA / nccl-tests definitions, see that crate);
+//! step breakdowns and verdicts were computed live and are only read. SQL in
+//! `collector/queries/`, arguments bound with `?`.
 
-use clickhouse::Row;
 use std::collections::{HashMap, HashSet};
 
+use clickhouse::Row;
 use rankscope_analysis::{
     breakdown, classify_kernel, job_collective_stats, rank_collective_stats, Breakdown, CollOp,
     CollectiveObs, GpuEvent, GpuEventKind, UniformMatch,
@@ -97,7 +98,8 @@ struct GpuEventRow {
     end_ns: u64,
 }
 
-/// One stored collective (column order of `job_collectives_mixed.sql`, `rank_collectives.sql` and `job_collectives_window.sql`).
+/// One stored collective (column order of `job_collectives_mixed.sql`,
+/// `rank_collectives.sql` and `job_collectives_window.sql`).
 #[derive(Debug, Row, Deserialize)]
 pub(super) struct CollectiveReadRow {
     rank: u32,
