@@ -144,6 +144,39 @@ struct CollectiveCallRow {
     durations_ns: Vec<u64>,
 }
 
+/// The uniform calls of `calls` as [`UniformMatch`]es, and the
+/// (process_group, seq) of the others. A call is uniform when it has one
+/// row (its ranks agree on op, dtype, bytes and group size) and no rank
+/// reported it twice.
+fn split_calls(calls: &[CollectiveCallRow]) -> (Vec<UniformMatch<'_>>, HashSet<(&str, u64)>) {
+    let mut rows_of: HashMap<(&str, u64), u32> = HashMap::with_capacity(calls.len());
+    for c in calls {
+        *rows_of.entry((&c.process_group, c.seq)).or_default() += 1;
+    }
+    let mut uniform = Vec::with_capacity(calls.len());
+    let mut mixed = HashSet::new();
+    for c in calls {
+        if rows_of[&(c.process_group.as_str(), c.seq)] != 1 || c.calls != c.ranks {
+            mixed.insert((c.process_group.as_str(), c.seq));
+            continue;
+        }
+        // An op this build does not know is left out, as
+        // `CollectiveReadRow::into_obs` leaves its rows out.
+        if let Ok(op) = c.op_name.parse::<CollOp>() {
+            uniform.push(UniformMatch {
+                process_group: &c.process_group,
+                seq: c.seq,
+                op,
+                dtype: &c.dtype_name,
+                bytes: c.bytes,
+                group_size: c.group_size,
+                durations_ns: &c.durations_ns,
+            });
+        }
+    }
+    (uniform, mixed)
+}
+
 /// A straggler verdict, latest version.
 #[derive(Debug, Clone, PartialEq, Row, Serialize, Deserialize)]
 pub struct StragglerRow {
@@ -307,37 +340,7 @@ impl Store {
         };
         let (own, calls) = tokio::join!(own, calls);
         let (own, calls) = (own?, calls?);
-        // Rows per (process_group, seq): a call is uniform when it has one
-        // row and no rank reported it twice.
-        let mut rows_of: HashMap<(&str, u64), u32> = HashMap::with_capacity(calls.len());
-        for c in &calls {
-            *rows_of.entry((&c.process_group, c.seq)).or_default() += 1;
-        }
-        let uniform_call = |c: &CollectiveCallRow| {
-            rows_of[&(c.process_group.as_str(), c.seq)] == 1 && c.calls == c.ranks
-        };
-        let uniform: Vec<UniformMatch<'_>> = calls
-            .iter()
-            .filter(|c| uniform_call(c))
-            .filter_map(|c| {
-                Some(UniformMatch {
-                    process_group: &c.process_group,
-                    seq: c.seq,
-                    // An op this build does not know is left out, as
-                    // `CollectiveReadRow::into_obs` leaves its rows out.
-                    op: c.op_name.parse::<CollOp>().ok()?,
-                    dtype: &c.dtype_name,
-                    bytes: c.bytes,
-                    group_size: c.group_size,
-                    durations_ns: &c.durations_ns,
-                })
-            })
-            .collect();
-        let mixed: HashSet<(&str, u64)> = calls
-            .iter()
-            .filter(|c| !uniform_call(c))
-            .map(|c| (c.process_group.as_str(), c.seq))
-            .collect();
+        let (uniform, mixed) = split_calls(&calls);
         let mut rest: Vec<CollectiveObs> = Vec::new();
         if !mixed.is_empty() {
             let rows: Vec<CollectiveReadRow> = self
