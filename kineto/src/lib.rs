@@ -71,6 +71,7 @@ mod discover;
 mod emit;
 mod error;
 mod event;
+mod frame;
 mod identity;
 mod names;
 mod nccl;

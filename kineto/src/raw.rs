@@ -1,9 +1,12 @@
 //! Lenient, streaming deserialization of a Kineto Chrome-trace document.
 //!
-//! In: a `serde_json::Deserializer` over the (decompressed) file. Out: the
-//! document's small top-level metadata ([`TopMeta`]) and, one at a time,
-//! every element of `traceEvents` as a [`RawEvent`] handed to an
-//! [`EventHandler`], with its ordinal (index in the array).
+//! In: the values of the (decompressed) file, one at a time, as the
+//! [`frame`](super::frame) reader cuts them out. Out: the document's small
+//! top-level metadata ([`TopMeta`]) and, one at a time, every element of
+//! `traceEvents` as a [`RawEvent`] handed to an [`EventHandler`], with its
+//! ordinal (index in the array). [`TopSeed`] (tests only) reads a whole
+//! document with `serde` alone: the reference the frame reader is checked
+//! against.
 //!
 //! Invariants: the document is never held in memory: the top-level map is
 //! visited key by key (any order; `traceEvents` may come before
@@ -277,21 +280,35 @@ pub(crate) trait EventHandler {
     fn event(&mut self, ordinal: u64, ev: RawEvent);
 }
 
-/// Visits a whole trace document: fills `meta` and feeds `handler`.
-/// With `read_meta = false` the metadata is skipped (a second pass).
+/// A top-level key, as its index in [`TOP_KEYS`] (`usize::MAX`: skipped).
+pub(crate) struct TopKey(pub usize);
+
+impl<'de> Deserialize<'de> for TopKey {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        KeySeed(TOP_KEYS).deserialize(d).map(TopKey)
+    }
+}
+
+/// Visits a whole trace document with `serde` alone: fills `meta` and feeds
+/// `handler`. The reference the [`Frame`](super::frame::Frame) reader
+/// is checked against (tests only: over an `io::Read` it is several times
+/// slower).
+#[cfg(test)]
 pub(crate) struct TopSeed<'a, H> {
     pub meta: &'a mut TopMeta,
     pub handler: &'a mut H,
     pub read_meta: bool,
 }
 
-const TOP_KEYS: &[&str] = &[
+/// The top-level keys read; [`TopKey`] indexes them.
+pub(crate) const TOP_KEYS: &[&str] = &[
     "traceEvents",
     "distributedInfo",
     "deviceProperties",
     "baseTimeNanoseconds",
 ];
 
+#[cfg(test)]
 impl<'de, H: EventHandler> DeserializeSeed<'de> for TopSeed<'_, H> {
     type Value = ();
     fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
@@ -299,6 +316,7 @@ impl<'de, H: EventHandler> DeserializeSeed<'de> for TopSeed<'_, H> {
     }
 }
 
+#[cfg(test)]
 impl<'de, H: EventHandler> Visitor<'de> for TopSeed<'_, H> {
     type Value = ();
     fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -339,11 +357,13 @@ impl<'de, H: EventHandler> Visitor<'de> for TopSeed<'_, H> {
     }
 }
 
+#[cfg(test)]
 struct EventsSeed<'a, H> {
     meta: &'a mut TopMeta,
     handler: &'a mut H,
 }
 
+#[cfg(test)]
 impl<'de, H: EventHandler> DeserializeSeed<'de> for EventsSeed<'_, H> {
     type Value = ();
     fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
@@ -351,6 +371,7 @@ impl<'de, H: EventHandler> DeserializeSeed<'de> for EventsSeed<'_, H> {
     }
 }
 
+#[cfg(test)]
 impl<'de, H: EventHandler> Visitor<'de> for EventsSeed<'_, H> {
     type Value = ();
     fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -369,7 +390,7 @@ impl<'de, H: EventHandler> Visitor<'de> for EventsSeed<'_, H> {
 
 /// An array of `T`; a value that is not an array reads as empty (an element
 /// that is not a `T` still fails the parse).
-struct LenientVec<T>(Vec<T>);
+pub(crate) struct LenientVec<T>(pub Vec<T>);
 
 impl<'de, T: Deserialize<'de>> Deserialize<'de> for LenientVec<T> {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {

@@ -10,6 +10,7 @@ impl EventHandler for Collect {
     }
 }
 
+/// The reference reader ([`TopSeed`], `serde` alone) over `text`.
 fn parse(text: &str) -> Result<(TopMeta, Vec<(u64, RawEvent)>), serde_json::Error> {
     let mut meta = TopMeta::default();
     let mut events = Collect::default();

@@ -1,12 +1,14 @@
 //! Reading a trace file: plain or gzip JSON, one streaming pass at a time.
 //!
-//! In: a path or the bytes of a file ([`Input`]). Out: one pass of [`raw`](super::raw) deserialization over
-//! the file (events to a handler), byte counts, and progress callbacks with
-//! the file bytes read so far; or a [`Problem`] saying what is wrong with
-//! the file.
+//! In: a path or the bytes of a file ([`Input`]). Out: one pass of
+//! [`raw`](super::raw) deserialization over the file, read through a
+//! [`Frame`] (events to a handler), byte counts, and progress callbacks
+//! with the file bytes read so far; or a [`Problem`] saying what is wrong
+//! with the file.
 //!
 //! Compression is decided by the gzip magic bytes (`1f 8b`), not by the
-//! file name. Memory: two fixed-size buffers; nothing grows with the file.
+//! file name. Memory: a fixed-size file buffer and the frame's window (1 MiB,
+//! more only while one value is larger); nothing grows with the file.
 
 use std::cell::Cell;
 use std::fs::File;
@@ -15,15 +17,14 @@ use std::path::Path;
 use std::rc::Rc;
 
 use flate2::bufread::MultiGzDecoder;
-use serde::de::DeserializeSeed;
 
-use super::raw::{EventHandler, TopMeta, TopSeed};
+use super::frame::Frame;
+use super::raw::{EventHandler, TopMeta};
 use super::Problem;
 
 /// Progress callbacks come at most once per this many file bytes.
 const PROGRESS_EVERY_BYTES: u64 = 1 << 20;
 const FILE_BUFFER_BYTES: usize = 64 << 10;
-const JSON_BUFFER_BYTES: usize = 256 << 10;
 
 /// Counts bytes read through it and reports file progress.
 struct Counting<'a, R> {
@@ -137,10 +138,7 @@ fn open<'a>(
         next_report: u64::MAX,
         on_progress: None,
     };
-    Ok((
-        Box::new(BufReader::with_capacity(JSON_BUFFER_BYTES, counted)),
-        gzip,
-    ))
+    Ok((Box::new(counted), gzip))
 }
 
 /// One streaming pass over the file: metadata into `meta` (when
@@ -163,59 +161,11 @@ pub(crate) fn pass<'a, H: EventHandler>(
         on_progress,
     )
     .map_err(Problem::Io)?;
-    let mut de = serde_json::Deserializer::from_reader(reader);
-    let seed = TopSeed {
-        meta,
-        handler,
-        read_meta,
-    };
-    seed.deserialize(&mut de)
-        .and_then(|()| de.end())
-        .map_err(|e| json_problem(e, gzip, max_json))?;
+    Frame::new(reader, gzip, max_json).document(meta, handler, read_meta)?;
     Ok(PassBytes {
         file: file_count.get(),
         json: json_count.get(),
     })
-}
-
-/// What a `serde_json` error means for the user.
-fn json_problem(e: serde_json::Error, gzip: bool, max_json: u64) -> Problem {
-    use serde_json::error::Category;
-    let (line, column) = (e.line(), e.column());
-    match e.classify() {
-        Category::Eof => Problem::Truncated { line, column },
-        Category::Syntax => Problem::NotJson {
-            message: without_position(&e),
-            line,
-            column,
-        },
-        Category::Data => Problem::NotKinetoTrace(format!(
-            "{} at line {line} column {column}",
-            without_position(&e)
-        )),
-        Category::Io => {
-            let io = io::Error::from(e);
-            match io.kind() {
-                io::ErrorKind::FileTooLarge => Problem::JsonTooLarge {
-                    max_bytes: max_json,
-                },
-                io::ErrorKind::UnexpectedEof if gzip => Problem::TruncatedGzip,
-                io::ErrorKind::InvalidInput | io::ErrorKind::InvalidData if gzip => {
-                    Problem::CorruptGzip(io.to_string())
-                }
-                _ => Problem::Io(io),
-            }
-        }
-    }
-}
-
-/// serde_json's message without its " at line L column C" suffix.
-fn without_position(e: &serde_json::Error) -> String {
-    let text = e.to_string();
-    match text.rfind(" at line ") {
-        Some(i) => text[..i].to_owned(),
-        None => text,
-    }
 }
 
 /// Whether a file found in a folder should be imported: everything except a
