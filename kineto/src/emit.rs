@@ -143,44 +143,132 @@ impl<'a> Window<'a> {
     }
 }
 
-impl EventHandler for Window<'_> {
-    fn event(&mut self, ordinal: u64, ev: RawEvent) {
-        let class = event::classify(&ev);
-        let Ok((start, end)) = event::span_ns(&ev) else {
-            return; // counted by the scan
-        };
+/// What an ordering pass needs of one usable trace event: its fields,
+/// read once (by the scan when the whole file fits one window, see
+/// [`Pending`]'s use in `run`), names interned.
+#[derive(Debug, Clone)]
+pub(crate) struct Pending {
+    ordinal: u64,
+    start: u64,
+    end: u64,
+    what: What,
+}
+
+#[derive(Debug, Clone)]
+enum What {
+    Gpu {
+        kind: proto::KernelKind,
+        name: u32,
+        corr: Option<u64>,
+        stream: u32,
+        device: i32,
+        bytes: u64,
+        /// An NCCL kernel (it may have a Collective record too).
+        nccl: bool,
+    },
+    /// A CPU annotation or op: a phase span (category, name) and/or a
+    /// host-side collective (found by ordinal in the plan).
+    Cpu {
+        span: Option<(proto::SpanCategory, u32)>,
+        host_comm: bool,
+    },
+}
+
+impl Pending {
+    /// The fields of a usable event (`class` and `start..end` as the scan
+    /// found them) that may become output; `None` for the others.
+    /// `host_comm`: whether the scan took it for a host-side collective.
+    pub(crate) fn of(
+        ordinal: u64,
+        ev: &RawEvent,
+        class: Class,
+        (start, end): (u64, u64),
+        host_comm: bool,
+        names: &mut Interner,
+    ) -> Option<Self> {
         let name = ev.name.as_str().unwrap_or("");
-        match class {
-            Class::Gpu(kind) => {
-                let corr = ev.args.correlation.as_u64();
-                let (seg, linked) = self.plan.gpu_seg(corr, start);
-                let stream = ev
+        let what = match class {
+            Class::Gpu(kind) => What::Gpu {
+                kind,
+                name: names.intern(name),
+                corr: ev.args.correlation.as_u64(),
+                stream: ev
                     .args
                     .stream
                     .as_u64()
                     .or_else(|| ev.tid.as_u64_loose())
                     .and_then(|s| u32::try_from(s).ok())
-                    .unwrap_or(0);
-                let device = ev
+                    .unwrap_or(0),
+                device: ev
                     .args
                     .device
                     .as_u64()
                     .or_else(|| ev.pid.as_u64_loose())
                     .and_then(|d| i32::try_from(d).ok())
-                    .unwrap_or(-1);
-                let bytes = match kind {
+                    .unwrap_or(-1),
+                bytes: match kind {
                     proto::KernelKind::Kernel | proto::KernelKind::Unspecified => 0,
                     _ => ev.args.bytes.as_u64().unwrap_or_else(|| {
                         // GB/s = bytes per ns.
                         let bw = ev.args.bandwidth_gbps.as_f64().unwrap_or(0.0);
                         (bw * (end - start) as f64).round().max(0.0) as u64
                     }),
-                };
+                },
+                nccl: kind == proto::KernelKind::Kernel && event::is_nccl_kernel(name),
+            },
+            Class::CpuAnnotation | Class::CpuOp => {
+                let span = event::span_category(class, name).map(|c| (c, names.intern(name)));
+                if span.is_none() && !host_comm {
+                    return None;
+                }
+                What::Cpu { span, host_comm }
+            }
+            _ => return None,
+        };
+        Some(Self {
+            ordinal,
+            start,
+            end,
+            what,
+        })
+    }
+}
+
+impl Pending {
+    /// The most records it may become (an event, and a Collective).
+    pub(crate) fn records(&self) -> usize {
+        match self.what {
+            What::Gpu { nccl, .. } => 1 + usize::from(nccl),
+            What::Cpu { span, host_comm } => usize::from(span.is_some()) + usize::from(host_comm),
+        }
+    }
+}
+
+impl Window<'_> {
+    /// Offers the records of one event.
+    pub(crate) fn place(&mut self, p: Pending) {
+        let Pending {
+            ordinal,
+            start,
+            end,
+            what,
+        } = p;
+        match what {
+            What::Gpu {
+                kind,
+                name,
+                corr,
+                stream,
+                device,
+                bytes,
+                nccl: _,
+            } => {
+                let (seg, linked) = self.plan.gpu_seg(corr, start);
                 let launch = self.plan.launch_call(corr);
                 self.offer((seg, start, ordinal, 0), |names| Body::Kernel {
                     launch: launch.map(|(ts, end, api)| (ts, end, names.intern(api))),
                     kind,
-                    name: names.intern(name),
+                    name,
                     stream,
                     device,
                     end,
@@ -190,13 +278,12 @@ impl EventHandler for Window<'_> {
                 });
                 let coll = self.plan.collective_index(ordinal);
                 if let Some((index, c)) = coll.filter(|(_, c)| c.op.is_some()) {
-                    let pg_name = c.pg.clone();
                     self.offer((seg, start, ordinal, 1), |names| Body::Collective {
                         index,
-                        pg: if pg_name.is_empty() {
+                        pg: if c.pg.is_empty() {
                             0
                         } else {
-                            names.intern(&pg_name)
+                            names.intern(&c.pg)
                         },
                         stream,
                         device,
@@ -204,18 +291,17 @@ impl EventHandler for Window<'_> {
                     });
                 }
             }
-            Class::CpuAnnotation | Class::CpuOp => {
+            What::Cpu { span, .. } => {
                 let host = self.plan.collective_index(ordinal);
                 if let Some((index, c)) = host.filter(|(_, c)| c.op.is_some()) {
                     if let Some(end) = c.host_end {
-                        let pg_name = c.pg.clone();
                         let seg = self.plan.cpu_seg(start);
                         self.offer((seg, start, ordinal, 1), |names| Body::Collective {
                             index,
-                            pg: if pg_name.is_empty() {
+                            pg: if c.pg.is_empty() {
                                 0
                             } else {
-                                names.intern(&pg_name)
+                                names.intern(&c.pg)
                             },
                             stream: 0,
                             device: -1,
@@ -223,16 +309,29 @@ impl EventHandler for Window<'_> {
                         });
                     }
                 }
-                if let Some(category) = event::span_category(class, name) {
+                if let Some((category, name)) = span {
                     let seg = self.plan.cpu_seg(start);
-                    self.offer((seg, start, ordinal, 0), |names| Body::Span {
+                    self.offer((seg, start, ordinal, 0), |_| Body::Span {
                         category,
-                        name: names.intern(name),
+                        name,
                         end,
                     });
                 }
             }
-            _ => {}
+        }
+    }
+}
+
+/// A pass that reads the file again (the scan kept no [`Pending`]s).
+impl EventHandler for Window<'_> {
+    fn event(&mut self, ordinal: u64, ev: RawEvent) {
+        let class = event::classify(&ev);
+        let Ok(span) = event::span_ns(&ev) else {
+            return; // counted by the scan
+        };
+        // Host-side collectives are found by ordinal in the plan.
+        if let Some(p) = Pending::of(ordinal, &ev, class, span, true, self.interner) {
+            self.place(p);
         }
     }
 }

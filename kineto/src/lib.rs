@@ -59,10 +59,15 @@
 //! in time; every interval has `end_ns >= start_ns`. The output is a pure
 //! function of the file (and the options other than `max_buffered_events`).
 //!
-//! Memory: the document is streamed (never a DOM). A first pass keeps
-//! O(steps + API calls + NCCL kernels) facts (about 24 bytes per CUDA API
-//! call); ordering passes keep at most `max_buffered_events` compact records
-//! (about 64 bytes each); a chunk holds at most `chunk_events` events.
+//! Memory: the document is streamed (never a DOM), through a window of
+//! 1 MiB (more only while a single value is larger; see the `frame`
+//! module). A first pass keeps O(steps + API calls + NCCL kernels) facts
+//! (about 24 bytes per CUDA API call) and, while the output fits one
+//! ordering window, the fields of every output event (about 64 bytes
+//! each): then that window is filled from them and the file is read once.
+//! Otherwise ordering passes read it again, each keeping at most
+//! `max_buffered_events` compact records (about 64 bytes each); a chunk
+//! holds at most `chunk_events` events.
 //! Unusable single events (no numeric `ts`/`dur`) are skipped and counted;
 //! structural problems fail the file with an [`ImportError`] naming it.
 
@@ -99,7 +104,6 @@ pub use parse::{parse_trace_file, MAX_GZIP_EXPANSION};
 pub use stats::{EventCounts, ImportStats, StepSource, MAX_WARNINGS};
 
 use emit::{Emitter, Window};
-use names::Interner;
 use plan::Plan;
 use raw::TopMeta;
 use scan::Scan;
@@ -179,7 +183,8 @@ impl Chunk {
 /// Where an import is, for progress display.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Progress {
-    /// 1 = the scan, 2.. = ordering passes (usually just 2).
+    /// 1 = the scan (the only pass when the output fits one ordering
+    /// window), 2.. = ordering passes.
     pub pass: u32,
     /// File bytes read in this pass.
     pub file_bytes_read: u64,
@@ -298,7 +303,7 @@ where
 
     // Pass 1: the facts needed to place events.
     let mut meta = TopMeta::default();
-    let mut scan = Scan::default();
+    let mut scan = Scan::keeping(opts.max_buffered_events.max(1));
     let at = report(1);
     let first = source::pass(
         input,
@@ -336,10 +341,10 @@ where
         .and_then(|d| d.pg_config.take())
         .unwrap_or_default();
     let plan = Plan::new(&mut scan, identity.world_size, &pg_config, &mut stats);
+    let kept = scan.keep.take();
+    let mut interner = std::mem::take(&mut scan.names);
     drop(scan);
 
-    // Ordering passes, each emitting what it buffered.
-    let mut interner = Interner::default();
     let mut emitter = Emitter::new(
         &plan,
         identity.clone(),
@@ -348,35 +353,48 @@ where
         sink,
         stats,
     );
-    let mut after = None;
     let mut passes = 1;
-    loop {
-        passes += 1;
-        let mut window = Window::new(&plan, &mut interner, after, opts.max_buffered_events);
-        let mut again = TopMeta::default();
-        let at = report(passes);
-        let bytes = source::pass(
-            input,
-            max_json,
-            &mut again,
-            &mut window,
-            false,
-            Some(&mut |n| progress(&at(n))),
-        )?;
-        if again.event_count != meta.event_count {
-            return Err(Problem::Changed {
-                was: meta.event_count,
-                now: again.event_count,
-            });
+    if let Some(kept) = kept {
+        // The scan kept every output event's fields: one window holds them
+        // all, no second read of the file.
+        let mut window = Window::new(&plan, &mut interner, None, opts.max_buffered_events);
+        for p in kept {
+            window.place(p);
         }
-        let (recs, more, peak) = window.finish();
-        emitter.stats.bytes_read += bytes.file;
-        emitter.stats.max_buffered_events = emitter.stats.max_buffered_events.max(peak as u64);
-        after = recs.last().map(emit::Rec::key).or(after);
-        let done = !more || recs.is_empty();
+        let (recs, _, peak) = window.finish();
+        emitter.stats.max_buffered_events = peak as u64;
         emitter.emit(recs, &interner)?;
-        if done {
-            break;
+    } else {
+        // Ordering passes over the file, each emitting what it buffered.
+        let mut after = None;
+        loop {
+            passes += 1;
+            let mut window = Window::new(&plan, &mut interner, after, opts.max_buffered_events);
+            let mut again = TopMeta::default();
+            let at = report(passes);
+            let bytes = source::pass(
+                input,
+                max_json,
+                &mut again,
+                &mut window,
+                false,
+                Some(&mut |n| progress(&at(n))),
+            )?;
+            if again.event_count != meta.event_count {
+                return Err(Problem::Changed {
+                    was: meta.event_count,
+                    now: again.event_count,
+                });
+            }
+            let (recs, more, peak) = window.finish();
+            emitter.stats.bytes_read += bytes.file;
+            emitter.stats.max_buffered_events = emitter.stats.max_buffered_events.max(peak as u64);
+            after = recs.last().map(emit::Rec::key).or(after);
+            let done = !more || recs.is_empty();
+            emitter.emit(recs, &interner)?;
+            if done {
+                break;
+            }
         }
     }
     let mut stats = emitter.finish(&interner)?;

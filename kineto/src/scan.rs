@@ -7,14 +7,23 @@
 //! ops by `External id`, the NCCL kernels, the trace's time bounds, and the
 //! count of unusable events.
 //!
+//! It also keeps the [`Pending`] fields of every event that may become
+//! output, as long as the records they may become are at most
+//! `max_buffered_events` (one ordering window): then the ordering needs no
+//! second read of the file (one parse instead of two). Past that bound the
+//! kept fields are dropped and the ordering passes read the file again.
+//!
 //! Memory: O(steps + API calls + NCCL kernels), about 24 bytes per API
-//! call, never the events themselves. Times are ns relative to the trace's
-//! base time (`baseTimeNanoseconds` may come after `traceEvents`).
+//! call, plus at most `max_buffered_events` [`Pending`]s (about 64 bytes
+//! each). Times are ns relative to the trace's base time
+//! (`baseTimeNanoseconds` may come after `traceEvents`).
 
 use std::collections::HashMap;
 
 use super::cpu_comm::HostComm;
+use super::emit::Pending;
 use super::event::{self, Class};
+use super::names::Interner;
 use super::nccl::CommMeta;
 use super::raw::{EventHandler, RawEvent};
 use super::stats::ImportStats;
@@ -84,9 +93,26 @@ pub(crate) struct Scan {
     pub gpu_events: u64,
     /// Skipped-event count and warnings.
     pub stats: ImportStats,
+    /// The output events' fields, in file order, while the records they may
+    /// become are at most `keep_cap` (`None`: more, or not kept).
+    pub keep: Option<Vec<Pending>>,
+    pub keep_cap: usize,
+    pub kept_records: usize,
+    /// Names of the kept events.
+    pub names: Interner,
 }
 
 impl Scan {
+    /// A scan that keeps the fields of up to `cap` output records.
+    pub(crate) fn keeping(cap: usize) -> Self {
+        Self {
+            keep: Some(Vec::new()),
+            keep_cap: cap,
+            ..Self::default()
+        }
+    }
+
+    /// Records a host-side collective; whether `ev` is one.
     fn host_comm(
         &mut self,
         ordinal: u64,
@@ -95,9 +121,9 @@ impl Scan {
         is_op: bool,
         name: &str,
         ev: &RawEvent,
-    ) {
+    ) -> bool {
         let Some((kind, op)) = HostComm::kind_of(name, is_op) else {
-            return;
+            return false;
         };
         let a = &ev.args;
         let first = a.input_dims.0;
@@ -114,6 +140,7 @@ impl Scan {
             elems: first.map(|(_, e)| e),
             dtype: first.and_then(|(i, _)| a.input_types.get(i)),
         });
+        true
     }
 
     /// The index of a launch call's name, interned.
@@ -164,8 +191,25 @@ impl EventHandler for Scan {
             Some((lo, hi)) => (lo.min(start), hi.max(end)),
         });
         let name = ev.name.as_str().unwrap_or("");
-        if matches!(class, Class::CpuOp | Class::CpuAnnotation) {
-            self.host_comm(ordinal, start, end, class == Class::CpuOp, name, &ev);
+        let host_comm = matches!(class, Class::CpuOp | Class::CpuAnnotation)
+            && self.host_comm(ordinal, start, end, class == Class::CpuOp, name, &ev);
+        if let Some(keep) = self.keep.as_mut() {
+            let kept = Pending::of(
+                ordinal,
+                &ev,
+                class,
+                (start, end),
+                host_comm,
+                &mut self.names,
+            );
+            if let Some(p) = kept {
+                self.kept_records += p.records();
+                if self.kept_records <= self.keep_cap {
+                    keep.push(p);
+                } else {
+                    self.keep = None;
+                }
+            }
         }
         match class {
             Class::Gpu(kind) => {

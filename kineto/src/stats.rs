@@ -57,7 +57,8 @@ pub struct ImportStats {
     pub bytes_read: u64,
     /// Decompressed JSON bytes of one pass over the file.
     pub json_bytes: u64,
-    /// Passes over the file: one scan plus one or more ordering passes.
+    /// Passes over the file: the scan, plus ordering passes unless the scan
+    /// kept every output event (output over `max_buffered_events` records).
     pub passes: u32,
     /// Chunks handed to the sink.
     pub chunks: u64,

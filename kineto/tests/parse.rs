@@ -123,3 +123,38 @@ fn a_file_over_the_cap_is_refused_before_reading() {
     // Exactly at the cap is fine.
     parse_trace_file(&path, &rank("j", 0, 2), size).expect("at the cap");
 }
+
+/// Every real trace: the one-read path (the scan keeps every output event)
+/// and the ordering passes that read the file again (a small window) give
+/// the same stream, names and counts.
+#[test]
+fn one_read_and_several_passes_give_the_same_stream() {
+    use rankscope_kineto::{discover, import_to_memory, ImportOptions};
+    let sets: Vec<PathBuf> = std::fs::read_dir(fixture(""))
+        .expect("fixtures")
+        .map(|e| e.expect("entry").path())
+        .filter(|p| p.is_dir())
+        .collect();
+    let files = discover(&sets).expect("fixtures");
+    assert!(files.len() >= 10, "{} fixture files", files.len());
+    for file in files {
+        let opts = ImportOptions::new("same");
+        let one = import_to_memory(&file, &opts).expect("imports");
+        assert_eq!(one.stats.passes, 1, "{}", file.display());
+        // A fifth of the stream per window: several passes.
+        let window = (one.events.len() / 5).max(1);
+        let passes = import_to_memory(
+            &file,
+            &ImportOptions {
+                max_buffered_events: window,
+                ..opts
+            },
+        )
+        .expect("imports");
+        assert!(passes.stats.passes > 2, "{}", file.display());
+        assert!(passes.stats.max_buffered_events <= window as u64);
+        assert!(one.events == passes.events, "{}", file.display());
+        assert_eq!(one.names, passes.names, "{}", file.display());
+        assert_eq!(one.stats.events_by_kind, passes.stats.events_by_kind);
+    }
+}
