@@ -307,8 +307,10 @@ struct ImportArgs {
         default_value = "http://127.0.0.1:7700"
     )]
     ingest: String,
-    /// Files imported at the same time.
-    #[arg(long, default_value_t = 8)]
+    /// Files imported at the same time (a sliding window; at most one per
+    /// core is being parsed, the others wait for the collector's
+    /// acknowledgements, which come after its next ClickHouse flush).
+    #[arg(long, default_value_t = 32)]
     parallel: usize,
     /// Wait up to this long for the job's analytics to be final (every
     /// imported step of every rank analysed) before returning; 0: do not wait.
@@ -739,6 +741,7 @@ async fn import_cmd(
         ingest_url: a.ingest,
         max_attempts: 20,
         parallel_files: a.parallel,
+        parse_threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
         progress: true,
         token: token.to_owned(),
         tls: tls.any().then_some(tls),

@@ -24,6 +24,7 @@ fn send_opts(stack: &Stack) -> send::SendOptions {
         ingest_url: format!("http://{}", stack.grpc_addr()),
         max_attempts: 5,
         parallel_files: 8,
+        parse_threads: 2,
         progress: false,
         token: String::new(),
         tls: None,

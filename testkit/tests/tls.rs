@@ -191,6 +191,7 @@ async fn agents_without_a_valid_certificate_are_rejected_counted_and_recover() {
         ingest_url: format!("https://localhost:{}", stack.grpc_addr().port()),
         max_attempts: 20,
         parallel_files: 1,
+        parse_threads: 1,
         progress: false,
         token: TOKEN.into(),
         tls: Some(TlsPaths::from_config("", "", &no_cert.tls_ca_path)),

@@ -5,29 +5,36 @@
 //! `CollectorIngest` service (validation, duplicate detection, live step
 //! assembly and straggler analytics) as live data.
 //!
-//! Each file is parsed on a blocking thread; its chunks cross a bounded
-//! channel (parsing waits while the collector is slow, memory stays bounded)
-//! to an async sender that sends them as `AgentBatch`es, up to four at a
-//! time (each waits for the collector's ClickHouse flush), in chunk order;
-//! the collector puts a session's batches back in order for analytics. Files are imported concurrently so every rank's steps
-//! reach the collector together (a job's steps finalize when all ranks
-//! ended them).
+//! Each file is parsed on a blocking thread (at most `parse_threads` at
+//! once); its chunks cross a bounded channel (parsing waits while the
+//! collector is slow, memory stays bounded) to an async sender that sends
+//! them as `AgentBatch`es, up to four at a time (each waits for the
+//! collector's ClickHouse flush), in chunk order; the collector puts a
+//! session's batches back in order for analytics. Up to `parallel_files`
+//! files are imported at once, a sliding window (the next file starts when
+//! one is done), so every rank's steps reach the collector together (a
+//! job's steps finalize when all ranks ended them) and a file waiting for
+//! its acknowledgements (up to a flush interval) does not hold a core:
+//! memory is the parsers' windows plus at most eight chunks per file.
 //!
 //! Re-import replaces, never double-counts: a batch's identity is a pure
 //! function of the input — `agent_id` = `rankscope-import`, `agent_session` =
-//! FNV-1a 64 of (job, run id, overrides, file bytes), `seq` = chunk index + 1
+//! FNV-1a 64 of (job, run id, overrides, chunk size, the file's
+//! [`Digest`](super::digest::Digest)), `seq` = chunk index + 1
 //! — so the collector acknowledges a re-sent batch as a duplicate without
 //! storing it again. Transient failures (UNAVAILABLE, timeouts) are retried
 //! with backoff; anything else fails the file with an error naming it.
 
 use std::io::{IsTerminal, Read};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::stream::{FuturesOrdered, StreamExt};
 use rankscope_proto::v1 as proto;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, Semaphore};
 
+use super::digest::Digest;
 use super::{
     import_file_with_progress, Chunk, ImportError, ImportOptions, ImportSummary, Progress,
 };
@@ -45,8 +52,11 @@ pub struct SendOptions {
     pub ingest_url: String,
     /// Attempts per batch before giving up on transient errors.
     pub max_attempts: u32,
-    /// Files imported at the same time.
+    /// Files imported at the same time (being parsed, or waiting for the
+    /// collector's acknowledgements).
     pub parallel_files: usize,
+    /// Files parsed at the same time (the cores to use).
+    pub parse_threads: usize,
     /// Print progress to stderr when it is a terminal (one indicatif bar
     /// per file being read).
     pub progress: bool,
@@ -126,33 +136,40 @@ pub async fn import_and_send(
     .connect_lazy();
     let client = proto::collector_ingest_client::CollectorIngestClient::new(channel)
         .max_encoding_message_size(usize::MAX);
-    let mut reports = Vec::with_capacity(files.len());
     let bars =
         (send.progress && std::io::stderr().is_terminal()).then(indicatif::MultiProgress::new);
-    for group in files.chunks(send.parallel_files.max(1)) {
-        let mut tasks = tokio::task::JoinSet::new();
-        for (i, path) in group.iter().enumerate() {
-            let (path, opts, send, client, bars) = (
-                path.clone(),
+    let parsers = Arc::new(Semaphore::new(send.parse_threads.max(1)));
+    // A sliding window of files: the next one starts as soon as one is done.
+    let mut pending = files.into_iter().enumerate();
+    let mut tasks = tokio::task::JoinSet::new();
+    let mut done: Vec<(usize, FileReport)> = Vec::new();
+    loop {
+        while tasks.len() < send.parallel_files.max(1) {
+            let Some((i, path)) = pending.next() else {
+                break;
+            };
+            let (opts, send, client, bars, parsers) = (
                 opts.clone(),
                 send.clone(),
                 client.clone(),
                 bars.clone(),
+                parsers.clone(),
             );
-            tasks.spawn(async move { (i, import_one(path, opts, send, client, bars).await) });
+            tasks.spawn(
+                async move { (i, import_one(path, opts, send, client, bars, parsers).await) },
+            );
         }
-        let mut done: Vec<(usize, FileReport)> = Vec::new();
-        while let Some(joined) = tasks.join_next().await {
-            let (i, result) = joined.map_err(|e| SendError::Task {
-                path: PathBuf::from("?"),
-                reason: e.to_string(),
-            })?;
-            done.push((i, result?));
-        }
-        done.sort_by_key(|(i, _)| *i);
-        reports.extend(done.into_iter().map(|(_, r)| r));
+        let Some(joined) = tasks.join_next().await else {
+            break;
+        };
+        let (i, result) = joined.map_err(|e| SendError::Task {
+            path: PathBuf::from("?"),
+            reason: e.to_string(),
+        })?;
+        done.push((i, result?));
     }
-    Ok(reports)
+    done.sort_by_key(|(i, _)| *i);
+    Ok(done.into_iter().map(|(_, r)| r).collect())
 }
 
 type Client = proto::collector_ingest_client::CollectorIngestClient<tonic::transport::Channel>;
@@ -163,12 +180,27 @@ async fn import_one(
     send: SendOptions,
     client: Client,
     bars: Option<indicatif::MultiProgress>,
+    parsers: Arc<Semaphore>,
 ) -> Result<FileReport, SendError> {
-    let session = session_id(&path, &opts)?;
+    let task_error = |e: &dyn std::fmt::Display| SendError::Task {
+        path: path.clone(),
+        reason: e.to_string(),
+    };
     let (tx, mut rx) = mpsc::channel::<Chunk>(4);
+    // Reading the file (its digest, then parsing) holds one of the
+    // `parse_threads` slots; waiting for the collector's acknowledgements
+    // holds none.
+    let slot = parsers.acquire_owned().await.map_err(|e| task_error(&e))?;
+    let session = {
+        let (path, opts) = (path.clone(), opts.clone());
+        tokio::task::spawn_blocking(move || session_id(&path, &opts))
+            .await
+            .map_err(|e| task_error(&e))??
+    };
     let parse = {
         let (path, opts) = (path.clone(), opts.clone());
         tokio::task::spawn_blocking(move || {
+            let _slot = slot;
             let name = path.display().to_string();
             let mut bar: Option<indicatif::ProgressBar> = None;
             let progress = |p: &Progress| {
@@ -329,14 +361,16 @@ fn session_id(path: &Path, opts: &ImportOptions) -> Result<u64, SendError> {
         source,
     };
     let mut f = std::fs::File::open(path).map_err(read_err)?;
-    let mut buf = vec![0u8; 1 << 16];
+    let mut buf = vec![0u8; 1 << 20];
+    let mut content = Digest::default();
     loop {
         let n = f.read(&mut buf).map_err(read_err)?;
         if n == 0 {
             break;
         }
-        h.write(&buf[..n]);
+        content.write(&buf[..n]);
     }
+    h.write(&content.finish().to_le_bytes());
     Ok(h.0.max(1))
 }
 
