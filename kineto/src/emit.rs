@@ -324,13 +324,13 @@ impl Window<'_> {
 
 /// A pass that reads the file again (the scan kept no [`Pending`]s).
 impl EventHandler for Window<'_> {
-    fn event(&mut self, ordinal: u64, ev: RawEvent) {
-        let class = event::classify(&ev);
-        let Ok(span) = event::span_ns(&ev) else {
+    fn event(&mut self, ordinal: u64, ev: &RawEvent) {
+        let class = event::classify(ev);
+        let Ok(span) = event::span_ns(ev) else {
             return; // counted by the scan
         };
         // Host-side collectives are found by ordinal in the plan.
-        if let Some(p) = Pending::of(ordinal, &ev, class, span, true, self.interner) {
+        if let Some(p) = Pending::of(ordinal, ev, class, span, true, self.interner) {
             self.place(p);
         }
     }

@@ -177,7 +177,7 @@ impl<R: Read> Frame<R> {
         } else {
             loop {
                 let ev = self.value::<RawEvent>()?;
-                handler.event(ordinal, ev);
+                handler.event(ordinal, &ev);
                 ordinal += 1;
                 match self.peek()? {
                     Some(b',') => self.pos += 1,

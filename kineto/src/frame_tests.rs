@@ -15,8 +15,8 @@ use crate::raw::TopSeed;
 struct Collect(Vec<(u64, RawEvent)>);
 
 impl EventHandler for Collect {
-    fn event(&mut self, ordinal: u64, ev: RawEvent) {
-        self.0.push((ordinal, ev));
+    fn event(&mut self, ordinal: u64, ev: &RawEvent) {
+        self.0.push((ordinal, ev.clone()));
     }
 }
 

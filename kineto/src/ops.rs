@@ -51,8 +51,8 @@ struct Collect {
 }
 
 impl EventHandler for Collect {
-    fn event(&mut self, _ordinal: u64, ev: RawEvent) {
-        let category = match event::classify(&ev) {
+    fn event(&mut self, _ordinal: u64, ev: &RawEvent) {
+        let category = match event::classify(ev) {
             Class::Gpu(proto::KernelKind::Kernel) => {
                 if event::is_nccl_kernel(ev.name.as_str().unwrap_or("")) {
                     "COMMUNICATION"
@@ -64,7 +64,7 @@ impl EventHandler for Collect {
             Class::CpuOp => "CPU_OP",
             _ => return,
         };
-        let Ok((start, end)) = event::span_ns(&ev) else {
+        let Ok((start, end)) = event::span_ns(ev) else {
             return;
         };
         let name = ev.name.as_str().unwrap_or("").to_owned();

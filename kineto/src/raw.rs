@@ -90,14 +90,15 @@ pub(crate) struct RawEvent {
     pub args: RawArgs,
 }
 
-/// Reads a map key without allocating and maps it to a field index
+/// Reads a map key without allocating (nor UTF-8 validation: the key is
+/// only compared with known ASCII names) and maps it to a field index
 /// (`usize::MAX` = a key we skip).
-struct KeySeed(&'static [&'static str]);
+struct KeySeed(fn(&[u8]) -> usize);
 
 impl<'de> DeserializeSeed<'de> for KeySeed {
     type Value = usize;
     fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<usize, D::Error> {
-        d.deserialize_str(self)
+        d.deserialize_bytes(self)
     }
 }
 
@@ -106,45 +107,73 @@ impl<'de> Visitor<'de> for KeySeed {
     fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("a key")
     }
+    fn visit_bytes<E: de::Error>(self, v: &[u8]) -> Result<usize, E> {
+        Ok((self.0)(v))
+    }
     fn visit_str<E: de::Error>(self, v: &str) -> Result<usize, E> {
-        Ok(self.0.iter().position(|k| *k == v).unwrap_or(usize::MAX))
+        Ok((self.0)(v.as_bytes()))
     }
 }
 
-const EVENT_KEYS: &[&str] = &["ph", "cat", "name", "ts", "dur", "pid", "tid", "args"];
-const ARG_KEYS: &[&str] = &[
-    "correlation",
-    "External id",
-    "device",
-    "stream",
-    "bytes",
-    "memory bandwidth (GB/s)",
-    "Collective name",
-    "In msg nelems",
-    "Out msg nelems",
-    "Group size",
-    "dtype",
-    "Process Group Name",
-    "Process Group Ranks",
-    "Input Dims",
-    "Input type",
-];
+fn event_key(k: &[u8]) -> usize {
+    match k {
+        b"ph" => 0,
+        b"cat" => 1,
+        b"name" => 2,
+        b"ts" => 3,
+        b"dur" => 4,
+        b"pid" => 5,
+        b"tid" => 6,
+        b"args" => 7,
+        _ => usize::MAX,
+    }
+}
 
-struct ArgsVisitor;
+fn arg_key(k: &[u8]) -> usize {
+    match k {
+        b"correlation" => 0,
+        b"External id" => 1,
+        b"device" => 2,
+        b"stream" => 3,
+        b"bytes" => 4,
+        b"memory bandwidth (GB/s)" => 5,
+        b"Collective name" => 6,
+        b"In msg nelems" => 7,
+        b"Out msg nelems" => 8,
+        b"Group size" => 9,
+        b"dtype" => 10,
+        b"Process Group Name" => 11,
+        b"Process Group Ranks" => 12,
+        b"Input Dims" => 13,
+        b"Input type" => 14,
+        _ => usize::MAX,
+    }
+}
 
-impl<'de> Visitor<'de> for ArgsVisitor {
-    type Value = RawArgs;
+/// Deserializes `args` into a default [`RawArgs`] in place; a value that
+/// is not an object leaves it default.
+struct ArgsSeed<'a>(&'a mut RawArgs);
+
+impl<'de> DeserializeSeed<'de> for ArgsSeed<'_> {
+    type Value = ();
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for ArgsSeed<'_> {
+    type Value = ();
     fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("an args object")
     }
     ignore_other_types!();
-    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<RawArgs, A::Error> {
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
         while seq.next_element::<IgnoredAny>()?.is_some() {}
-        Ok(RawArgs::default())
+        Ok(())
     }
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<RawArgs, A::Error> {
-        let mut a = RawArgs::default();
-        while let Some(k) = map.next_key_seed(KeySeed(ARG_KEYS))? {
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+        let a = self.0;
+        while let Some(k) = map.next_key_seed(KeySeed(arg_key))? {
             let slot = match k {
                 0 => &mut a.correlation,
                 1 => &mut a.external_id,
@@ -174,13 +203,15 @@ impl<'de> Visitor<'de> for ArgsVisitor {
             };
             *slot = map.next_value()?;
         }
-        Ok(a)
+        Ok(())
     }
 }
 
 impl<'de> Deserialize<'de> for RawArgs {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        d.deserialize_any(ArgsVisitor)
+        let mut a = RawArgs::default();
+        ArgsSeed(&mut a).deserialize(d)?;
+        Ok(a)
     }
 }
 
@@ -198,7 +229,8 @@ impl<'de> Visitor<'de> for EventVisitor {
     }
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<RawEvent, A::Error> {
         let mut e = RawEvent::default();
-        while let Some(k) = map.next_key_seed(KeySeed(EVENT_KEYS))? {
+        let mut args_seen = false;
+        while let Some(k) = map.next_key_seed(KeySeed(event_key))? {
             let slot = match k {
                 0 => &mut e.ph,
                 1 => &mut e.cat,
@@ -208,7 +240,13 @@ impl<'de> Visitor<'de> for EventVisitor {
                 5 => &mut e.pid,
                 6 => &mut e.tid,
                 7 => {
-                    e.args = map.next_value()?;
+                    // In place: `RawArgs` is most of the event's size. A
+                    // repeated `args` replaces the first (the last wins).
+                    if args_seen {
+                        e.args = RawArgs::default();
+                    }
+                    args_seen = true;
+                    map.next_value_seed(ArgsSeed(&mut e.args))?;
                     continue;
                 }
                 _ => {
@@ -277,15 +315,15 @@ pub(crate) struct TopMeta {
 
 /// Receives the events of `traceEvents`, in order.
 pub(crate) trait EventHandler {
-    fn event(&mut self, ordinal: u64, ev: RawEvent);
+    fn event(&mut self, ordinal: u64, ev: &RawEvent);
 }
 
-/// A top-level key, as its index in [`TOP_KEYS`] (`usize::MAX`: skipped).
+/// A top-level key, as its [`top_key`] index (`usize::MAX`: skipped).
 pub(crate) struct TopKey(pub usize);
 
 impl<'de> Deserialize<'de> for TopKey {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        KeySeed(TOP_KEYS).deserialize(d).map(TopKey)
+        KeySeed(top_key).deserialize(d).map(TopKey)
     }
 }
 
@@ -300,14 +338,16 @@ pub(crate) struct TopSeed<'a, H> {
     pub read_meta: bool,
 }
 
-/// The top-level keys read; [`TopKey`] indexes them.
-pub(crate) const TOP_KEYS: &[&str] = &[
-    "traceEvents",
-    "distributedInfo",
-    "deviceProperties",
-    "baseTimeNanoseconds",
-];
-
+/// The top-level keys read, as [`TopKey`] indexes.
+fn top_key(k: &[u8]) -> usize {
+    match k {
+        b"traceEvents" => 0,
+        b"distributedInfo" => 1,
+        b"deviceProperties" => 2,
+        b"baseTimeNanoseconds" => 3,
+        _ => usize::MAX,
+    }
+}
 #[cfg(test)]
 impl<'de, H: EventHandler> DeserializeSeed<'de> for TopSeed<'_, H> {
     type Value = ();
@@ -323,7 +363,7 @@ impl<'de, H: EventHandler> Visitor<'de> for TopSeed<'_, H> {
         f.write_str("a trace object with a traceEvents array")
     }
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
-        while let Some(k) = map.next_key_seed(KeySeed(TOP_KEYS))? {
+        while let Some(k) = map.next_key_seed(KeySeed(top_key))? {
             match k {
                 0 => {
                     self.meta.has_events = true;
@@ -380,7 +420,7 @@ impl<'de, H: EventHandler> Visitor<'de> for EventsSeed<'_, H> {
     fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
         let mut ordinal = 0u64;
         while let Some(ev) = seq.next_element::<RawEvent>()? {
-            self.handler.event(ordinal, ev);
+            self.handler.event(ordinal, &ev);
             ordinal += 1;
         }
         self.meta.event_count = ordinal;

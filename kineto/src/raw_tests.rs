@@ -5,8 +5,8 @@ use super::*;
 struct Collect(Vec<(u64, RawEvent)>);
 
 impl EventHandler for Collect {
-    fn event(&mut self, ordinal: u64, ev: RawEvent) {
-        self.0.push((ordinal, ev));
+    fn event(&mut self, ordinal: u64, ev: &RawEvent) {
+        self.0.push((ordinal, ev.clone()));
     }
 }
 
@@ -109,4 +109,19 @@ fn structural_errors_fail_the_parse() {
     assert!(parse("3").unwrap_err().is_data());
     let (meta, events) = parse(r#"{"other": [1]}"#).expect("parses");
     assert!(!meta.has_events && events.is_empty());
+}
+
+#[test]
+fn a_repeated_args_object_replaces_the_first() {
+    let text = r#"[
+        {"ph": "X", "args": {"correlation": 1, "device": 3}, "args": {"stream": 2}},
+        {"ph": "X", "args": {"correlation": 1}, "args": 5}
+    ]"#;
+    let (_, events) = parse(text).expect("parses");
+    let a = &events[0].1.args;
+    assert_eq!(
+        (a.correlation.as_u64(), a.device.as_u64(), a.stream.as_u64()),
+        (None, None, Some(2))
+    );
+    assert_eq!(events[1].1.args, RawArgs::default());
 }

@@ -166,12 +166,12 @@ impl Scan {
 const DESCRIBED_BAD_EVENTS: u64 = 5;
 
 impl EventHandler for Scan {
-    fn event(&mut self, ordinal: u64, ev: RawEvent) {
-        let class = event::classify(&ev);
+    fn event(&mut self, ordinal: u64, ev: &RawEvent) {
+        let class = event::classify(ev);
         if class == Class::Ignored {
             return;
         }
-        let (start, end) = match event::span_ns(&ev) {
+        let (start, end) = match event::span_ns(ev) {
             Ok(t) => t,
             Err(why) => {
                 self.stats.skipped_bad_events += 1;
@@ -192,16 +192,9 @@ impl EventHandler for Scan {
         });
         let name = ev.name.as_str().unwrap_or("");
         let host_comm = matches!(class, Class::CpuOp | Class::CpuAnnotation)
-            && self.host_comm(ordinal, start, end, class == Class::CpuOp, name, &ev);
+            && self.host_comm(ordinal, start, end, class == Class::CpuOp, name, ev);
         if let Some(keep) = self.keep.as_mut() {
-            let kept = Pending::of(
-                ordinal,
-                &ev,
-                class,
-                (start, end),
-                host_comm,
-                &mut self.names,
-            );
+            let kept = Pending::of(ordinal, ev, class, (start, end), host_comm, &mut self.names);
             if let Some(p) = kept {
                 self.kept_records += p.records();
                 if self.kept_records <= self.keep_cap {
