@@ -10,8 +10,10 @@
 //! - SQL lives in files: DDL in numbered append-only migrations, reads in `queries/`.
 //!   Values reach SQL only through client-side `?` binding; identifiers (database, table
 //!   names) come from validated config or from [`Table`], never from requests.
-//! - The client talks RowBinary with validation off (needed for ClickHouse 18.16), so the
-//!   row structs in [`rows`] must match the columns exactly; tests round-trip every table.
+//! - INSERTs are Native blocks ([`native`]: columns named and typed as `system.columns`
+//!   describes them) where every column type has a Native encoding, else RowBinary; reads
+//!   are RowBinary with validation off (needed for ClickHouse 18.16). The row structs in
+//!   [`rows`] must match the columns exactly; tests round-trip every table.
 //! - All tables are partitioned by the UTC day of their event time; retention drops
 //!   whole partitions.
 //! - With a cluster ([`Store::with_cluster`]) the same table names are `Distributed`
@@ -25,6 +27,7 @@ mod fault;
 pub mod goodput;
 pub mod gpu_ops;
 mod migrate;
+pub mod native;
 pub mod per_step;
 mod read;
 mod recover;
@@ -35,6 +38,8 @@ pub mod timeline;
 pub mod traces;
 mod writer;
 
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use hyper_util::client::legacy::connect::HttpConnector;
@@ -279,7 +284,13 @@ pub struct Store {
     database: String,
     /// `clickhouse_cluster`: DDL runs `ON CLUSTER` on sharded tables (see [`cluster`]).
     cluster: Option<String>,
+    /// Native-format layouts of the tables written so far (`None`: the
+    /// table stays on RowBinary), read from `system.columns` once.
+    layouts: Arc<Mutex<Layouts>>,
 }
+
+/// Per table name: its Native layout, or `None` (RowBinary).
+type Layouts = HashMap<&'static str, Option<Arc<native::Layout>>>;
 
 impl std::fmt::Debug for Store {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -326,6 +337,7 @@ impl Store {
             server,
             database: cfg.database.clone(),
             cluster: None,
+            layouts: Arc::default(),
         })
     }
 
@@ -359,6 +371,58 @@ impl Store {
     /// The client, with the rankscope database as its current database.
     pub fn client(&self) -> &clickhouse::Client {
         &self.client
+    }
+
+    /// How rows with fields `names` are written to `table` in the Native
+    /// format, from `system.columns` (asked once per table, then cached);
+    /// `None`: a column type [`native`] does not encode, or the table is
+    /// missing (asked again next time): RowBinary.
+    /// `timeout` bounds the lookup (a server that never answers).
+    pub(crate) async fn native_layout(
+        &self,
+        table: &'static str,
+        names: &[&str],
+        timeout: Duration,
+    ) -> Result<Option<Arc<native::Layout>>, clickhouse::error::Error> {
+        let cached = |s: &Self| {
+            s.layouts
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .get(table)
+                .cloned()
+        };
+        if let Some(layout) = cached(self) {
+            return Ok(layout);
+        }
+        #[derive(clickhouse::Row, Deserialize)]
+        struct ColumnRow {
+            name: String,
+            ty: String,
+        }
+        let query = self
+            .client
+            .query("SELECT name, type AS ty FROM system.columns WHERE database = ? AND table = ?")
+            .bind(self.database.as_str())
+            .bind(table);
+        let columns: Vec<ColumnRow> = tokio::time::timeout(timeout, query.fetch_all())
+            .await
+            .map_err(|_| clickhouse::error::Error::TimedOut)??;
+        if columns.is_empty() {
+            return Ok(None);
+        }
+        let types: HashMap<String, String> = columns.into_iter().map(|c| (c.name, c.ty)).collect();
+        let layout = native::Layout::new(names, &types).map(Arc::new);
+        if layout.is_none() {
+            tracing::info!(
+                table,
+                "a column type has no Native encoding: INSERTs stay RowBinary"
+            );
+        }
+        self.layouts
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(table, layout.clone());
+        Ok(layout)
     }
 
     fn server_client(&self) -> &clickhouse::Client {

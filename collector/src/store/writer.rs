@@ -690,7 +690,9 @@ async fn commit_tables(
 
 /// One INSERT of `table`'s rows (`select`ed from every row set, in order),
 /// none when there are no rows; counted. `Ok` names the table.
-async fn write_table<T: RowOwned + RowWrite + for<'r> RowWrite<Value<'r> = T>>(
+async fn write_table<
+    T: RowOwned + RowWrite + for<'r> RowWrite<Value<'r> = T> + serde::Serialize,
+>(
     store: &Store,
     metrics: &WriterMetrics,
     timeout: Duration,
@@ -704,8 +706,8 @@ async fn write_table<T: RowOwned + RowWrite + for<'r> RowWrite<Value<'r> = T>>(
     }
     let counters = metrics.table(table);
     let started = std::time::Instant::now();
-    let rows = sets.iter().flat_map(|s| select(s).iter());
-    match insert(store, table, rows, timeout).await {
+    let rows: Vec<&T> = sets.iter().flat_map(|s| select(s).iter()).collect();
+    match insert(store, table, &rows, timeout).await {
         Ok(()) => {
             metrics.insert_latency.observe(started.elapsed());
             let n = n as u64;
@@ -723,13 +725,36 @@ async fn write_table<T: RowOwned + RowWrite + for<'r> RowWrite<Value<'r> = T>>(
     }
 }
 
-/// One INSERT of `rows` into `table`.
-async fn insert<'r, T: RowOwned + RowWrite + for<'x> RowWrite<Value<'x> = T> + 'r>(
+/// Rows per Native block of an INSERT (the server squashes blocks into
+/// parts of up to `min_insert_block_size_rows`, 1,048,576 by default).
+const NATIVE_BLOCK_ROWS: usize = 65_536;
+
+/// One INSERT of `rows` into `table`: Native blocks when the table has a
+/// [`native::Layout`](super::native::Layout), else RowBinary.
+async fn insert<T>(
     store: &Store,
     table: Table,
-    rows: impl Iterator<Item = &'r T>,
+    rows: &[&T],
     timeout: Duration,
-) -> Result<(), clickhouse::error::Error> {
+) -> Result<(), clickhouse::error::Error>
+where
+    T: RowOwned + RowWrite + for<'x> RowWrite<Value<'x> = T> + serde::Serialize,
+{
+    let layout = store
+        .native_layout(table.name(), T::COLUMN_NAMES, timeout)
+        .await?;
+    if let Some(layout) = layout {
+        let mut insert = store
+            .client()
+            .insert_formatted_with(format!("INSERT INTO {} FORMAT Native", table.name()))
+            .with_timeouts(Some(timeout), Some(timeout));
+        for part in rows.chunks(NATIVE_BLOCK_ROWS) {
+            let mut block = Vec::new();
+            layout.encode(part.iter().copied(), &mut block)?;
+            insert.send(block.into()).await?;
+        }
+        return insert.end().await;
+    }
     let mut insert = store
         .client()
         .insert::<T>(table.name())
