@@ -13,7 +13,7 @@ use std::collections::{HashMap, HashSet};
 use clickhouse::Row;
 use rankscope_analysis::{
     breakdown, classify_kernel, job_collective_stats, rank_collective_stats, Breakdown, CollOp,
-    CollectiveObs, GpuEvent, GpuEventKind, UniformMatch,
+    CollectiveObs, GpuEvent, GpuEventKind, KernelClass, UniformMatch,
 };
 use serde::{Deserialize, Serialize};
 
@@ -21,6 +21,7 @@ use super::{Store, StoreError};
 
 const BREAKDOWN_SQL: &str = include_str!("../../queries/breakdown.sql");
 const RANK_GPU_EVENTS_SQL: &str = include_str!("../../queries/rank_gpu_events.sql");
+const RANK_KERNEL_NAMES_SQL: &str = include_str!("../../queries/rank_kernel_names.sql");
 const JOB_COLLECTIVE_CALLS_SQL: &str = include_str!("../../queries/job_collective_calls.sql");
 const JOB_COLLECTIVES_MIXED_SQL: &str = include_str!("../../queries/job_collectives_mixed.sql");
 const RANK_COLLECTIVES_SQL: &str = include_str!("../../queries/rank_collectives.sql");
@@ -93,9 +94,30 @@ struct GpuEventRow {
     rank: u32,
     node: String,
     kind: i8,
-    name: String,
+    /// [`class_code`] of the name.
+    class: u8,
     start_ns: u64,
     end_ns: u64,
+}
+
+/// Wire codes of [`KernelClass`] in `rank_gpu_events.sql` (0: computation,
+/// the default for a name the caller did not list).
+fn class_code(c: KernelClass) -> u8 {
+    match c {
+        KernelClass::Computation => 0,
+        KernelClass::Communication => 1,
+        KernelClass::Memory => 2,
+        KernelClass::Other => 3,
+    }
+}
+
+fn class_of_code(code: u8) -> KernelClass {
+    match code {
+        1 => KernelClass::Communication,
+        2 => KernelClass::Memory,
+        3 => KernelClass::Other,
+        _ => KernelClass::Computation,
+    }
 }
 
 /// One stored collective (column order of `job_collectives_mixed.sql`,
@@ -263,10 +285,39 @@ impl Store {
 
     /// Per-rank temporal breakdown over every GPU event of the job,
     /// including events outside any step (as HTA's temporal breakdown).
+    ///
+    /// A kernel's class (HTA's, from its name) is decided once per distinct
+    /// name here and mapped by ClickHouse, so rows carry a code, not a name.
     pub async fn rank_summaries(&self, job: &str) -> Result<Vec<RankSummary>, StoreError> {
+        let names: Vec<String> = self
+            .client()
+            .query(RANK_KERNEL_NAMES_SQL)
+            .bind(job)
+            .fetch_all()
+            .await
+            .map_err(StoreError::query("kernel names"))?;
+        if names.is_empty() {
+            return Ok(Vec::new());
+        }
+        // Only the names of the other classes travel (computation is the
+        // default): few (NCCL, memory kernels), so the query stays small
+        // however many compute kernels a job has. "" -> 0 keeps the arrays
+        // non-empty and changes nothing.
+        let (mut names, mut codes): (Vec<String>, Vec<u8>) = names
+            .into_iter()
+            .map(|n| {
+                let code = class_code(classify_kernel(&n, GpuEventKind::Kernel));
+                (n, code)
+            })
+            .filter(|(_, code)| *code != 0)
+            .unzip();
+        names.push(String::new());
+        codes.push(0);
         let mut cursor = self
             .client()
             .query(RANK_GPU_EVENTS_SQL)
+            .bind(&names)
+            .bind(&codes)
             .bind(job)
             .fetch::<GpuEventRow>()
             .map_err(StoreError::query("rank GPU events"))?;
@@ -283,16 +334,16 @@ impl Store {
                 }
                 current = Some((row.rank, row.node.clone(), Vec::new()));
             }
-            let kind = match row.kind {
-                2 => GpuEventKind::Memcpy,
-                3 => GpuEventKind::Memset,
-                _ => GpuEventKind::Kernel,
+            // Memcpy / memset are memory whatever their name (`classify_kernel`).
+            let class = match row.kind {
+                2 | 3 => KernelClass::Memory,
+                _ => class_of_code(row.class),
             };
             if let Some(c) = current.as_mut() {
                 c.2.push(GpuEvent {
                     start_ns: row.start_ns,
                     end_ns: row.end_ns,
-                    class: classify_kernel(&row.name, kind),
+                    class,
                 });
             }
         }
