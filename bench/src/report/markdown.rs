@@ -554,12 +554,12 @@ fn import(s: &mut String, d: &Details) {
     if let Some(syn) = first.iter().find(|r| r.name == "synthetic") {
         let _ = writeln!(
             s,
-            "Wall time is {:.1}x CPU time on the synthetic trace: `rankscope import` sends one \
-             chunk (10,000 events) per file at a time and waits for its acknowledgement, which \
-             the collector gives after the writer's next flush (up to `flush_interval_ms` = \
-             {} ms), so one file imports at about one chunk per flush however fast the parser \
-             is. The per-core figure is the import process's own work (read, parse, order, \
-             convert, send).\n",
+            "Wall time is {:.1}x CPU time on the synthetic trace: `rankscope import` sends up \
+             to four chunks (10,000 events each) of a file at a time, each waiting for its \
+             acknowledgement, which the collector gives after the writer's next flush (up to \
+             `flush_interval_ms` = {} ms), so a single file imports at about four chunks per \
+             flush however fast the parser is. The per-core figure is the import process's \
+             own work (read, parse, order, convert, send).\n",
             syn.elapsed_s / syn.cpu_s,
             super::default_flush_ms()
         );
