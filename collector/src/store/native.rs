@@ -474,6 +474,15 @@ impl ser::SerializeStruct for RowSer<'_> {
 /// Serializes one field value into its column.
 struct FieldSer<'a>(&'a mut Buf);
 
+/// `FieldSer` methods for numbers: their little-endian bytes.
+macro_rules! fixed_width {
+    ($($f:ident: $t:ty),* $(,)?) => {
+        $(fn $f(self, v: $t) -> Result<(), EncodeError> {
+            self.0.fixed(&v.to_le_bytes()).map_err(wrong)
+        })*
+    };
+}
+
 fn wrong(why: String) -> EncodeError {
     ser::Error::custom(why)
 }
@@ -492,36 +501,18 @@ impl<'a> ser::Serializer for FieldSer<'a> {
     fn serialize_bool(self, v: bool) -> Result<(), EncodeError> {
         self.0.fixed(&[u8::from(v)]).map_err(wrong)
     }
-    fn serialize_i8(self, v: i8) -> Result<(), EncodeError> {
-        self.0.fixed(&v.to_le_bytes()).map_err(wrong)
-    }
-    fn serialize_i16(self, v: i16) -> Result<(), EncodeError> {
-        self.0.fixed(&v.to_le_bytes()).map_err(wrong)
-    }
-    fn serialize_i32(self, v: i32) -> Result<(), EncodeError> {
-        self.0.fixed(&v.to_le_bytes()).map_err(wrong)
-    }
-    fn serialize_i64(self, v: i64) -> Result<(), EncodeError> {
-        self.0.fixed(&v.to_le_bytes()).map_err(wrong)
-    }
-    fn serialize_u8(self, v: u8) -> Result<(), EncodeError> {
-        self.0.fixed(&v.to_le_bytes()).map_err(wrong)
-    }
-    fn serialize_u16(self, v: u16) -> Result<(), EncodeError> {
-        self.0.fixed(&v.to_le_bytes()).map_err(wrong)
-    }
-    fn serialize_u32(self, v: u32) -> Result<(), EncodeError> {
-        self.0.fixed(&v.to_le_bytes()).map_err(wrong)
-    }
-    fn serialize_u64(self, v: u64) -> Result<(), EncodeError> {
-        self.0.fixed(&v.to_le_bytes()).map_err(wrong)
-    }
-    fn serialize_f32(self, v: f32) -> Result<(), EncodeError> {
-        self.0.fixed(&v.to_le_bytes()).map_err(wrong)
-    }
-    fn serialize_f64(self, v: f64) -> Result<(), EncodeError> {
-        self.0.fixed(&v.to_le_bytes()).map_err(wrong)
-    }
+    fixed_width!(
+        serialize_i8: i8,
+        serialize_i16: i16,
+        serialize_i32: i32,
+        serialize_i64: i64,
+        serialize_u8: u8,
+        serialize_u16: u16,
+        serialize_u32: u32,
+        serialize_u64: u64,
+        serialize_f32: f32,
+        serialize_f64: f64,
+    );
     fn serialize_char(self, v: char) -> Result<(), EncodeError> {
         self.0.str(v.encode_utf8(&mut [0; 4])).map_err(wrong)
     }
