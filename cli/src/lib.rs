@@ -16,7 +16,6 @@
 pub mod import {
     pub use rankscope_kineto::*;
     // Resolves to `src/import/send.rs` and `src/import/wait.rs`.
-    pub mod digest;
     pub mod send;
     pub mod wait;
 }

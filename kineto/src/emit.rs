@@ -348,6 +348,8 @@ pub(crate) struct Emitter<'p, F> {
     ranks_sent: HashSet<u32>,
     sink: F,
     pub(crate) stats: ImportStats,
+    /// Put into every chunk ([`Chunk::file_digest`]).
+    pub(crate) file_digest: u64,
 }
 
 impl<'p, F, E> Emitter<'p, F>
@@ -374,6 +376,7 @@ where
             ranks_sent: HashSet::new(),
             sink,
             stats,
+            file_digest: 0,
         }
     }
 
@@ -510,6 +513,7 @@ where
             identity: self.identity.clone(),
             names: self.published.take_chunk_names(names),
             events: std::mem::take(&mut self.events),
+            file_digest: self.file_digest,
         };
         self.ranks_sent.clear();
         self.stats.chunks += 1;

@@ -72,6 +72,7 @@
 //! structural problems fail the file with an [`ImportError`] naming it.
 
 mod cpu_comm;
+mod digest;
 mod discover;
 mod emit;
 mod error;
@@ -97,6 +98,7 @@ use std::path::Path;
 
 use rankscope_proto::v1 as proto;
 
+pub use digest::Digest;
 pub use discover::discover;
 pub use error::{ImportError, Problem};
 pub use ops::{op_summary, OpStat};
@@ -166,6 +168,10 @@ pub struct Chunk {
     pub names: Vec<proto::InternedName>,
     /// Events in stream order.
     pub events: Vec<proto::Event>,
+    /// [`Digest`] of the file's bytes (compressed ones for gzip), the same
+    /// in every chunk of a file: a content fingerprint taken while the scan
+    /// read it (`rankscope import` derives its session id from it).
+    pub file_digest: u64,
 }
 
 impl Chunk {
@@ -311,6 +317,7 @@ where
         &mut meta,
         &mut scan,
         true,
+        true,
         Some(&mut |n| progress(&at(n))),
     )?;
     check_events(&meta, &scan)?;
@@ -353,6 +360,7 @@ where
         sink,
         stats,
     );
+    emitter.file_digest = first.digest.unwrap_or(0);
     let mut passes = 1;
     if let Some(kept) = kept {
         // The scan kept every output event's fields: one window holds them
@@ -377,6 +385,7 @@ where
                 max_json,
                 &mut again,
                 &mut window,
+                false,
                 false,
                 Some(&mut |n| progress(&at(n))),
             )?;

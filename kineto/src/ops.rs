@@ -94,6 +94,7 @@ pub fn op_summary(path: &Path, windows: &[(u64, u64)]) -> Result<Vec<OpStat>, Im
         &mut meta,
         &mut c,
         true,
+        false,
         None,
     )
     .map_err(|p| p.at(path))?;

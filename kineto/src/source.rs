@@ -10,7 +10,7 @@
 //! file name. Memory: a fixed-size file buffer and the frame's window (1 MiB,
 //! more only while one value is larger); nothing grows with the file.
 
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
 use std::fs::File;
 use std::io::{self, BufRead, BufReader, Read};
 use std::path::Path;
@@ -18,6 +18,7 @@ use std::rc::Rc;
 
 use flate2::bufread::MultiGzDecoder;
 
+use super::digest::Digest;
 use super::frame::Frame;
 use super::raw::{EventHandler, TopMeta};
 use super::Problem;
@@ -26,17 +27,22 @@ use super::Problem;
 const PROGRESS_EVERY_BYTES: u64 = 1 << 20;
 const FILE_BUFFER_BYTES: usize = 64 << 10;
 
-/// Counts bytes read through it and reports file progress.
+/// Counts bytes read through it, reports file progress and, when asked,
+/// digests them.
 struct Counting<'a, R> {
     inner: R,
     count: Rc<Cell<u64>>,
     next_report: u64,
     on_progress: Option<&'a mut dyn FnMut(u64)>,
+    digest: Option<Rc<RefCell<Digest>>>,
 }
 
 impl<R: Read> Read for Counting<'_, R> {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         let n = self.inner.read(buf)?;
+        if let Some(d) = &self.digest {
+            d.borrow_mut().write(&buf[..n]);
+        }
         let total = self.count.get() + n as u64;
         self.count.set(total);
         if total >= self.next_report {
@@ -98,6 +104,8 @@ pub(crate) struct PassBytes {
     pub file: u64,
     /// Decompressed JSON.
     pub json: u64,
+    /// [`Digest`] of the file's bytes, when asked for.
+    pub digest: Option<u64>,
 }
 
 /// Opens `input` as a decompressed byte stream of at most `max_json`
@@ -109,6 +117,7 @@ fn open<'a>(
     file_count: Rc<Cell<u64>>,
     json_count: Rc<Cell<u64>>,
     on_progress: Option<&'a mut dyn FnMut(u64)>,
+    digest: Option<Rc<RefCell<Digest>>>,
 ) -> io::Result<(Box<dyn Read + 'a>, bool)> {
     let raw: Box<dyn Read + 'a> = match input {
         Input::File(path) => Box::new(File::open(path)?),
@@ -121,6 +130,7 @@ fn open<'a>(
             count: file_count,
             next_report: 0,
             on_progress,
+            digest,
         },
     );
     let gzip = buffered.fill_buf()?.starts_with(&[0x1f, 0x8b]);
@@ -137,34 +147,42 @@ fn open<'a>(
         count: json_count,
         next_report: u64::MAX,
         on_progress: None,
+        digest: None,
     };
     Ok((Box::new(counted), gzip))
 }
 
 /// One streaming pass over the file: metadata into `meta` (when
-/// `read_meta`), events into `handler`.
+/// `read_meta`), events into `handler`; the file's [`Digest`] when
+/// `digest`.
 pub(crate) fn pass<'a, H: EventHandler>(
     input: Input<'a>,
     max_json: u64,
     meta: &mut TopMeta,
     handler: &mut H,
     read_meta: bool,
+    digest: bool,
     on_progress: Option<&'a mut dyn FnMut(u64)>,
 ) -> Result<PassBytes, Problem> {
     let file_count = Rc::new(Cell::new(0));
     let json_count = Rc::new(Cell::new(0));
+    let digest = digest.then(Rc::default);
     let (reader, gzip) = open(
         input,
         max_json,
         file_count.clone(),
         json_count.clone(),
         on_progress,
+        digest.clone(),
     )
     .map_err(Problem::Io)?;
+    // `document` reads to the end of the stream (only whitespace may follow
+    // the document), so the digest covers every byte of the file.
     Frame::new(reader, gzip, max_json).document(meta, handler, read_meta)?;
     Ok(PassBytes {
         file: file_count.get(),
         json: json_count.get(),
+        digest: digest.map(|d: Rc<RefCell<Digest>>| d.borrow().finish()),
     })
 }
 
@@ -179,6 +197,7 @@ pub(crate) fn looks_like_trace(path: &Path) -> bool {
         u64::MAX,
         Rc::default(),
         Rc::default(),
+        None,
         None,
     ) {
         Ok(r) => r,

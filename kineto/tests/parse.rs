@@ -158,3 +158,23 @@ fn one_read_and_several_passes_give_the_same_stream() {
         assert_eq!(one.stats.events_by_kind, passes.stats.events_by_kind);
     }
 }
+
+/// Every chunk carries the digest of the file's bytes as stored (gzip
+/// included), taken while the scan read them.
+#[test]
+fn chunks_carry_the_digest_of_the_files_bytes() {
+    use rankscope_kineto::{import_file, Digest, ImportOptions};
+    let path = fixture("hta_trace_filter_2rank_sm80/sampled_rank-0.json.gz");
+    let mut want = Digest::default();
+    want.write(&std::fs::read(&path).expect("read"));
+    let mut opts = ImportOptions::new("digest");
+    opts.chunk_events = 100;
+    let mut digests = Vec::new();
+    import_file(&path, &opts, |c| {
+        digests.push(c.file_digest);
+        Ok::<(), std::convert::Infallible>(())
+    })
+    .expect("imports");
+    assert!(digests.len() > 3, "{} chunks", digests.len());
+    assert!(digests.iter().all(|&d| d == want.finish()), "{digests:x?}");
+}

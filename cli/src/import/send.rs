@@ -20,13 +20,13 @@
 //! Re-import replaces, never double-counts: a batch's identity is a pure
 //! function of the input — `agent_id` = `rankscope-import`, `agent_session` =
 //! FNV-1a 64 of (job, run id, overrides, chunk size, the file's
-//! [`Digest`](super::digest::Digest)), `seq` = chunk index + 1
+//! [`Digest`](super::Digest), taken while the scan reads it), `seq` = chunk index + 1
 //! — so the collector acknowledges a re-sent batch as a duplicate without
 //! storing it again. Transient failures (UNAVAILABLE, timeouts) are retried
 //! with backoff; anything else fails the file with an error naming it.
 
-use std::io::{IsTerminal, Read};
-use std::path::{Path, PathBuf};
+use std::io::IsTerminal;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -34,7 +34,6 @@ use futures_util::stream::{FuturesOrdered, StreamExt};
 use rankscope_proto::v1 as proto;
 use tokio::sync::{mpsc, Semaphore};
 
-use super::digest::Digest;
 use super::{
     import_file_with_progress, Chunk, ImportError, ImportOptions, ImportSummary, Progress,
 };
@@ -187,16 +186,11 @@ async fn import_one(
         reason: e.to_string(),
     };
     let (tx, mut rx) = mpsc::channel::<Chunk>(4);
-    // Reading the file (its digest, then parsing) holds one of the
-    // `parse_threads` slots; waiting for the collector's acknowledgements
-    // holds none.
+    // Parsing holds one of the `parse_threads` slots; waiting for the
+    // collector's acknowledgements holds none.
     let slot = parsers.acquire_owned().await.map_err(|e| task_error(&e))?;
-    let session = {
-        let (path, opts) = (path.clone(), opts.clone());
-        tokio::task::spawn_blocking(move || session_id(&path, &opts))
-            .await
-            .map_err(|e| task_error(&e))??
-    };
+    // From the first chunk's file digest (every chunk carries the same).
+    let mut session = None;
     let parse = {
         let (path, opts) = (path.clone(), opts.clone());
         tokio::task::spawn_blocking(move || {
@@ -253,7 +247,7 @@ async fn import_one(
         let index = chunk.index;
         let batch = proto::AgentBatch {
             agent_id: IMPORT_AGENT_ID.to_owned(),
-            agent_session: session,
+            agent_session: *session.get_or_insert_with(|| session_id(&opts, chunk.file_digest)),
             seq: index + 1,
             node: chunk.identity.node.clone(),
             sent_at_ns: now_ns(),
@@ -345,8 +339,9 @@ async fn send_batch(
     }
 }
 
-/// A non-zero session id that is a pure function of the input.
-fn session_id(path: &Path, opts: &ImportOptions) -> Result<u64, SendError> {
+/// A non-zero session id that is a pure function of the input: the options
+/// and the file's [`Digest`](super::Digest) (taken while the scan read it).
+fn session_id(opts: &ImportOptions, file_digest: u64) -> u64 {
     let mut h = Fnv::default();
     h.write(opts.job.as_bytes());
     h.write(&[0]);
@@ -356,22 +351,8 @@ fn session_id(path: &Path, opts: &ImportOptions) -> Result<u64, SendError> {
         h.write(&o.map_or(u64::MAX, u64::from).to_le_bytes());
     }
     h.write(&(opts.chunk_events as u64).to_le_bytes());
-    let read_err = |source| SendError::Read {
-        path: path.to_owned(),
-        source,
-    };
-    let mut f = std::fs::File::open(path).map_err(read_err)?;
-    let mut buf = vec![0u8; 1 << 20];
-    let mut content = Digest::default();
-    loop {
-        let n = f.read(&mut buf).map_err(read_err)?;
-        if n == 0 {
-            break;
-        }
-        content.write(&buf[..n]);
-    }
-    h.write(&content.finish().to_le_bytes());
-    Ok(h.0.max(1))
+    h.write(&file_digest.to_le_bytes());
+    h.0.max(1)
 }
 
 /// FNV-1a, 64 bit: stable across builds and platforms.
@@ -417,16 +398,16 @@ mod tests {
 
     #[test]
     fn session_depends_on_job_and_content() {
-        let dir = std::env::temp_dir().join(format!("rankscope-send-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let (a, b) = (dir.join("a.json"), dir.join("b.json"));
-        std::fs::write(&a, b"{}").unwrap();
-        std::fs::write(&b, b"{ }").unwrap();
+        let digest = |bytes: &[u8]| {
+            let mut d = crate::import::Digest::default();
+            d.write(bytes);
+            d.finish()
+        };
+        let (a, b) = (digest(b"{}"), digest(b"{ }"));
         let o = ImportOptions::new("j");
-        let sa = session_id(&a, &o).unwrap();
-        assert_eq!(sa, session_id(&a, &o).unwrap(), "deterministic");
-        assert_ne!(sa, session_id(&b, &o).unwrap());
-        assert_ne!(sa, session_id(&a, &ImportOptions::new("k")).unwrap());
-        std::fs::remove_dir_all(&dir).unwrap();
+        let sa = session_id(&o, a);
+        assert_eq!(sa, session_id(&o, a), "deterministic");
+        assert_ne!(sa, session_id(&o, b));
+        assert_ne!(sa, session_id(&ImportOptions::new("k"), a));
     }
 }
