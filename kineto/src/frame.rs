@@ -23,9 +23,12 @@
 
 use std::io::{self, Read};
 
-use serde::de::{DeserializeOwned, IgnoredAny};
+use serde::de::{DeserializeOwned, DeserializeSeed, IgnoredAny};
+use serde_json::de::SliceRead;
 
-use super::raw::{DeviceProp, DistInfo, EventHandler, LenientVec, RawEvent, TopKey, TopMeta};
+use super::raw::{
+    DeviceProp, DistInfo, EventHandler, EventSeed, LenientVec, RawEvent, TopKey, TopMeta,
+};
 use super::scalar::Scalar;
 use super::Problem;
 
@@ -175,8 +178,10 @@ impl<R: Read> Frame<R> {
         if self.peek()? == Some(b']') {
             self.pos += 1;
         } else {
+            // One event, reused: deserialized in place each time.
+            let mut ev = RawEvent::default();
             loop {
-                let ev = self.value::<RawEvent>()?;
+                self.parse(|de| EventSeed(&mut ev).deserialize(de))?;
                 handler.event(ordinal, &ev);
                 ordinal += 1;
                 match self.peek()? {
@@ -196,14 +201,23 @@ impl<R: Read> Frame<R> {
 
     /// The next value, deserialized from the window (see the module doc).
     fn value<T: DeserializeOwned>(&mut self) -> Result<T, Problem> {
+        self.parse(|de| T::deserialize(de))
+    }
+
+    /// Runs `f` on a deserializer over the window's unread bytes until it
+    /// parsed one whole value (reading more after a cut), and consumes it.
+    /// `f` may run several times on the same value: it must start afresh.
+    fn parse<T>(
+        &mut self,
+        mut f: impl FnMut(&mut serde_json::Deserializer<SliceRead<'_>>) -> serde_json::Result<T>,
+    ) -> Result<T, Problem> {
         loop {
             let slice = &self.buf[self.pos..self.len];
-            let mut stream = serde_json::Deserializer::from_slice(slice).into_iter::<T>();
-            match stream.next() {
-                None if self.eof => return Err(self.truncated_at(self.len)),
-                None => {}
-                Some(Ok(v)) => {
-                    let end = self.pos + stream.byte_offset();
+            let mut de = serde_json::Deserializer::from_slice(slice);
+            match f(&mut de) {
+                Ok(v) => {
+                    // Where the value ended (the stream starts there).
+                    let end = self.pos + de.into_iter::<IgnoredAny>().byte_offset();
                     if end < self.len || self.eof {
                         self.pos = end;
                         return Ok(v);
@@ -212,8 +226,8 @@ impl<R: Read> Frame<R> {
                 // The slice ended inside the value: EOF, or a syntax error
                 // at its last byte (`serde_json` calls a number cut after
                 // its `.`, `e` or `-` invalid, not cut short).
-                Some(Err(e)) if !self.eof && at_end(slice, &e) => {}
-                Some(Err(e)) => return Err(self.json_problem(&e)),
+                Err(e) if !self.eof && at_end(slice, &e) => {}
+                Err(e) => return Err(self.json_problem(&e)),
             }
             self.fill()?;
         }

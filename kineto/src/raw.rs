@@ -215,20 +215,31 @@ impl<'de> Deserialize<'de> for RawArgs {
     }
 }
 
-struct EventVisitor;
+/// Deserializes one trace event into an existing [`RawEvent`], which it
+/// resets first (the frame reuses one event for the whole array, so the
+/// ~800 bytes are written in place, never moved).
+pub(crate) struct EventSeed<'a>(pub &'a mut RawEvent);
 
-impl<'de> Visitor<'de> for EventVisitor {
-    type Value = RawEvent;
+impl<'de> DeserializeSeed<'de> for EventSeed<'_> {
+    type Value = ();
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+        *self.0 = RawEvent::default();
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for EventSeed<'_> {
+    type Value = ();
     fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("a trace event object")
     }
     ignore_other_types!();
-    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<RawEvent, A::Error> {
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
         while seq.next_element::<IgnoredAny>()?.is_some() {}
-        Ok(RawEvent::default())
+        Ok(())
     }
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<RawEvent, A::Error> {
-        let mut e = RawEvent::default();
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+        let e = self.0;
         let mut args_seen = false;
         while let Some(k) = map.next_key_seed(KeySeed(event_key))? {
             let slot = match k {
@@ -256,13 +267,15 @@ impl<'de> Visitor<'de> for EventVisitor {
             };
             *slot = map.next_value()?;
         }
-        Ok(e)
+        Ok(())
     }
 }
 
 impl<'de> Deserialize<'de> for RawEvent {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        d.deserialize_any(EventVisitor)
+        let mut e = RawEvent::default();
+        EventSeed(&mut e).deserialize(d)?;
+        Ok(e)
     }
 }
 
