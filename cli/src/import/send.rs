@@ -84,11 +84,6 @@ pub struct FileReport {
 pub enum SendError {
     #[error("invalid collector ingest URL {url:?}: {reason}")]
     Url { url: String, reason: String },
-    #[error("{path}: cannot read: {source}")]
-    Read {
-        path: PathBuf,
-        source: std::io::Error,
-    },
     #[error(transparent)]
     Import(#[from] ImportError),
     #[error("TLS: {0}")]

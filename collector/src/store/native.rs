@@ -126,12 +126,7 @@ impl Layout {
         for (c, buf) in self.columns.iter().zip(cols) {
             string(out, c.name.as_bytes());
             string(out, c.ty.as_bytes());
-            buf.finish(n, out).map_err(|why| {
-                clickhouse::error::Error::Custom(format!(
-                    "Native column {} {}: {why}",
-                    c.name, c.ty
-                ))
-            })?;
+            buf.finish(out);
         }
         Ok(())
     }
@@ -201,17 +196,6 @@ impl Buf {
         }
     }
 
-    /// Values in this column (to check every row gave one).
-    fn len(&self) -> usize {
-        match self {
-            Buf::Fixed { width, data } => data.len() / width,
-            Buf::Str(_) => 0, // counted by the caller's row count check below
-            Buf::LowCard { index, .. } => index.len(),
-            Buf::Array { offsets, .. } => offsets.len(),
-            Buf::Nullable { nulls, .. } => nulls.len(),
-        }
-    }
-
     fn fixed(&mut self, bytes: &[u8]) -> Result<(), String> {
         match self {
             Buf::Fixed { width, data } if *width == bytes.len() => {
@@ -268,16 +252,12 @@ impl Buf {
         }
     }
 
-    /// Appends the column's Native data for `rows` rows.
-    fn finish(self, rows: usize, out: &mut Vec<u8>) -> Result<(), String> {
+    /// Appends the column's Native data. Every row put exactly one value in
+    /// every column (`RowSer` checks the field count, a value that does not
+    /// fit fails), so the columns are as long as the block.
+    fn finish(self, out: &mut Vec<u8>) {
         match self {
-            Buf::Str(data) => out.extend_from_slice(&data),
-            Buf::Fixed { .. } | Buf::LowCard { .. } | Buf::Array { .. } | Buf::Nullable { .. }
-                if self.len() != rows =>
-            {
-                return Err(format!("{} values for {rows} rows", self.len()));
-            }
-            Buf::Fixed { data, .. } => out.extend_from_slice(&data),
+            Buf::Str(data) | Buf::Fixed { data, .. } => out.extend_from_slice(&data),
             Buf::LowCard { ids, keys, index } => {
                 // Key version 1 (shared dictionaries with additional keys);
                 // then the index width and "has additional keys" (bit 9),
@@ -300,15 +280,13 @@ impl Buf {
                 for o in &offsets {
                     out.extend_from_slice(&o.to_le_bytes());
                 }
-                let total = offsets.last().copied().unwrap_or(0) as usize;
-                inner.finish(total, out)?;
+                inner.finish(out);
             }
             Buf::Nullable { nulls, inner } => {
                 out.extend_from_slice(&nulls);
-                inner.finish(rows, out)?;
+                inner.finish(out);
             }
         }
-        Ok(())
     }
 }
 
