@@ -16,6 +16,10 @@
 //! start. At most one retry per window refill, so the extra work is a
 //! fraction of a value per MiB.
 //!
+//! The elements of `traceEvents` are first tried with [`flat::event`],
+//! which reads Kineto's flat event objects without `serde` and leaves any
+//! other element to the path above.
+//!
 //! The grammar around the values (the top-level object, the `traceEvents`
 //! array, commas, colons) is read here byte by byte, with the errors
 //! `serde_json` gives for the same faults; positions (line, column) are
@@ -30,7 +34,7 @@ use super::raw::{
     DeviceProp, DistInfo, EventHandler, EventSeed, LenientVec, RawEvent, TopKey, TopMeta,
 };
 use super::scalar::Scalar;
-use super::Problem;
+use super::{flat, Problem};
 
 /// Bytes read from the decoded stream at a time (and the window's first size).
 const READ_BYTES: usize = 1 << 20;
@@ -181,7 +185,12 @@ impl<R: Read> Frame<R> {
             // One event, reused: deserialized in place each time.
             let mut ev = RawEvent::default();
             loop {
-                self.parse(|de| EventSeed(&mut ev).deserialize(de))?;
+                // Kineto's flat objects without serde; anything else (and an
+                // element cut by the window's end) through `EventSeed`.
+                match flat::event(&self.buf[self.pos..self.len], &mut ev) {
+                    Some(n) if self.pos + n < self.len || self.eof => self.pos += n,
+                    _ => self.parse(|de| EventSeed(&mut ev).deserialize(de))?,
+                }
                 handler.event(ordinal, &ev);
                 ordinal += 1;
                 match self.peek()? {

@@ -77,6 +77,7 @@ mod discover;
 mod emit;
 mod error;
 mod event;
+mod flat;
 mod frame;
 mod identity;
 mod names;

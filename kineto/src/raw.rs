@@ -115,7 +115,7 @@ impl<'de> Visitor<'de> for KeySeed {
     }
 }
 
-fn event_key(k: &[u8]) -> usize {
+pub(crate) fn event_key(k: &[u8]) -> usize {
     match k {
         b"ph" => 0,
         b"cat" => 1,
@@ -129,7 +129,7 @@ fn event_key(k: &[u8]) -> usize {
     }
 }
 
-fn arg_key(k: &[u8]) -> usize {
+pub(crate) fn arg_key(k: &[u8]) -> usize {
     match k {
         b"correlation" => 0,
         b"External id" => 1,

@@ -1,0 +1,400 @@
+//! Kineto's trace events read without `serde`: the importer's hot path.
+//!
+//! In: the window's unread bytes, starting at one element of `traceEvents`.
+//! Out: that event written into a [`RawEvent`] and the bytes it took, or
+//! `None`: the element holds something this reader leaves to `serde_json`
+//! (an escape or a control character in a string, invalid UTF-8 in a string
+//! that is read, an exponent or more than 19 digits in a number, nesting
+//! deeper than [`MAX_DEPTH`], an element that is not an object), is not
+//! valid JSON, or does not end inside the slice. The caller then parses the
+//! element with [`EventSeed`](super::raw::EventSeed), which stays the
+//! definition: whatever this reader returns is what `EventSeed` gives for
+//! the same bytes (`flat_tests` checks it on real traces, on every
+//! truncation and on byte substitutions).
+//!
+//! Why: Kineto writes flat objects with ASCII keys, short strings and plain
+//! numbers. `serde_json` reads them through a visitor call per key and per
+//! value; this reads them with one cursor over the bytes, matches keys as
+//! bytes and keeps the event's string buffers (a field that held a string
+//! reuses its allocation for the next event's). The nested values of fields
+//! that are read (`Input Dims`, `Input type`, an array of ranks) are cut out
+//! here and parsed by `serde_json` from that slice: the same code as in the
+//! fallback, so they cannot differ.
+//!
+//! Numbers are read as `serde_json` reads them: an integer as `u64`, a
+//! negative one as `i64` (`-0` and values below `i64::MIN` as floats); a
+//! decimal fraction as `serde_json` computes it without its
+//! `float_roundtrip` feature: the digits as one integer, converted to `f64`
+//! and divided by the power of ten of the fraction's length (one correctly
+//! rounded division: Kineto's `ts` with three decimals below 2^53 are
+//! exact before it).
+
+use super::raw::{arg_key, event_key, Num, RawArgs, RawEvent, Scalar};
+
+/// Deepest nesting read here (the event object is depth 1); `serde_json`
+/// allows 128 from the element, so nothing it rejects for depth passes.
+const MAX_DEPTH: usize = 64;
+
+/// Digits of a number read here (19 always fit a `u64`).
+const MAX_DIGITS: usize = 19;
+
+/// `serde_json`'s `POW10` table up to 10^19 (every entry exact in `f64`).
+const POW10: [f64; MAX_DIGITS + 1] = [
+    1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11, 1e12, 1e13, 1e14, 1e15, 1e16,
+    1e17, 1e18, 1e19,
+];
+
+/// Bytes of a string checked one by one before memchr takes over.
+const SHORT_STRING: usize = 24;
+
+/// `RawArgs` fields by [`arg_key`] index: the scalars, then the two shapes.
+const ARG_SCALARS: usize = 13;
+const ARG_INPUT_DIMS: usize = 13;
+const ARG_INPUT_TYPES: usize = 14;
+/// `RawEvent` fields by [`event_key`] index: the scalars, then `args`.
+const EVENT_SCALARS: usize = 7;
+const EVENT_ARGS: usize = 7;
+
+/// Reads the event at the start of `b` into `ev` (see the module doc);
+/// returns the bytes it took. On `None`, `ev` holds a partial event.
+pub(crate) fn event(b: &[u8], ev: &mut RawEvent) -> Option<usize> {
+    let mut c = Cursor { b, i: 0 };
+    if c.peek()? != b'{' {
+        return None;
+    }
+    c.i += 1;
+    // Fields written by this element (bit = key index); the others are
+    // reset at the end, so a string field keeps its buffer across events.
+    let (mut seen, mut args_seen) = (0u32, 0u32);
+    if c.peek()? == b'}' {
+        c.i += 1;
+    } else {
+        loop {
+            let key = event_key(c.key()?);
+            match key {
+                k if k < EVENT_SCALARS => {
+                    c.scalar(event_field(ev, k))?;
+                    seen |= 1 << k;
+                }
+                EVENT_ARGS => {
+                    // A repeated `args` replaces the first (the last wins).
+                    args_seen = 0;
+                    c.args(&mut ev.args, &mut args_seen)?;
+                }
+                _ => c.skip(2)?,
+            }
+            match c.peek()? {
+                b',' => c.i += 1,
+                b'}' => {
+                    c.i += 1;
+                    break;
+                }
+                _ => return None,
+            }
+        }
+    }
+    for k in 0..EVENT_SCALARS {
+        if seen & (1 << k) == 0 {
+            *event_field(ev, k) = Scalar::Absent;
+        }
+    }
+    let a = &mut ev.args;
+    for k in 0..ARG_SCALARS {
+        if args_seen & (1 << k) == 0 {
+            *arg_field(a, k) = Scalar::Absent;
+        }
+    }
+    if args_seen & (1 << ARG_INPUT_DIMS) == 0 {
+        a.input_dims = Default::default();
+    }
+    if args_seen & (1 << ARG_INPUT_TYPES) == 0 {
+        a.input_types = Default::default();
+    }
+    Some(c.i)
+}
+
+fn event_field(ev: &mut RawEvent, k: usize) -> &mut Scalar {
+    match k {
+        0 => &mut ev.ph,
+        1 => &mut ev.cat,
+        2 => &mut ev.name,
+        3 => &mut ev.ts,
+        4 => &mut ev.dur,
+        5 => &mut ev.pid,
+        _ => &mut ev.tid,
+    }
+}
+
+fn arg_field(a: &mut RawArgs, k: usize) -> &mut Scalar {
+    match k {
+        0 => &mut a.correlation,
+        1 => &mut a.external_id,
+        2 => &mut a.device,
+        3 => &mut a.stream,
+        4 => &mut a.bytes,
+        5 => &mut a.bandwidth_gbps,
+        6 => &mut a.coll_name,
+        7 => &mut a.in_nelems,
+        8 => &mut a.out_nelems,
+        9 => &mut a.group_size,
+        10 => &mut a.dtype,
+        11 => &mut a.pg_name,
+        _ => &mut a.pg_ranks,
+    }
+}
+
+/// Leading ASCII digits of `b`.
+#[inline]
+fn digits(b: &[u8]) -> usize {
+    b.iter().take_while(|c| c.is_ascii_digit()).count()
+}
+
+/// `acc` followed by the decimal `digits` (at most [`MAX_DIGITS`] in all).
+#[inline]
+fn value(digits: &[u8], acc: u64) -> u64 {
+    digits
+        .iter()
+        .fold(acc, |v, &d| v * 10 + u64::from(d - b'0'))
+}
+
+/// A string value, in the slot's own buffer when it already holds one.
+fn put_str(slot: &mut Scalar, s: &str) {
+    match slot {
+        Scalar::Str(old) => {
+            old.clear();
+            old.push_str(s);
+        }
+        _ => *slot = Scalar::Str(s.to_owned()),
+    }
+}
+
+struct Cursor<'a> {
+    b: &'a [u8],
+    i: usize,
+}
+
+impl<'a> Cursor<'a> {
+    /// Skips whitespace; the next byte, not consumed (`None` at the end).
+    #[inline]
+    fn peek(&mut self) -> Option<u8> {
+        while let Some(&c) = self.b.get(self.i) {
+            match c {
+                b' ' | b'\n' | b'\t' | b'\r' => self.i += 1,
+                _ => return Some(c),
+            }
+        }
+        None
+    }
+
+    /// A key and its `:`.
+    #[inline]
+    fn key(&mut self) -> Option<&'a [u8]> {
+        if self.peek()? != b'"' {
+            return None;
+        }
+        let k = self.string()?;
+        if self.peek()? != b':' {
+            return None;
+        }
+        self.i += 1;
+        Some(k)
+    }
+
+    /// The string whose `"` is at the cursor: its bytes between the quotes
+    /// (`None` on an escape or a control character: `serde_json` decodes
+    /// the one and rejects the other).
+    #[inline]
+    fn string(&mut self) -> Option<&'a [u8]> {
+        let start = self.i + 1;
+        let rest = self.b.get(start..)?;
+        // Keys and short values byte by byte; the rest of a long one (a
+        // kernel's name) through memchr, then checked.
+        let mut len = 0;
+        for &c in rest.iter().take(SHORT_STRING) {
+            match c {
+                b'"' => {
+                    self.i = start + len + 1;
+                    return Some(&rest[..len]);
+                }
+                b'\\' | 0..=0x1f => return None,
+                _ => len += 1,
+            }
+        }
+        len += memchr::memchr(b'"', rest.get(len..)?)?;
+        let s = &rest[..len];
+        if s.iter()
+            .fold(false, |bad, &c| bad | (c < 0x20) | (c == b'\\'))
+        {
+            return None;
+        }
+        self.i = start + len + 1;
+        Some(s)
+    }
+
+    /// The number at the cursor (see the module doc).
+    #[inline]
+    fn number(&mut self) -> Option<Num> {
+        let b = self.b;
+        let negative = b[self.i] == b'-';
+        let int_start = self.i + usize::from(negative);
+        let int_len = digits(&b[int_start..]);
+        if int_len == 0 || (int_len > 1 && b[int_start] == b'0') {
+            return None;
+        }
+        let mut end = int_start + int_len;
+        let mut frac_len = 0;
+        if b.get(end) == Some(&b'.') {
+            frac_len = digits(&b[end + 1..]);
+            if frac_len == 0 {
+                return None;
+            }
+            end += 1 + frac_len;
+        }
+        // At the slice's end the number may go on past it.
+        if matches!(b.get(end), None | Some(b'e' | b'E')) || int_len + frac_len > MAX_DIGITS {
+            return None;
+        }
+        self.i = end;
+        let int = value(&b[int_start..int_start + int_len], 0);
+        Some(if frac_len > 0 {
+            let all = value(&b[end - frac_len..end], int);
+            let f = all as f64 / POW10[frac_len];
+            Num::F(if negative { -f } else { f })
+        } else if !negative {
+            Num::U(int)
+        } else {
+            let n = (int as i64).wrapping_neg();
+            if n >= 0 {
+                Num::F(-(int as f64))
+            } else {
+                Num::I(n)
+            }
+        })
+    }
+
+    /// `word` at the cursor.
+    #[inline]
+    fn literal(&mut self, word: &[u8]) -> Option<()> {
+        if self.b.get(self.i..self.i + word.len())? != word {
+            return None;
+        }
+        self.i += word.len();
+        Some(())
+    }
+
+    /// One value into a [`Scalar`] slot, as `Scalar::deserialize` reads it.
+    #[inline]
+    fn scalar(&mut self, slot: &mut Scalar) -> Option<()> {
+        match self.peek()? {
+            b'"' => put_str(slot, std::str::from_utf8(self.string()?).ok()?),
+            b'-' | b'0'..=b'9' => *slot = Scalar::Num(self.number()?),
+            b't' => {
+                self.literal(b"true")?;
+                *slot = Scalar::Other;
+            }
+            b'f' => {
+                self.literal(b"false")?;
+                *slot = Scalar::Other;
+            }
+            b'n' => {
+                self.literal(b"null")?;
+                *slot = Scalar::Absent;
+            }
+            _ => *slot = self.nested(3)?,
+        }
+        Some(())
+    }
+
+    /// One value (at `depth`) cut out and deserialized by `serde_json`.
+    fn nested<T: serde::de::DeserializeOwned>(&mut self, depth: usize) -> Option<T> {
+        self.peek()?;
+        let start = self.i;
+        self.skip(depth)?;
+        serde_json::from_slice(&self.b[start..self.i]).ok()
+    }
+
+    /// The value of `args` into `a`, marking the fields written in `seen`
+    /// (a value that is not an object writes none, as `ArgsSeed`).
+    fn args(&mut self, a: &mut RawArgs, seen: &mut u32) -> Option<()> {
+        if self.peek()? != b'{' {
+            return self.skip(2);
+        }
+        self.i += 1;
+        if self.peek()? == b'}' {
+            self.i += 1;
+            return Some(());
+        }
+        loop {
+            match arg_key(self.key()?) {
+                k if k < ARG_SCALARS => {
+                    self.scalar(arg_field(a, k))?;
+                    *seen |= 1 << k;
+                }
+                ARG_INPUT_DIMS => {
+                    a.input_dims = self.nested(3)?;
+                    *seen |= 1 << ARG_INPUT_DIMS;
+                }
+                ARG_INPUT_TYPES => {
+                    a.input_types = self.nested(3)?;
+                    *seen |= 1 << ARG_INPUT_TYPES;
+                }
+                _ => self.skip(3)?,
+            }
+            match self.peek()? {
+                b',' => self.i += 1,
+                b'}' => {
+                    self.i += 1;
+                    return Some(());
+                }
+                _ => return None,
+            }
+        }
+    }
+
+    /// Passes over one value at `depth` (1 = the event), checking it is
+    /// JSON this reader accepts.
+    fn skip(&mut self, depth: usize) -> Option<()> {
+        match self.peek()? {
+            b'"' => {
+                self.string()?;
+            }
+            b'-' | b'0'..=b'9' => {
+                self.number()?;
+            }
+            b't' => self.literal(b"true")?,
+            b'f' => self.literal(b"false")?,
+            b'n' => self.literal(b"null")?,
+            open @ (b'[' | b'{') => {
+                if depth > MAX_DEPTH {
+                    return None;
+                }
+                let close = if open == b'[' { b']' } else { b'}' };
+                self.i += 1;
+                if self.peek()? == close {
+                    self.i += 1;
+                    return Some(());
+                }
+                loop {
+                    if open == b'{' {
+                        self.key()?;
+                    }
+                    self.skip(depth + 1)?;
+                    match self.peek()? {
+                        b',' => self.i += 1,
+                        c if c == close => {
+                            self.i += 1;
+                            return Some(());
+                        }
+                        _ => return None,
+                    }
+                }
+            }
+            _ => return None,
+        }
+        Some(())
+    }
+}
+
+#[cfg(test)]
+#[path = "flat_tests.rs"]
+mod tests;
