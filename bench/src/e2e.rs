@@ -70,8 +70,11 @@ pub struct E2eRun {
     /// Batches the collector answered UNAVAILABLE (writer queue full; the
     /// agent backs off and retries).
     pub collector_retries: u64,
-    /// INSERT statements the collector made.
+    /// INSERT statements the collector made...
     pub inserts: u64,
+    /// ...by table (tables with none left out).
+    #[serde(default)]
+    pub inserts_by_table: Vec<(String, u64)>,
     /// Share of all CPU time of the machine (every process, also other
     /// users') that was busy during the run, and waiting for I/O, %.
     pub machine_busy_pct: f64,
@@ -171,6 +174,13 @@ pub async fn run_once(
     let inserts = collector
         .counter(&ctx.http, "rankscope_collector_clickhouse_inserts_total")
         .await?;
+    let mut inserts_by_table = collector
+        .counters_by_label(
+            &ctx.http,
+            "rankscope_collector_clickhouse_table_inserts_total",
+        )
+        .await?;
+    inserts_by_table.retain(|(_, n)| *n > 0);
     let a1 = sys::cpu_s(agent.pid)?;
     let ch1 = ch_pid.and_then(|p| sys::cpu_s(p).ok());
     let collector_rss = sys::peak_rss_mib(collector.pid)?;
@@ -226,6 +236,7 @@ pub async fn run_once(
         },
         collector_retries,
         inserts,
+        inserts_by_table,
         machine_busy_pct: m1.busy_pct_since(&m0),
         machine_iowait_pct: m1.iowait_pct_since(&m0),
         stored_bytes,

@@ -107,6 +107,21 @@ pub fn prometheus_counter(text: &str, name: &str) -> Option<u64> {
     })
 }
 
+/// The series of counter `name` with one label: (label value, value) for
+/// lines like `name{table="kernels"} 12`.
+pub fn prometheus_labelled(text: &str, name: &str) -> Vec<(String, u64)> {
+    text.lines()
+        .filter_map(|l| {
+            let rest = l.strip_prefix(name)?.strip_prefix('{')?;
+            let (labels, value) = rest.split_once("} ")?;
+            let (_, label) = labels.split_once("=\"")?;
+            let label = label.strip_suffix('"')?;
+            let v = value.trim().parse::<f64>().ok()?;
+            Some((label.to_owned(), v as u64))
+        })
+        .collect()
+}
+
 fn error_chain(e: &dyn std::error::Error) -> String {
     let mut out = e.to_string();
     let mut source = e.source();
@@ -127,5 +142,14 @@ mod tests {
         let text = "# HELP a_total x\n# TYPE a_total counter\na_total_other 5\na_total 42\n";
         assert_eq!(prometheus_counter(text, "a_total"), Some(42));
         assert_eq!(prometheus_counter(text, "b_total"), None);
+    }
+
+    #[test]
+    fn labelled_series_are_read_with_their_label() {
+        let text = "# TYPE t_total counter\nt_total{table=\"kernels\"} 12\nt_total{table=\"steps\"} 3\nt_total_x{table=\"a\"} 9\n";
+        assert_eq!(
+            prometheus_labelled(text, "t_total"),
+            vec![("kernels".to_owned(), 12), ("steps".to_owned(), 3)]
+        );
     }
 }

@@ -309,7 +309,8 @@ async fn run_e2e(ctx: &Ctx, args: &Args, params: E2eParams, d: &mut Details) -> 
         let r = e2e::run_once(ctx, &params, index, false).await?;
         note(&format!(
             "end-to-end run {}/{}: {} events in {:.2} s = {:.0} events/s; bulk {:.0} rows/s; \
-             {} retries, {} inserts, machine {:.0} % busy, {:.0} % iowait",
+             {} retries, {} inserts ({}), machine {:.0} % busy, {:.0} % iowait; \
+             ClickHouse {:.2} CPU s ({:.2} settled), bulk {:.2} ({:.2} settled)",
             i + 1,
             args.e2e_runs,
             r.events,
@@ -318,8 +319,17 @@ async fn run_e2e(ctx: &Ctx, args: &Args, params: E2eParams, d: &mut Details) -> 
             r.bulk.rows_per_s,
             r.collector_retries,
             r.inserts,
+            r.inserts_by_table
+                .iter()
+                .map(|(t, n)| format!("{t} {n}"))
+                .collect::<Vec<_>>()
+                .join(", "),
             r.machine_busy_pct,
-            r.machine_iowait_pct
+            r.machine_iowait_pct,
+            r.clickhouse_cpu_s,
+            r.clickhouse_cpu_settled_s,
+            r.bulk.clickhouse_cpu_s,
+            r.bulk.clickhouse_cpu_settled_s
         ));
         d.e2e.push(r);
         index += 1;

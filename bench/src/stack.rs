@@ -238,6 +238,18 @@ impl CollectorProc {
             .ok_or_else(|| BenchError::parse("collector /metrics", format!("no counter {name}")))
     }
 
+    /// Every series of a labelled counter family with one label, as
+    /// (label value, count), e.g. the INSERTs by `table`.
+    pub async fn counters_by_label(
+        &self,
+        http: &HttpClient,
+        name: &str,
+    ) -> Result<Vec<(String, u64)>, BenchError> {
+        let r = http.get_ok(&format!("{}/metrics", self.http_url)).await?;
+        let text = String::from_utf8_lossy(&r.body);
+        Ok(crate::http::prometheus_labelled(&text, name))
+    }
+
     /// Stops the process (SIGTERM, 20 s grace).
     pub fn stop(&mut self) {
         let _ = sys::terminate(&mut self.child, Duration::from_secs(20));

@@ -126,6 +126,14 @@ impl Counters {
                 "INSERT statements ClickHouse accepted.",
                 &w.inserts,
             ),
+            Family::labelled(
+                "rankscope_collector_clickhouse_table_inserts_total",
+                "INSERT statements ClickHouse accepted, by table (each is a part to merge).",
+                "table",
+                crate::store::Table::ALL
+                    .iter()
+                    .map(|t| (t.name(), w.table(*t).inserts.load(Relaxed))),
+            ),
             Family::plain(
                 "rankscope_collector_clickhouse_insert_failures_total",
                 "INSERT statements that failed.",

@@ -58,7 +58,7 @@ pub use rows::{
 };
 pub use writer::{
     spawn_writer, spawn_writer_counting, Queued, TableCounters, WriteError, WriteOutcome,
-    WriterConfig, WriterHandle, WriterMetrics, MAX_WINDOW_ROWS,
+    WriterConfig, WriterHandle, WriterMetrics, MAX_WINDOW_ROWS, RANKS_REFRESH_NS,
 };
 
 /// How INSERT bodies are compressed on the wire.

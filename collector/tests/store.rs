@@ -506,6 +506,41 @@ async fn every_row_type_round_trips_through_its_table() {
 }
 
 #[tokio::test]
+async fn a_rank_row_is_written_when_its_identity_changes_or_goes_stale() {
+    use rankscope_collector::store::RANKS_REFRESH_NS;
+    let store = fresh_store("ranks_refresh").await;
+    let (handle, task, stop) = writer(store.clone(), writer_cfg(25, 20, 64));
+    let base = now_ns();
+    let second = 1_000_000_000;
+    // (seen, pid): first row; same identity 1 s later; pid changed; same
+    // again 1 s later; the refresh interval after the last row written.
+    let rows = [
+        (base, 10),
+        (base + second, 10),
+        (base + 2 * second, 11),
+        (base + 3 * second, 11),
+        (base + 2 * second + RANKS_REFRESH_NS, 11),
+    ];
+    for (seq, (seen, pid)) in rows.into_iter().enumerate() {
+        let mut set = full_row_set("job-r", seq as u64 + 1, seen);
+        set.ranks[0].pid = pid;
+        set.ranks[0].seen_ns = seen;
+        assert_eq!(handle.write(set).await.unwrap().rows, 5);
+    }
+    assert_eq!(load(&handle.metrics().table(Table::Ranks).rows), 3);
+    let latest = ch()
+        .query(&format!(
+            "SELECT pid, seen_ns = {} FROM {}.ranks FINAL WHERE job_id = 'job-r'",
+            base + 2 * second + RANKS_REFRESH_NS,
+            store.database()
+        ))
+        .unwrap();
+    assert_eq!(latest.trim(), "11\t1");
+    drop(stop);
+    task.await.unwrap();
+}
+
+#[tokio::test]
 async fn concurrent_writes_are_all_acknowledged_and_stored_exactly_once() {
     let store = fresh_store("concurrent").await;
     let (handle, task, stop) = writer(store.clone(), writer_cfg(25, 20, 64));
@@ -534,8 +569,9 @@ async fn concurrent_writes_are_all_acknowledged_and_stored_exactly_once() {
     }
     assert_eq!(store.count_rows(Table::IngestBatches, "").await.unwrap(), n);
     let m = handle.metrics();
-    // `ranks` replaces rows of the same rank: all were written, one identity remains.
-    assert_eq!(load(&m.table(Table::Ranks).rows), n);
+    // One identity, all within RANKS_REFRESH_NS: its first row is written,
+    // the other row sets' copies are left out.
+    assert_eq!(load(&m.table(Table::Ranks).rows), 1);
     let ranks = ch()
         .query(&format!(
             "SELECT count() FROM {}.ranks FINAL",
@@ -543,12 +579,13 @@ async fn concurrent_writes_are_all_acknowledged_and_stored_exactly_once() {
         ))
         .unwrap();
     assert_eq!(ranks.trim(), "1");
-    // 15 tables, and the batch's `ingest_intents` row written first.
-    assert_eq!(load(&m.rows_written), 16 * n);
+    // 14 tables, and the batch's `ingest_intents` row written first; one
+    // `ranks` row in all.
+    assert_eq!(load(&m.rows_written), 15 * n + 1);
     assert_eq!(load(&m.insert_failures), 0);
-    // Batched: 14 tables and the intents per flush, far fewer flushes than
-    // row sets.
-    assert_eq!(load(&m.inserts), 15 * load(&m.flushes));
+    // Batched: 13 tables and the intents per flush (and `ranks` once), far
+    // fewer flushes than row sets.
+    assert_eq!(load(&m.inserts), 14 * load(&m.flushes) + 1);
     assert!(
         load(&m.flushes) < n,
         "{} flushes for {n} row sets",
@@ -952,15 +989,14 @@ async fn retention_drops_old_day_partitions_and_keeps_recent_ones() {
         .trim()
         .to_string()
     };
-    handle.write(full_row_set("job-r", 1, now)).await.unwrap();
-    handle
-        .write(full_row_set("job-r", 2, now - 10 * DAY_NS))
-        .await
-        .unwrap();
-    handle
-        .write(full_row_set("job-r", 3, now + 8 * DAY_NS))
-        .await
-        .unwrap();
+    // A pid of its own each: the writer writes a rank's row again only when
+    // its identity changed or RANKS_REFRESH_NS after the last (the day
+    // 10 days back comes after `now` here).
+    for (seq, ts) in [(1, now), (2, now - 10 * DAY_NS), (3, now + 8 * DAY_NS)] {
+        let mut set = full_row_set("job-r", seq, ts);
+        set.ranks[0].pid = seq as u32;
+        handle.write(set).await.unwrap();
+    }
     assert_eq!(store.count_rows(Table::Spans, "job-r").await.unwrap(), 3);
 
     assert!(

@@ -79,24 +79,31 @@ fn why(name: &str, d: &Details) -> String {
             )
         }
         "clickhouse_cpu_per_row_vs_bulk" => format!(
-            "Every end-to-end INSERT is a part (median {:.0} INSERTs for {:.0} events); the \
-             window includes the merges of those parts, while the bulk load writes 4 parts \
-             and its merges run after it. The part count, not the format, is the cost: on \
-             this ClickHouse 18.16, 1 M rows of the `kernels` schema sent over HTTP as 40 \
-             INSERTs of 25,000 rows took 2.0-2.5 CPU s in RowBinary and in Native alike, \
-             and 0.67 CPU s as 4 INSERTs of 250,000 rows (merges included). The writer \
-             now commits a window in its own task while the next one fills, so under load \
-             a window grows to the commit time (about 90 INSERTs per run instead of 217 \
-             when it still stopped for every 100,000-row flush); one agent with \
-             `max_in_flight_batches` unacknowledged batches cannot fill larger windows. \
-             Rows streamed into open INSERTs as they arrive would not need to be held, but \
-             ClickHouse 18.16 commits a truncated chunked INSERT when its client dies, so \
-             a killed collector would store rows before their batch's intent (tried; the \
-             restart test found duplicates). Per-run ClickHouse CPU is bimodal on this \
-             shared VM: identical binaries back to back took 2.9 s and 10 s, so single \
-             runs do not separate a change from the noise. {}",
+            "Every end-to-end INSERT is a part, a directory of two files per column and \
+             about six more (18 to 50 files for these tables): median {:.0} INSERTs for {:.0} \
+             events ({}), against the bulk load's 4 parts{}. Creating a file makes ext4 \
+             allocate an inode, and it passes over inodes freed in the last minute by \
+             reading their inode table blocks (`recently_deleted`, `find_inode_bit`), so \
+             the cost per file grows after mass deletions on the same disk (each run's \
+             databases are dropped after it; other users of this VM delete files too): \
+             five back-to-back runs of one build took 3.9, 3.5, 3.1, 1.7 and 1.4 \
+             ClickHouse CPU s for the same rows, and the first run after a 90 s quiet \
+             period 1.6 s, while the bulk load stayed at 1.2-1.4 s. Fewer parts is the \
+             lever: `ranks` gets a row only when a rank's identity changes or every 5 s \
+             (one INSERT per run instead of one per window); `step_breakdown`, written by \
+             the results writer every commit, is the largest part-maker left, and stays \
+             on that fast path because `rankscope import` waits for its rows. Longer \
+             ingest windows did not help: with a 1 s flush interval one agent's \
+             `max_in_flight_batches` unacknowledged batches cannot fill them (acks only \
+             after commit), and 400 ms windows made runs longer without lowering \
+             ClickHouse CPU. Rows streamed into open INSERTs as they arrive would not \
+             need to be held, but ClickHouse 18.16 commits a truncated chunked INSERT \
+             when its client dies, so a killed collector would store rows before their \
+             batch's intent (tried; the restart test found duplicates). {}",
             med(&|r| r.inserts as f64),
             med(&|r| r.events as f64),
+            inserts_by_table(d),
+            ch_kernel_note(d),
             busy_note(d)
         ),
         "agent_cpu_pct_8_ranks_realtime" => format!(
@@ -277,6 +284,32 @@ fn busy_note(d: &Details) -> String {
 }
 
 /// What the kernel share of ClickHouse's profile says, if profiled.
+/// Median INSERTs per run by table, e.g. "kernels 9, ranks 1".
+fn inserts_by_table(d: &Details) -> String {
+    let Some(first) = d.e2e.first() else {
+        return "no runs".to_owned();
+    };
+    first
+        .inserts_by_table
+        .iter()
+        .map(|(table, _)| {
+            let n = median(
+                &d.e2e
+                    .iter()
+                    .map(|r| {
+                        r.inserts_by_table
+                            .iter()
+                            .find(|(t, _)| t == table)
+                            .map_or(0.0, |(_, n)| *n as f64)
+                    })
+                    .collect::<Vec<_>>(),
+            );
+            format!("{table} {n:.0}")
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 fn ch_kernel_note(d: &Details) -> String {
     d.profile
         .iter()

@@ -16,6 +16,9 @@
 //! whose time is up while the previous one commits keeps taking rows, so under load
 //! windows grow to the commit time (fewer, larger INSERTs: ClickHouse makes a part per
 //! INSERT and merges them later); a full window stops taking rows until it can close.
+//! `ranks` rows come with every agent batch; a window keeps one only when it adds
+//! something ([`RanksSeen`]: a new or changed identity, or a refresh of `seen_ns` every
+//! [`RANKS_REFRESH_NS`]), so `ranks` does not make a part in every window.
 //! Memory: at most two windows of rows (`batch_max_rows` each) plus the queue.
 //!
 //! Backpressure policy: the queue holds `queue_capacity` row sets and `queue_max_rows`
@@ -47,7 +50,7 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use super::fault::{classify, Fault};
-use super::rows::BatchRow;
+use super::rows::{BatchRow, RankRow};
 use super::{RowSet, Store, Table};
 
 /// Batching of the writer (`[writer]` in the collector config).
@@ -283,6 +286,7 @@ pub fn spawn_writer_counting(
         rx,
         window: Window::default(),
         partial: Partial::default(),
+        ranks_seen: RanksSeen::default(),
     };
     let task = tokio::spawn(writer.run(shutdown));
     (
@@ -310,6 +314,8 @@ struct Writer {
     window: Window,
     /// Tables that already hold the rows of agent batches whose window failed.
     partial: Partial,
+    /// Rank identities already stored (or in a window on its way).
+    ranks_seen: RanksSeen,
 }
 
 /// A failed window: the first error, and the tables whose INSERT succeeded.
@@ -387,6 +393,70 @@ impl Partial {
     }
 }
 
+/// How often a rank whose identity did not change gets a new `ranks` row
+/// (its `seen_ns`, the job list's "last seen"): every agent batch carries its
+/// ranks' identities, and one row per window would add a part to every
+/// window of the ingest writer.
+pub const RANKS_REFRESH_NS: u64 = 5_000_000_000;
+
+/// Rank identities remembered by [`RanksSeen`]; past it the memory is
+/// cleared (the next row of each rank is written again).
+const RANKS_SEEN_MAX: usize = 100_000;
+
+/// Which `ranks` rows are worth writing: a rank's first row, a row whose
+/// identity (world size, local rank, node, pid, labels) changed, and one
+/// per [`RANKS_REFRESH_NS`] of `seen_ns` otherwise. A row counts as written
+/// once its window takes it; if that window fails, its ranks are forgotten,
+/// so the agent's retry of the batch writes them.
+#[derive(Default)]
+struct RanksSeen {
+    /// (job, run, rank) -> (identity fingerprint, `seen_ns` of the row written).
+    written: std::collections::HashMap<(String, String, u32), (u64, u64)>,
+}
+
+impl RanksSeen {
+    fn key(r: &RankRow) -> (String, String, u32) {
+        (r.job_id.clone(), r.run_id.clone(), r.rank)
+    }
+
+    fn fingerprint(r: &RankRow) -> u64 {
+        use std::hash::{Hash, Hasher};
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        (r.world_size, r.local_rank, &r.node, r.pid).hash(&mut h);
+        (&r.label_keys, &r.label_values).hash(&mut h);
+        h.finish()
+    }
+
+    /// Drops the rows of `ranks` that add nothing; remembers the others.
+    fn filter(&mut self, ranks: &mut Vec<RankRow>) {
+        ranks.retain(|r| {
+            let print = Self::fingerprint(r);
+            let key = Self::key(r);
+            match self.written.get(&key) {
+                Some(&(p, seen))
+                    if p == print && r.seen_ns < seen.saturating_add(RANKS_REFRESH_NS) =>
+                {
+                    false
+                }
+                _ => {
+                    if self.written.len() >= RANKS_SEEN_MAX && !self.written.contains_key(&key) {
+                        self.written.clear();
+                    }
+                    self.written.insert(key, (print, r.seen_ns));
+                    true
+                }
+            }
+        });
+    }
+
+    /// A window with these rows failed: their ranks are written again.
+    fn forget(&mut self, ranks: &[(String, String, u32)]) {
+        for k in ranks {
+            self.written.remove(k);
+        }
+    }
+}
+
 /// The row sets of one window, as they came: the commit writes each
 /// table's rows from all of them in order (merging them into one vector per
 /// table would move every row once more, plus the vectors' growth copies).
@@ -411,6 +481,8 @@ impl Window {
 struct Committed {
     /// The agent batches' own rows (for [`Partial`]).
     batches: Vec<BatchRow>,
+    /// The ranks whose rows the window held (for [`RanksSeen`]).
+    ranks: Vec<(String, String, u32)>,
     pending: Vec<(usize, Ack)>,
     rows: usize,
     result: Result<(), FlushError>,
@@ -479,6 +551,7 @@ impl Writer {
         } = request;
         let events = set.len();
         self.partial.strip(&mut set);
+        self.ranks_seen.filter(&mut set.ranks);
         if self.window.is_empty() {
             self.window.deadline =
                 Some(Instant::now() + Duration::from_millis(self.cfg.flush_interval_ms));
@@ -507,6 +580,7 @@ impl Writer {
         };
         let Committed {
             batches,
+            ranks,
             pending,
             rows,
             result,
@@ -532,6 +606,7 @@ impl Writer {
                 written,
             }) => {
                 self.partial.record(&batches, written);
+                self.ranks_seen.forget(&ranks);
                 let answer = match classify(&error) {
                     Fault::Transient => {
                         self.metrics
@@ -576,9 +651,14 @@ async fn commit(
     } = window;
     let started = Instant::now();
     let result = commit_tables(&store, &metrics, timeout, &sets).await;
+    let ranks = sets
+        .iter()
+        .flat_map(|s| s.ranks.iter().map(RanksSeen::key))
+        .collect();
     let batches = sets.into_iter().flat_map(|s| s.batches).collect();
     Committed {
         batches,
+        ranks,
         pending,
         rows,
         result,
@@ -770,5 +850,64 @@ async fn sleep_until(deadline: Option<Instant>) {
     match deadline {
         Some(deadline) => tokio::time::sleep_until(deadline).await,
         None => std::future::pending().await,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rank(rank: u32, pid: u32, seen_ns: u64) -> RankRow {
+        RankRow {
+            job_id: "j".into(),
+            run_id: "r".into(),
+            rank,
+            world_size: 2,
+            local_rank: rank,
+            node: "n".into(),
+            pid,
+            label_keys: vec!["k".into()],
+            label_values: vec!["v".into()],
+            seen_ns,
+        }
+    }
+
+    fn kept(seen: &mut RanksSeen, rows: Vec<RankRow>) -> Vec<(u32, u64)> {
+        let mut rows = rows;
+        seen.filter(&mut rows);
+        rows.iter().map(|r| (r.rank, r.seen_ns)).collect()
+    }
+
+    #[test]
+    fn ranks_rows_are_kept_when_new_changed_stale_or_forgotten() {
+        let mut seen = RanksSeen::default();
+        let t = 1_000;
+        // Both ranks are new; the repeat of rank 0 in the same set is not.
+        assert_eq!(
+            kept(
+                &mut seen,
+                vec![rank(0, 5, t), rank(1, 6, t), rank(0, 5, t + 1)]
+            ),
+            vec![(0, t), (1, t)]
+        );
+        // Unchanged and fresh: left out; a changed label: kept.
+        let mut relabelled = rank(1, 6, t + 2);
+        relabelled.label_values = vec!["w".into()];
+        assert_eq!(
+            kept(&mut seen, vec![rank(0, 5, t + 2), relabelled]),
+            vec![(1, t + 2)]
+        );
+        // Stale: kept once, measured from the last row written.
+        let stale = t + RANKS_REFRESH_NS;
+        assert_eq!(
+            kept(&mut seen, vec![rank(0, 5, stale), rank(0, 5, stale + 1)]),
+            vec![(0, stale)]
+        );
+        // The window holding rank 0's row failed: its retry is written.
+        seen.forget(&[("j".into(), "r".into(), 0)]);
+        assert_eq!(
+            kept(&mut seen, vec![rank(0, 5, stale + 2)]),
+            vec![(0, stale + 2)]
+        );
     }
 }
