@@ -99,8 +99,8 @@ pub fn count(ch: &ClickHouse, db: &str, table: &str) -> Result<u64, BenchError> 
         .map_err(|e| BenchError::parse(format!("count of {db}.{table}"), e))
 }
 
-/// Exports the event tables of `src_db`, loads them into `dst_db` (created
-/// here) and drops `dst_db` afterwards.
+/// Exports the event tables of `src_db` and loads them into `dst_db`
+/// (created here, left for the caller to drop).
 pub fn load_same_rows(
     ch: &ClickHouse,
     src_db: &str,
@@ -127,7 +127,8 @@ pub fn load_same_rows(
         }
         files.push((table, path));
     }
-    ch.query(&format!("CREATE DATABASE IF NOT EXISTS {dst_db}"))?;
+    ch.query(&format!("DROP DATABASE IF EXISTS {dst_db}"))?;
+    ch.query(&format!("CREATE DATABASE {dst_db}"))?;
     for table in EVENT_TABLES {
         ch.query(&format!(
             "CREATE TABLE {dst_db}.{table} AS {src_db}.{table}"
@@ -176,7 +177,7 @@ pub fn load_same_rows(
         }
         rows += b;
     }
-    ch.query(&format!("DROP DATABASE IF EXISTS {dst_db}"))?;
+    // `dst_db` stays: the caller drops it (see `e2e::drop_databases`).
     for (_, path) in &files {
         let _ = std::fs::remove_file(path);
     }

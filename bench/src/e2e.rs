@@ -212,8 +212,8 @@ pub async fn run_once(
         .trim()
         .parse()
         .map_err(|e| BenchError::parse("system.parts bytes", e))?;
-    let bulk = bulk::load_same_rows(&ctx.ch, &db, &format!("{db}_bulk"), &ctx.dir)?;
-    ctx.ch.query(&format!("DROP DATABASE IF EXISTS {db}"))?;
+    let bulk = bulk::load_same_rows(&ctx.ch, &db, &bulk_database(&db), &ctx.dir)?;
+    // The databases stay until the section ends ([`drop_databases`]).
     let elapsed_s = stored_at.as_secs_f64();
     Ok(E2eRun {
         events: accepted,
@@ -243,6 +243,32 @@ pub async fn run_once(
         bulk,
         profile,
     })
+}
+
+/// The bulk load's copy of run database `db`.
+fn bulk_database(db: &str) -> String {
+    format!("{db}_bulk")
+}
+
+/// Drops the databases of runs `0..runs` (theirs and their bulk copies).
+///
+/// Why at the end of the section, not after each run: dropping a database
+/// deletes thousands of part files, and for about a minute after that ext4
+/// scans past the freed inodes whenever it allocates one (it does not reuse
+/// an inode freed within `RECENTCY_MIN`, 60 s, and reads each one's inode
+/// block to find out). ClickHouse creates a few thousand files per run, so
+/// the previous run's clean-up made the next run's ClickHouse CPU 2-3x
+/// higher (five runs back to back: 3.9, 3.5, 3.1, 1.7, 1.4 CPU s for the
+/// same rows; 1.6 s after a 90 s quiet period). That is the bench's own
+/// doing, not the ingest path's.
+pub fn drop_databases(ctx: &Ctx, runs: usize) -> Result<(), BenchError> {
+    for index in 0..runs {
+        let db = format!("bench_e2e_{index}");
+        ctx.ch.query(&format!("DROP DATABASE IF EXISTS {db}"))?;
+        ctx.ch
+            .query(&format!("DROP DATABASE IF EXISTS {}", bulk_database(&db)))?;
+    }
+    Ok(())
 }
 
 fn summary(path: &Path) -> Result<serde_json::Value, BenchError> {

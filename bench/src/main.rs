@@ -340,6 +340,7 @@ async fn run_e2e(ctx: &Ctx, args: &Args, params: E2eParams, d: &mut Details) -> 
         r.events, r.dropped, r.agent_peak_rss_mib
     ));
     d.full_relay = Some(r);
+    e2e::drop_databases(ctx, index + 1)?;
     Ok(())
 }
 

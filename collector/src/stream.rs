@@ -437,6 +437,9 @@ impl Stream {
 
     fn consume(&mut self, ready: &mut Vec<StreamInput>, now: u64) {
         let mut rows = RowSet::default();
+        // Whether a job these inputs fed has no step left open: its last
+        // breakdowns are awaited (`rankscope import` waits for them).
+        let mut caught_up = false;
         for input in ready.drain(..) {
             for o in input.gpu {
                 self.gpus.push(o);
@@ -454,6 +457,7 @@ impl Stream {
                 entry.last_input_ns = now;
                 let mut out = JobOutput::default();
                 entry.assembler.push(group, now, &mut out);
+                caught_up |= entry.assembler.pending_steps() == 0;
                 collect(
                     &job,
                     entry,
@@ -468,7 +472,11 @@ impl Stream {
                 );
             }
         }
-        self.write(rows);
+        // Only the breakdowns of steps while later ones are still open: they
+        // may wait for the relaxed flush (fewer step_breakdown parts under
+        // load); a verdict, a hang or a caught-up job's last steps may not.
+        let relaxed = !caught_up && rows.total_rows() == rows.breakdowns.len();
+        self.write_with(rows, relaxed);
     }
 
     fn poll_jobs(&mut self, now: u64) {
@@ -505,13 +513,22 @@ impl Stream {
     }
 
     fn write(&self, rows: RowSet) {
+        self.write_with(rows, false);
+    }
+
+    fn write_with(&self, rows: RowSet, relaxed: bool) {
         if rows.is_empty() {
             return;
         }
         let writer = self.writer.clone();
         let metrics = self.metrics.clone();
         tokio::spawn(async move {
-            if let Err(e) = writer.write(rows).await {
+            let written = if relaxed {
+                writer.write_relaxed(rows).await
+            } else {
+                writer.write(rows).await
+            };
+            if let Err(e) = written {
                 metrics.result_write_failures.fetch_add(1, Relaxed);
                 tracing::warn!(error = %e, "storing analytics results failed");
             }

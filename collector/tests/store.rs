@@ -541,6 +541,40 @@ async fn a_rank_row_is_written_when_its_identity_changes_or_goes_stale() {
 }
 
 #[tokio::test]
+async fn a_relaxed_row_set_waits_until_one_that_may_not_wait_closes_its_window() {
+    let store = fresh_store("relaxed").await;
+    // Row sets that may not wait close their window at once; relaxed ones
+    // would wait a minute.
+    let cfg = WriterConfig {
+        relaxed_flush_interval_ms: 60_000,
+        ..writer_cfg(1_000, 0, 64)
+    };
+    let (handle, task, stop) = writer(store.clone(), cfg);
+    let base = now_ns();
+    // Both queued before the writer task runs (one-thread runtime): were the
+    // relaxed set closed at once, each would be a window of its own.
+    let relaxed = handle
+        .enqueue_relaxed(full_row_set("job-x", 1, base))
+        .unwrap();
+    let urgent = handle.enqueue(full_row_set("job-x", 2, base + 1)).unwrap();
+    let within = std::time::Duration::from_secs(20);
+    for queued in [urgent, relaxed] {
+        let stored = tokio::time::timeout(within, queued.stored()).await;
+        assert_eq!(
+            stored
+                .expect("acknowledged with the urgent set")
+                .unwrap()
+                .rows,
+            5
+        );
+    }
+    assert_eq!(load(&handle.metrics().flushes), 1);
+    assert_eq!(store.count_rows(Table::Spans, "job-x").await.unwrap(), 2);
+    drop(stop);
+    task.await.unwrap();
+}
+
+#[tokio::test]
 async fn concurrent_writes_are_all_acknowledged_and_stored_exactly_once() {
     let store = fresh_store("concurrent").await;
     let (handle, task, stop) = writer(store.clone(), writer_cfg(25, 20, 64));

@@ -6,7 +6,8 @@
 //! row set of that window.
 //!
 //! Windows: row sets taken from the queue join the open window. It closes
-//! `flush_interval_ms` after its first row, when it holds `batch_max_rows` rows (all
+//! `flush_interval_ms` after its first row (`relaxed_flush_interval_ms` while it holds
+//! only row sets written with `write_relaxed`), when it holds `batch_max_rows` rows (all
 //! tables), or at shutdown (after draining the queue). A closed window commits in its
 //! own task while the next one fills: first an `ingest_intents` row per agent batch,
 //! then the event tables and `ranks` concurrently, `ingest_batches` only after all of
@@ -82,6 +83,11 @@ pub struct WriterConfig {
     /// window that closes while the previous one commits keeps filling, so
     /// under load the results' INSERTs are one commit apart, not 10 ms.
     pub results_flush_interval_ms: u64,
+    /// Flush interval of row sets written with [`WriterHandle::write_relaxed`]
+    /// (0: `flush_interval_ms`). Not a config key: the results writer
+    /// takes the ingest writer's `flush_interval_ms` ([`Self::for_results`]).
+    #[serde(skip)]
+    pub relaxed_flush_interval_ms: u64,
 }
 
 impl Default for WriterConfig {
@@ -93,18 +99,30 @@ impl Default for WriterConfig {
             queue_max_rows: 1_000_000,
             insert_timeout_ms: 30_000,
             results_flush_interval_ms: 10,
+            relaxed_flush_interval_ms: 0,
         }
     }
 }
 
 impl WriterConfig {
     /// The configuration of the results writer: this one with its flush
-    /// interval.
+    /// interval, and the ingest writer's for relaxed row sets.
     pub fn for_results(&self) -> WriterConfig {
         WriterConfig {
             flush_interval_ms: self.results_flush_interval_ms,
+            relaxed_flush_interval_ms: self.flush_interval_ms,
             ..self.clone()
         }
+    }
+
+    /// How long a window may wait for more rows after taking a row set.
+    fn interval(&self, relaxed: bool) -> Duration {
+        let ms = if relaxed {
+            self.relaxed_flush_interval_ms.max(self.flush_interval_ms)
+        } else {
+            self.flush_interval_ms
+        };
+        Duration::from_millis(ms)
     }
 }
 
@@ -176,6 +194,8 @@ type Ack = oneshot::Sender<Result<WriteOutcome, WriteError>>;
 struct Request {
     rows: RowSet,
     ack: Ack,
+    /// May wait the relaxed flush interval.
+    relaxed: bool,
     /// The queue's row budget taken by `rows`, given back when the writer
     /// takes them.
     _permit: tokio::sync::OwnedSemaphorePermit,
@@ -198,9 +218,27 @@ impl WriterHandle {
         self.enqueue(rows)?.stored().await
     }
 
+    /// Like [`Self::write`], for rows nobody waits for: they may wait for the
+    /// relaxed flush interval (`WriterConfig::relaxed_flush_interval_ms`)
+    /// unless a row set written with [`Self::write`] closes the window first.
+    /// Fewer, larger INSERTs (each is a ClickHouse part) for rows that come
+    /// continuously, e.g. the breakdowns of a job's steps while more follow.
+    pub async fn write_relaxed(&self, rows: RowSet) -> Result<WriteOutcome, WriteError> {
+        self.enqueue_relaxed(rows)?.stored().await
+    }
+
+    /// [`Self::enqueue`] for [`Self::write_relaxed`].
+    pub fn enqueue_relaxed(&self, rows: RowSet) -> Result<Queued, WriteError> {
+        self.enqueue_with(rows, true)
+    }
+
     /// Queues `rows` without waiting: `Ok` once the writer holds them (they
     /// will be in its next flush), with the acknowledgement to await.
     pub fn enqueue(&self, rows: RowSet) -> Result<Queued, WriteError> {
+        self.enqueue_with(rows, false)
+    }
+
+    fn enqueue_with(&self, rows: RowSet, relaxed: bool) -> Result<Queued, WriteError> {
         let want = rows.total_rows().clamp(1, self.queue_max_rows);
         let permit = u32::try_from(want)
             .ok()
@@ -213,6 +251,7 @@ impl WriterHandle {
         match self.tx.try_send(Request {
             rows,
             ack,
+            relaxed,
             _permit: permit,
         }) {
             Ok(()) => Ok(Queued(done)),
@@ -547,15 +586,18 @@ impl Writer {
     /// Adds a row set to the window.
     fn accept(&mut self, request: Request) {
         let Request {
-            rows: mut set, ack, ..
+            rows: mut set,
+            ack,
+            relaxed,
+            ..
         } = request;
         let events = set.len();
         self.partial.strip(&mut set);
         self.ranks_seen.filter(&mut set.ranks);
-        if self.window.is_empty() {
-            self.window.deadline =
-                Some(Instant::now() + Duration::from_millis(self.cfg.flush_interval_ms));
-        }
+        // The earliest deadline of the sets taken: a set that may not wait
+        // pulls in a relaxed window's; none pushes a deadline out.
+        let deadline = Instant::now() + self.cfg.interval(relaxed);
+        self.window.deadline = Some(self.window.deadline.map_or(deadline, |d| d.min(deadline)));
         self.window.rows += set.total_rows();
         self.window.sets.push(set);
         self.window.pending.push((events, ack));
