@@ -84,19 +84,19 @@ fn why(name: &str, d: &Details) -> String {
              events ({}), against the bulk load's 4 parts{}. Creating a file makes ext4 \
              allocate an inode, and it passes over inodes freed in the last minute by \
              reading their inode table blocks (`recently_deleted`, `find_inode_bit`), so \
-             the cost per file grows after mass deletions on the same disk (each run's \
-             databases are dropped after it; other users of this VM delete files too): \
-             five back-to-back runs of one build took 3.9, 3.5, 3.1, 1.7 and 1.4 \
-             ClickHouse CPU s for the same rows, and the first run after a 90 s quiet \
-             period 1.6 s, while the bulk load stayed at 1.2-1.4 s. Fewer parts is the \
-             lever: `ranks` gets a row only when a rank's identity changes or every 5 s \
-             (one INSERT per run instead of one per window); `step_breakdown`, written by \
-             the results writer every commit, is the largest part-maker left, and stays \
-             on that fast path because `rankscope import` waits for its rows. Longer \
+             the cost per file grows after mass deletions on the same disk (other users \
+             of this VM delete files too; the bench now drops the runs' databases only \
+             after the section): five back-to-back runs that each dropped their \
+             predecessor's took 3.9, 3.5, 3.1, 1.7 and 1.4 ClickHouse CPU s for the same \
+             rows, and the first run after a 90 s quiet period 1.6 s, while the bulk load \
+             stayed at 1.2-1.4 s. Fewer parts is the lever: `ranks` gets a row only when \
+             a rank's identity changes or every 5 s (one INSERT per run instead of one per \
+             window), and the breakdowns of steps finalized while later ones are open are \
+             written relaxed (about half the `step_breakdown` INSERTs). Longer \
              ingest windows did not help: with a 1 s flush interval one agent's \
              `max_in_flight_batches` unacknowledged batches cannot fill them (acks only \
-             after commit), and 400 ms windows made runs longer without lowering \
-             ClickHouse CPU. Rows streamed into open INSERTs as they arrive would not \
+             after commit), and 400 ms windows made runs longer (0.77 M events/s \
+             instead of 1.05 M). Rows streamed into open INSERTs as they arrive would not \
              need to be held, but ClickHouse 18.16 commits a truncated chunked INSERT \
              when its client dies, so a killed collector would store rows before their \
              batch's intent (tried; the restart test found duplicates). {}",
