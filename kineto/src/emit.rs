@@ -95,9 +95,17 @@ pub(crate) struct Window<'a> {
     interner: &'a mut Interner,
     after: Option<Key>,
     cap: usize,
-    heap: BinaryHeap<Rec>,
+    held: Held,
     overflow: bool,
     peak: usize,
+}
+
+/// A pass's records: as offered while fewer than the cap (sorted once at
+/// the end: the common case, a file whose output fits one window), a heap
+/// of the smallest keys once the cap was reached.
+enum Held {
+    Unsorted(Vec<Rec>),
+    Heap(BinaryHeap<Rec>),
 }
 
 impl<'a> Window<'a> {
@@ -112,7 +120,7 @@ impl<'a> Window<'a> {
             interner,
             after,
             cap: cap.max(1),
-            heap: BinaryHeap::new(),
+            held: Held::Unsorted(Vec::new()),
             overflow: false,
             peak: 0,
         }
@@ -121,25 +129,50 @@ impl<'a> Window<'a> {
     /// The pass's records in stream order, whether records were left for
     /// another pass, and the most records held at once.
     pub(crate) fn finish(self) -> (Vec<Rec>, bool, usize) {
-        (self.heap.into_sorted_vec(), self.overflow, self.peak)
+        let recs = match self.held {
+            // Keys are unique (they end with the ordinal), so an unstable
+            // sort gives the heap's order.
+            Held::Unsorted(mut v) => {
+                v.sort_unstable_by_key(|r| r.key);
+                v
+            }
+            Held::Heap(h) => h.into_sorted_vec(),
+        };
+        (recs, self.overflow, self.peak)
     }
 
     fn offer(&mut self, key: Key, build: impl FnOnce(&mut Interner) -> Body) {
         if self.after.is_some_and(|a| key <= a) {
             return;
         }
-        if self.heap.len() >= self.cap {
+        if let Held::Unsorted(v) = &mut self.held {
+            if v.len() < self.cap {
+                v.push(Rec {
+                    key,
+                    body: build(self.interner),
+                });
+                self.peak = self.peak.max(v.len());
+                return;
+            }
+            self.held = Held::Heap(BinaryHeap::from(std::mem::take(v)));
+        }
+        let Held::Heap(heap) = &mut self.held else {
+            unreachable!("a full window is a heap");
+        };
+        if heap.len() >= self.cap {
             self.overflow = true;
-            match self.heap.peek() {
+            match heap.peek() {
                 Some(top) if key < top.key => {
-                    self.heap.pop();
+                    heap.pop();
                 }
                 _ => return,
             }
         }
-        let body = build(self.interner);
-        self.heap.push(Rec { key, body });
-        self.peak = self.peak.max(self.heap.len());
+        heap.push(Rec {
+            key,
+            body: build(self.interner),
+        });
+        self.peak = self.peak.max(heap.len());
     }
 }
 

@@ -143,18 +143,48 @@ fn arg_field(a: &mut RawArgs, k: usize) -> &mut Scalar {
     }
 }
 
-/// Leading ASCII digits of `b`.
+/// The leading ASCII digits of `b`: how many, and `acc` followed by them
+/// as decimal digits (wrapped past 19 digits in all, which callers refuse).
+/// Eight at a time while eight digits follow (`ts` has 16).
 #[inline]
-fn digits(b: &[u8]) -> usize {
-    b.iter().take_while(|c| c.is_ascii_digit()).count()
+fn digits(b: &[u8], mut acc: u64) -> (usize, u64) {
+    let mut n = 0;
+    while let Some(eight) = b.get(n..n + 8) {
+        let w = u64::from_le_bytes(eight.try_into().expect("eight bytes"));
+        if !eight_digits(w) {
+            break;
+        }
+        acc = acc
+            .wrapping_mul(100_000_000)
+            .wrapping_add(eight_digits_value(w));
+        n += 8;
+    }
+    while let Some(&d @ b'0'..=b'9') = b.get(n) {
+        acc = acc.wrapping_mul(10).wrapping_add(u64::from(d - b'0'));
+        n += 1;
+    }
+    (n, acc)
 }
 
-/// `acc` followed by the decimal `digits` (at most [`MAX_DIGITS`] in all).
+/// Whether all eight bytes of `w` are ASCII digits: each high nibble is 3,
+/// and adding 6 keeps it 3 (a carry out of a byte comes only from a byte
+/// whose own high nibble is not 3).
 #[inline]
-fn value(digits: &[u8], acc: u64) -> u64 {
-    digits
-        .iter()
-        .fold(acc, |v, &d| v * 10 + u64::from(d - b'0'))
+fn eight_digits(w: u64) -> bool {
+    const HIGH: u64 = 0xF0F0_F0F0_F0F0_F0F0;
+    (w & HIGH) | ((w.wrapping_add(0x0606_0606_0606_0606) & HIGH) >> 4) == 0x3333_3333_3333_3333
+}
+
+/// The value of eight ASCII digits read little-endian (the first digit in
+/// the low byte): pairs, then quads, then the whole, by multiplies that keep
+/// every partial sum inside its lane.
+#[inline]
+fn eight_digits_value(w: u64) -> u64 {
+    let v = w.wrapping_sub(0x3030_3030_3030_3030);
+    let v = v.wrapping_mul(10).wrapping_add(v >> 8);
+    let lo = (v & 0x0000_00FF_0000_00FF).wrapping_mul(100 + (1_000_000 << 32));
+    let hi = ((v >> 16) & 0x0000_00FF_0000_00FF).wrapping_mul(1 + (10_000 << 32));
+    lo.wrapping_add(hi) >> 32
 }
 
 /// A string value, in the slot's own buffer when it already holds one.
@@ -237,14 +267,14 @@ impl<'a> Cursor<'a> {
         let b = self.b;
         let negative = b[self.i] == b'-';
         let int_start = self.i + usize::from(negative);
-        let int_len = digits(&b[int_start..]);
+        let (int_len, int) = digits(&b[int_start..], 0);
         if int_len == 0 || (int_len > 1 && b[int_start] == b'0') {
             return None;
         }
         let mut end = int_start + int_len;
-        let mut frac_len = 0;
+        let (mut frac_len, mut all) = (0, int);
         if b.get(end) == Some(&b'.') {
-            frac_len = digits(&b[end + 1..]);
+            (frac_len, all) = digits(&b[end + 1..], int);
             if frac_len == 0 {
                 return None;
             }
@@ -255,9 +285,7 @@ impl<'a> Cursor<'a> {
             return None;
         }
         self.i = end;
-        let int = value(&b[int_start..int_start + int_len], 0);
         Some(if frac_len > 0 {
-            let all = value(&b[end - frac_len..end], int);
             let f = all as f64 / POW10[frac_len];
             Num::F(if negative { -f } else { f })
         } else if !negative {

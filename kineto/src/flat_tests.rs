@@ -237,3 +237,40 @@ fn string_fields_keep_their_buffers_and_absent_fields_are_reset() {
     assert_eq!(ev.args, RawArgs::default());
     assert_eq!(ev.cat, Scalar::Absent);
 }
+
+#[test]
+fn eight_digits_at_a_time_read_as_one_at_a_time() {
+    for text in [
+        "00000000",
+        "12345678",
+        "99999999",
+        "10000001",
+        "1234567",
+        "1234567x",
+        "123456789012345678",
+        "12345678/",
+        "1234:678",
+        "0123456789",
+        "",
+    ] {
+        let b = text.as_bytes();
+        let count = b.iter().take_while(|c| c.is_ascii_digit()).count();
+        let value = b[..count].iter().fold(7u64, |v, &d| {
+            v.wrapping_mul(10).wrapping_add(u64::from(d - b'0'))
+        });
+        assert_eq!(super::digits(b, 7), (count, value), "{text}");
+    }
+    // Every byte value in every lane of an otherwise all-digit word.
+    for lane in 0..8 {
+        for byte in 0..=255u8 {
+            let mut b = *b"31415926";
+            b[lane] = byte;
+            let w = u64::from_le_bytes(b);
+            assert_eq!(
+                super::eight_digits(w),
+                byte.is_ascii_digit(),
+                "lane {lane} byte {byte}"
+            );
+        }
+    }
+}
