@@ -228,13 +228,12 @@ fn why(name: &str, d: &Details) -> String {
                  which store every event as well, on the same {} cores. The goal asks for \
                  the whole job in {:.2} s, i.e. {:.0} MB/s of JSON parsed and stored on this \
                  machine: the whole pipeline would have to be {:.1}x faster. The importer \
-                 now reads each file once (the scan keeps the output events' fields) and \
-                 parses every event with serde_json from a slice of a 1 MiB window; what \
-                 is left there is serde_json's field-by-field work (a tokenizer made for \
-                 Kineto's flat event objects is where more could come from) and a second \
-                 read of each file for its content digest (the import's session id). The \
-                 collector and ClickHouse store every event (Native INSERTs), on the same \
-                 cores.",
+                 reads each file once (the scan keeps the output events' fields and takes \
+                 the content digest) and reads Kineto's flat event objects with its own \
+                 cursor (`kineto::flat`, serde_json only for what it leaves), about 1 GB of \
+                 JSON per CPU second for the parse alone; the three processes share the \
+                 same cores, so the wall time follows their CPU time together. The \
+                 collector and ClickHouse store every event (Native INSERTs).",
                 med(|r| r.import_cpu_s),
                 mb / med(|r| r.import_cpu_s),
                 med(|r| r.collector_cpu_s),
