@@ -29,7 +29,10 @@
 //! rounded division: Kineto's `ts` with three decimals below 2^53 are
 //! exact before it).
 
-use super::raw::{arg_key, event_key, Num, RawArgs, RawEvent, Scalar};
+use super::raw::{
+    arg_key, arg_scalar, event_key, event_scalar, Num, RawArgs, RawEvent, Scalar, ARG_INPUT_DIMS,
+    ARG_INPUT_TYPES, EVENT_ARGS,
+};
 
 /// Deepest nesting read here (the event object is depth 1); `serde_json`
 /// allows 128 from the element, so nothing it rejects for depth passes.
@@ -47,13 +50,10 @@ const POW10: [f64; MAX_DIGITS + 1] = [
 /// Bytes of a string checked one by one before memchr takes over.
 const SHORT_STRING: usize = 24;
 
-/// `RawArgs` fields by [`arg_key`] index: the scalars, then the two shapes.
-const ARG_SCALARS: usize = 13;
-const ARG_INPUT_DIMS: usize = 13;
-const ARG_INPUT_TYPES: usize = 14;
-/// `RawEvent` fields by [`event_key`] index: the scalars, then `args`.
-const EVENT_SCALARS: usize = 7;
-const EVENT_ARGS: usize = 7;
+/// [`arg_scalar`]s are the [`arg_key`] indexes below this, [`event_scalar`]s
+/// the [`event_key`] indexes below `args`.
+const ARG_SCALARS: usize = ARG_INPUT_DIMS;
+const EVENT_SCALARS: usize = EVENT_ARGS;
 
 /// Reads the event at the start of `b` into `ev` (see the module doc);
 /// returns the bytes it took. On `None`, `ev` holds a partial event.
@@ -73,7 +73,7 @@ pub(crate) fn event(b: &[u8], ev: &mut RawEvent) -> Option<usize> {
             let key = event_key(c.key()?);
             match key {
                 k if k < EVENT_SCALARS => {
-                    c.scalar(event_field(ev, k))?;
+                    c.scalar(event_scalar(ev, k)?)?;
                     seen |= 1 << k;
                 }
                 EVENT_ARGS => {
@@ -95,13 +95,17 @@ pub(crate) fn event(b: &[u8], ev: &mut RawEvent) -> Option<usize> {
     }
     for k in 0..EVENT_SCALARS {
         if seen & (1 << k) == 0 {
-            *event_field(ev, k) = Scalar::Absent;
+            if let Some(slot) = event_scalar(ev, k) {
+                *slot = Scalar::Absent;
+            }
         }
     }
     let a = &mut ev.args;
     for k in 0..ARG_SCALARS {
         if args_seen & (1 << k) == 0 {
-            *arg_field(a, k) = Scalar::Absent;
+            if let Some(slot) = arg_scalar(a, k) {
+                *slot = Scalar::Absent;
+            }
         }
     }
     if args_seen & (1 << ARG_INPUT_DIMS) == 0 {
@@ -111,36 +115,6 @@ pub(crate) fn event(b: &[u8], ev: &mut RawEvent) -> Option<usize> {
         a.input_types = Default::default();
     }
     Some(c.i)
-}
-
-fn event_field(ev: &mut RawEvent, k: usize) -> &mut Scalar {
-    match k {
-        0 => &mut ev.ph,
-        1 => &mut ev.cat,
-        2 => &mut ev.name,
-        3 => &mut ev.ts,
-        4 => &mut ev.dur,
-        5 => &mut ev.pid,
-        _ => &mut ev.tid,
-    }
-}
-
-fn arg_field(a: &mut RawArgs, k: usize) -> &mut Scalar {
-    match k {
-        0 => &mut a.correlation,
-        1 => &mut a.external_id,
-        2 => &mut a.device,
-        3 => &mut a.stream,
-        4 => &mut a.bytes,
-        5 => &mut a.bandwidth_gbps,
-        6 => &mut a.coll_name,
-        7 => &mut a.in_nelems,
-        8 => &mut a.out_nelems,
-        9 => &mut a.group_size,
-        10 => &mut a.dtype,
-        11 => &mut a.pg_name,
-        _ => &mut a.pg_ranks,
-    }
 }
 
 /// The leading ASCII digits of `b`: how many, and `acc` followed by them
@@ -355,7 +329,7 @@ impl<'a> Cursor<'a> {
         loop {
             match arg_key(self.key()?) {
                 k if k < ARG_SCALARS => {
-                    self.scalar(arg_field(a, k))?;
+                    self.scalar(arg_scalar(a, k)?)?;
                     *seen |= 1 << k;
                 }
                 ARG_INPUT_DIMS => {

@@ -5,12 +5,10 @@
 //! read itself), on every cut and on byte substitutions of events with
 //! every construct, and on numbers of every shape.
 
-use std::io::Read;
-use std::path::PathBuf;
-
 use serde::de::{DeserializeSeed, IgnoredAny};
 
 use super::*;
+use crate::fixtures::fixture;
 use crate::raw::EventSeed;
 
 /// `EventSeed` over `b`: the event and where it ended.
@@ -54,18 +52,6 @@ fn agrees(b: &[u8]) -> bool {
         None => panic!("the flat reader took what serde rejects: {}", text()),
     }
     true
-}
-
-fn fixture(rel: &str) -> Vec<u8> {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../cli/tests/fixtures/kineto")
-        .join(rel);
-    let gz = std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    let mut out = Vec::new();
-    flate2::read::MultiGzDecoder::new(&gz[..])
-        .read_to_end(&mut out)
-        .expect("gunzip");
-    out
 }
 
 /// The start of every element of the document's `traceEvents` (found

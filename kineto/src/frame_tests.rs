@@ -3,12 +3,10 @@
 //! read a byte, a few bytes or a MiB at a time; the same outcome (kind of
 //! fault and its line) for every truncation and for byte substitutions.
 
-use std::io::Read;
-use std::path::PathBuf;
-
 use serde::de::DeserializeSeed;
 
 use super::*;
+use crate::fixtures::fixture;
 use crate::raw::TopSeed;
 
 #[derive(Default)]
@@ -80,18 +78,6 @@ fn framed(doc: &[u8], read_bytes: usize) -> Outcome {
         Err(Problem::NotKinetoTrace(_)) => Outcome::NotTrace,
         Err(other) => panic!("unexpected problem {other}"),
     }
-}
-
-fn fixture(rel: &str) -> Vec<u8> {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../cli/tests/fixtures/kineto")
-        .join(rel);
-    let gz = std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    let mut out = Vec::new();
-    flate2::read::MultiGzDecoder::new(&gz[..])
-        .read_to_end(&mut out)
-        .expect("gunzip");
-    out
 }
 
 #[test]

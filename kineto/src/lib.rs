@@ -77,6 +77,8 @@ mod discover;
 mod emit;
 mod error;
 mod event;
+#[cfg(test)]
+mod fixtures;
 mod flat;
 mod frame;
 mod identity;

@@ -129,6 +129,48 @@ pub(crate) fn event_key(k: &[u8]) -> usize {
     }
 }
 
+/// [`event_key`] of `args`; the keys below it are [`event_scalar`]s.
+pub(crate) const EVENT_ARGS: usize = 7;
+
+/// The scalar field of [`event_key`] index `k` (`None`: `args` or skipped).
+pub(crate) fn event_scalar(e: &mut RawEvent, k: usize) -> Option<&mut Scalar> {
+    Some(match k {
+        0 => &mut e.ph,
+        1 => &mut e.cat,
+        2 => &mut e.name,
+        3 => &mut e.ts,
+        4 => &mut e.dur,
+        5 => &mut e.pid,
+        6 => &mut e.tid,
+        _ => return None,
+    })
+}
+
+/// [`arg_key`] indexes of the two shapes; the keys below them are
+/// [`arg_scalar`]s.
+pub(crate) const ARG_INPUT_DIMS: usize = 13;
+pub(crate) const ARG_INPUT_TYPES: usize = 14;
+
+/// The scalar field of [`arg_key`] index `k` (`None`: a shape or skipped).
+pub(crate) fn arg_scalar(a: &mut RawArgs, k: usize) -> Option<&mut Scalar> {
+    Some(match k {
+        0 => &mut a.correlation,
+        1 => &mut a.external_id,
+        2 => &mut a.device,
+        3 => &mut a.stream,
+        4 => &mut a.bytes,
+        5 => &mut a.bandwidth_gbps,
+        6 => &mut a.coll_name,
+        7 => &mut a.in_nelems,
+        8 => &mut a.out_nelems,
+        9 => &mut a.group_size,
+        10 => &mut a.dtype,
+        11 => &mut a.pg_name,
+        12 => &mut a.pg_ranks,
+        _ => return None,
+    })
+}
+
 pub(crate) fn arg_key(k: &[u8]) -> usize {
     match k {
         b"correlation" => 0,
@@ -174,34 +216,16 @@ impl<'de> Visitor<'de> for ArgsSeed<'_> {
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
         let a = self.0;
         while let Some(k) = map.next_key_seed(KeySeed(arg_key))? {
-            let slot = match k {
-                0 => &mut a.correlation,
-                1 => &mut a.external_id,
-                2 => &mut a.device,
-                3 => &mut a.stream,
-                4 => &mut a.bytes,
-                5 => &mut a.bandwidth_gbps,
-                6 => &mut a.coll_name,
-                7 => &mut a.in_nelems,
-                8 => &mut a.out_nelems,
-                9 => &mut a.group_size,
-                10 => &mut a.dtype,
-                11 => &mut a.pg_name,
-                12 => &mut a.pg_ranks,
-                13 => {
-                    a.input_dims = map.next_value()?;
-                    continue;
-                }
-                14 => {
-                    a.input_types = map.next_value()?;
-                    continue;
-                }
-                _ => {
-                    map.next_value::<IgnoredAny>()?;
-                    continue;
-                }
-            };
-            *slot = map.next_value()?;
+            match k {
+                ARG_INPUT_DIMS => a.input_dims = map.next_value()?,
+                ARG_INPUT_TYPES => a.input_types = map.next_value()?,
+                _ => match arg_scalar(a, k) {
+                    Some(slot) => *slot = map.next_value()?,
+                    None => {
+                        map.next_value::<IgnoredAny>()?;
+                    }
+                },
+            }
         }
         Ok(())
     }
@@ -242,30 +266,22 @@ impl<'de> Visitor<'de> for EventSeed<'_> {
         let e = self.0;
         let mut args_seen = false;
         while let Some(k) = map.next_key_seed(KeySeed(event_key))? {
-            let slot = match k {
-                0 => &mut e.ph,
-                1 => &mut e.cat,
-                2 => &mut e.name,
-                3 => &mut e.ts,
-                4 => &mut e.dur,
-                5 => &mut e.pid,
-                6 => &mut e.tid,
-                7 => {
-                    // In place: `RawArgs` is most of the event's size. A
-                    // repeated `args` replaces the first (the last wins).
-                    if args_seen {
-                        e.args = RawArgs::default();
-                    }
-                    args_seen = true;
-                    map.next_value_seed(ArgsSeed(&mut e.args))?;
-                    continue;
+            if k == EVENT_ARGS {
+                // In place: `RawArgs` is most of the event's size. A
+                // repeated `args` replaces the first (the last wins).
+                if args_seen {
+                    e.args = RawArgs::default();
                 }
-                _ => {
+                args_seen = true;
+                map.next_value_seed(ArgsSeed(&mut e.args))?;
+                continue;
+            }
+            match event_scalar(e, k) {
+                Some(slot) => *slot = map.next_value()?,
+                None => {
                     map.next_value::<IgnoredAny>()?;
-                    continue;
                 }
-            };
-            *slot = map.next_value()?;
+            }
         }
         Ok(())
     }
