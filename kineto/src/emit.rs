@@ -146,7 +146,12 @@ impl<'a> Window<'a> {
             return;
         }
         if let Held::Unsorted(v) = &mut self.held {
-            if v.len() < self.cap {
+            if v.len() >= self.cap {
+                self.held = Held::Heap(BinaryHeap::from(std::mem::take(v)));
+            }
+        }
+        let heap = match &mut self.held {
+            Held::Unsorted(v) => {
                 v.push(Rec {
                     key,
                     body: build(self.interner),
@@ -154,10 +159,7 @@ impl<'a> Window<'a> {
                 self.peak = self.peak.max(v.len());
                 return;
             }
-            self.held = Held::Heap(BinaryHeap::from(std::mem::take(v)));
-        }
-        let Held::Heap(heap) = &mut self.held else {
-            unreachable!("a full window is a heap");
+            Held::Heap(heap) => heap,
         };
         if heap.len() >= self.cap {
             self.overflow = true;

@@ -520,7 +520,7 @@ impl Window {
 struct Committed {
     /// The agent batches' own rows (for [`Partial`]).
     batches: Vec<BatchRow>,
-    /// The ranks whose rows the window held (for [`RanksSeen`]).
+    /// The ranks whose rows a failed window held (for [`RanksSeen`]).
     ranks: Vec<(String, String, u32)>,
     pending: Vec<(usize, Ack)>,
     rows: usize,
@@ -693,10 +693,14 @@ async fn commit(
     } = window;
     let started = Instant::now();
     let result = commit_tables(&store, &metrics, timeout, &sets).await;
-    let ranks = sets
-        .iter()
-        .flat_map(|s| s.ranks.iter().map(RanksSeen::key))
-        .collect();
+    // Only a failed window's ranks are needed (to be forgotten).
+    let ranks = if result.is_ok() {
+        Vec::new()
+    } else {
+        sets.iter()
+            .flat_map(|s| s.ranks.iter().map(RanksSeen::key))
+            .collect()
+    };
     let batches = sets.into_iter().flat_map(|s| s.batches).collect();
     Committed {
         batches,
