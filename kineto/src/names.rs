@@ -13,14 +13,12 @@
 //! self-contained `RankEvents` group, as the collector validates each batch
 //! on its own); names are never empty.
 
-use std::collections::HashMap;
-
 use rankscope_proto::v1 as proto;
 
 /// Distinct names, provisional ids from 1.
 #[derive(Debug, Default)]
 pub(crate) struct Interner {
-    ids: HashMap<Box<str>, u32>,
+    ids: foldhash::HashMap<Box<str>, u32>,
     names: Vec<Box<str>>,
 }
 

@@ -161,7 +161,7 @@ pub fn validate_names(
     new: &[proto::InternedName],
     known: &impl Names,
 ) -> Result<(), ValidationError> {
-    let mut seen = std::collections::HashMap::<u32, &str>::new();
+    let mut seen = foldhash::HashMap::<u32, &str>::default();
     for n in new {
         if n.id == 0 {
             return Err(ValidationError::BadName {
@@ -246,7 +246,8 @@ pub fn validate_events(
     known: &impl Names,
     state: StepState,
 ) -> Result<StepState, ValidationError> {
-    let new_ids: std::collections::HashSet<u32> = new.iter().map(|n| n.id).collect();
+    // Looked up once per event: foldhash, not SipHash.
+    let new_ids: foldhash::HashSet<u32> = new.iter().map(|n| n.id).collect();
     let defined = |id: u32| id == 0 || known.contains(id) || new_ids.contains(&id);
     let mut st = state;
     for (index, ev) in events.iter().enumerate() {
