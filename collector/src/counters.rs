@@ -255,6 +255,11 @@ impl Counters {
                     "Commands to agents dropped because their control stream was full.",
                     &t.commands_dropped,
                 ),
+                Family::plain(
+                    "rankscope_collector_control_streams_opened_total",
+                    "Agent control streams opened (one per agent connection).",
+                    &t.control_streams_opened,
+                ),
             ]);
         }
         out

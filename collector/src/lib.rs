@@ -267,7 +267,7 @@ pub async fn start(cfg: Config) -> Result<Collector, StartError> {
     // The agents' control streams: the same token as ingest.
     let control = tonic::service::interceptor::InterceptedService::new(
         proto::collector_control_server::CollectorControlServer::new(
-            traces::control::ControlService::new(trace_hub.clone()),
+            traces::control::ControlService::new(trace_hub.clone(), shutdown_rx.clone()),
         ),
         token_check(cfg.auth_token.clone(), metrics.clone()),
     );

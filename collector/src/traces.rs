@@ -333,6 +333,7 @@ pub struct TraceMetrics {
     pub imported: std::sync::atomic::AtomicU64,
     pub failed: std::sync::atomic::AtomicU64,
     pub commands_dropped: std::sync::atomic::AtomicU64,
+    pub control_streams_opened: std::sync::atomic::AtomicU64,
 }
 
 /// The trace hub. Cheap to clone.
@@ -799,6 +800,9 @@ impl TraceHub {
                 }
             }
         }
+        self.metrics
+            .control_streams_opened
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         book.agents.insert(
             id,
             AgentConn {

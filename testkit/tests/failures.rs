@@ -8,6 +8,7 @@ use common::proxy::Proxy;
 use common::*;
 use rankscope_proto::v1 as proto;
 use std::sync::atomic::Ordering::Relaxed;
+use std::time::{Duration, Instant};
 
 fn expect_invalid(res: Result<proto::IngestAck, tonic::Status>, needles: &[&str]) {
     let status = res.expect_err("must be rejected");
@@ -87,6 +88,35 @@ async fn oversized_batch_is_resource_exhausted() {
     assert_eq!(status.code(), tonic::Code::ResourceExhausted, "{status:?}");
     // Under the limit still works.
     assert!(stack.ingest(small_batch("big", 2)).await.is_ok());
+    stack.stop().await;
+}
+
+/// A collector stops while an agent holds its control stream open: the
+/// agent never ends that stream, and the gRPC server's graceful shutdown
+/// once waited for it forever (found when a test restarted a collector with
+/// its agent connected).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_collector_stops_while_an_agent_holds_its_control_stream() {
+    let mut stack = Stack::start().await;
+    let url = format!("http://{}/metrics", stack.http_addr());
+    let client = rankscope_cli::query::http::HttpClient::new(Duration::from_secs(10));
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let (_, body) = client.get(&url).await.expect("GET /metrics");
+        let text = String::from_utf8_lossy(&body).into_owned();
+        if text
+            .lines()
+            .any(|l| l == "rankscope_collector_control_streams_opened_total 1")
+        {
+            break;
+        }
+        assert!(Instant::now() < deadline, "no control stream: {text}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let collector = stack.collector.take().expect("collector");
+    tokio::time::timeout(Duration::from_secs(60), collector.shutdown())
+        .await
+        .expect("the collector stops with the stream open");
     stack.stop().await;
 }
 

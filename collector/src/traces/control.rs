@@ -4,13 +4,16 @@
 //!
 //! In: the agent's `AgentReport`s. Out: `ControlCommand`s from a bounded
 //! per-stream queue (a stream 256 commands behind loses the newest; the
-//! agent gets open traces again when it reconnects).
+//! agent gets open traces again when it reconnects). Every stream ends
+//! when the collector shuts down: the gRPC server's graceful shutdown waits
+//! for open streams, and an agent's control stream is never ended by the
+//! agent (a connected agent once kept a stopping collector waiting forever).
 
 use std::pin::Pin;
 
 use futures_util::Stream;
 use rankscope_proto::v1 as proto;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch};
 use tonic::{Request, Response, Status, Streaming};
 
 use super::TraceHub;
@@ -22,11 +25,13 @@ const STREAM_QUEUE: usize = 256;
 #[derive(Clone)]
 pub struct ControlService {
     hub: TraceHub,
+    /// True once the collector shuts down.
+    stop: watch::Receiver<bool>,
 }
 
 impl ControlService {
-    pub fn new(hub: TraceHub) -> Self {
-        Self { hub }
+    pub fn new(hub: TraceHub, stop: watch::Receiver<bool>) -> Self {
+        Self { hub, stop }
     }
 }
 
@@ -71,9 +76,16 @@ impl proto::collector_control_server::CollectorControl for ControlService {
             hub.disconnect(id);
             tracing::info!(agent = %hello.agent_id, "agent control stream closed");
         });
-        let out = futures_util::stream::unfold(rx, |mut rx| async move {
-            rx.recv().await.map(|c| (Ok(c), rx))
-        });
+        let out = futures_util::stream::unfold(
+            (rx, self.stop.clone()),
+            |(mut rx, mut stop)| async move {
+                let next = tokio::select! {
+                    c = rx.recv() => c,
+                    _ = stop.wait_for(|stop| *stop) => None,
+                };
+                next.map(|c| (Ok(c), (rx, stop)))
+            },
+        );
         Ok(Response::new(Box::pin(out)))
     }
 }
