@@ -23,6 +23,7 @@
 pub mod evidence;
 pub mod job;
 pub mod live;
+pub mod recent;
 pub mod recover;
 pub mod reorder;
 
@@ -323,8 +324,8 @@ struct JobEntry {
     /// The assembler's `partial_steps` already added to the counter.
     partial_steps_counted: u64,
     /// Per-rank figures of the last [`RECENT_STEPS`] finalized steps (the
-    /// what-if gain of a new straggler verdict).
-    recent: std::collections::VecDeque<(u64, Vec<rankscope_analysis::RankStepWait>)>,
+    /// what-if gain of a straggler verdict as it is raised).
+    recent: recent::RecentSteps,
 }
 
 /// Finalized steps whose per-rank figures a job keeps for what-if gains.
@@ -452,7 +453,7 @@ impl Stream {
                     first_seen: HashMap::new(),
                     spans: evidence::StepSpans::default(),
                     partial_steps_counted: 0,
-                    recent: Default::default(),
+                    recent: recent::RecentSteps::new(RECENT_STEPS),
                 });
                 entry.last_input_ns = now;
                 let mut out = JobOutput::default();
@@ -576,15 +577,7 @@ fn collect(
             work_ns: s.breakdown.compute_ns + s.dataloader_ns,
             wait_ns: s.comm_wait_ns,
         };
-        match entry.recent.back_mut() {
-            Some((step, rows)) if *step == s.step => rows.push(w),
-            _ => {
-                entry.recent.push_back((s.step, vec![w]));
-                if entry.recent.len() > RECENT_STEPS {
-                    entry.recent.pop_front();
-                }
-            }
-        }
+        entry.recent.push(w);
     }
     for s in out.steps {
         let end = s.step_start_ns.saturating_add(s.step_time_ns);
@@ -649,6 +642,11 @@ fn collect(
         if cleared {
             entry.first_seen.remove(&key);
         }
+        // The gain of this version (its sums end when the verdict clears).
+        let gain = entry.recent.gain(v.rank, v.first_step, v.last_step);
+        if cleared {
+            entry.recent.forget(v.rank, v.first_step);
+        }
         let row = VerdictRow {
             job_id: job.to_owned(),
             rank: v.rank,
@@ -663,7 +661,10 @@ fn collect(
             first_seen_ns,
             updated_ns: now,
         };
-        if !outputs.live.record(&row, now) {
+        if !outputs
+            .live
+            .record(&row, gain.complete.then_some(gain.pct), now)
+        {
             metrics.live_verdicts_dropped.fetch_add(1, Relaxed);
         }
         rows.verdicts.push(row);
@@ -698,15 +699,8 @@ fn collect(
             score: v.score,
             cause: v.cause.as_str().to_owned(),
             evidence: hardware,
-            expected_gain_pct: {
-                let rows: Vec<rankscope_analysis::RankStepWait> = entry
-                    .recent
-                    .iter()
-                    .filter(|(step, _)| (v.first_step..=v.last_step).contains(step))
-                    .flat_map(|(_, rows)| rows.iter().copied())
-                    .collect();
-                rankscope_analysis::expected_gain_pct(&rows, v.rank)
-            },
+            // Over the steps held when the verdict is longer.
+            expected_gain_pct: gain.pct,
         });
     }
     for c in out.collectives {

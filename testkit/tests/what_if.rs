@@ -20,7 +20,9 @@ fn mean_step_ns(cfg: &SimConfig) -> f64 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_expected_gain_of_a_planted_straggler_matches_the_simulators_truth() {
-    let stack = Stack::start().await;
+    let mut stack = Stack::start().await;
+    // (job, rank 5's verdict as served live: first step, gain).
+    let mut served = Vec::new();
     for (job, factor) in [("what-if-13", 1.3), ("what-if-16", 1.6)] {
         let mut sim = sim_config(job, 8, 30);
         sim.stragglers = vec![Straggler { rank: 5, factor }];
@@ -55,8 +57,10 @@ async fn the_expected_gain_of_a_planted_straggler_matches_the_simulators_truth()
             .find(|s| s["rank"] == 5)
             .expect("rank 5 flagged");
         let got = s["expected_gain_pct"].as_f64().unwrap();
-        // The route's per-step aggregates in SQL (step_peers.sql) give the
-        // definition's figure over the verdict's steps of the stored rows.
+        // The gain the stream summed as the verdict's versions came
+        // (stream::recent) is the definition's figure over the verdict's
+        // steps of the stored rows (after the restart below: the route's
+        // per-step aggregates in SQL, step_peers.sql).
         let (first, last) = (
             s["first_step"].as_u64().unwrap(),
             s["last_step"].as_u64().unwrap(),
@@ -89,6 +93,7 @@ async fn the_expected_gain_of_a_planted_straggler_matches_the_simulators_truth()
             "{job}: expected_gain_pct {got:.2} vs the simulator's {truth:.2}"
         );
         eprintln!("{job}: expected_gain_pct {got:.2}%, simulator truth {truth:.2}%");
+        served.push((job, first, got));
         // The alert says it too.
         let alerts = stack
             .api_poll(&format!("/api/v1/alerts?job={job}"), "alerts", |r| {
@@ -200,6 +205,26 @@ async fn the_expected_gain_of_a_planted_straggler_matches_the_simulators_truth()
             .await
             .expect_err(path);
         assert!(err.to_string().contains(want), "{path}: {err}");
+    }
+    // A restarted collector holds no live verdict: the gains come from the
+    // stored breakdowns, and are the same.
+    stack.restart_collector().await;
+    for (job, first, live) in served {
+        let rows = stack
+            .api_get(&format!("/api/v1/jobs/{job}/stragglers"))
+            .await;
+        let s = rows["stragglers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|s| s["rank"] == 5 && s["first_step"].as_u64() == Some(first))
+            .cloned()
+            .unwrap_or_else(|| panic!("{job}: rank 5's verdict stored: {rows}"));
+        let stored = s["expected_gain_pct"].as_f64().unwrap();
+        assert!(
+            (stored - live).abs() < 1e-9,
+            "{job}: {stored} from the stored rows, {live} from memory"
+        );
     }
     stack.stop().await;
 }

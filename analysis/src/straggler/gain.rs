@@ -94,31 +94,53 @@ impl StepPeers {
 
 /// [`StepPeers`] of every step in `rows` (one row per (step, rank)).
 pub fn step_peers(rows: &[RankStepWait]) -> BTreeMap<u64, StepPeers> {
-    let mut steps: BTreeMap<u64, Vec<&RankStepWait>> = BTreeMap::new();
+    let mut steps: BTreeMap<u64, Vec<RankStepWait>> = BTreeMap::new();
     for r in rows {
-        steps.entry(r.step).or_default().push(r);
+        steps.entry(r.step).or_default().push(*r);
     }
     steps
         .into_iter()
-        .map(|(step, ranks)| {
-            let mut times: Vec<u64> = ranks.iter().map(|r| r.step_time_ns).collect();
-            times.sort_unstable();
-            let mut by_wait: Vec<(u64, u32)> = ranks.iter().map(|r| (r.wait_ns, r.rank)).collect();
-            by_wait.sort_unstable();
-            let mut by_work: Vec<(u64, u32)> = ranks.iter().map(|r| (r.work_ns, r.rank)).collect();
-            by_work.sort_unstable_by(|a, b| b.cmp(a));
-            let peers = StepPeers {
-                step,
-                ranks: ranks.len() as u64,
-                median_step_ns: times[times.len() / 2],
-                min_wait: (by_wait[0].1, by_wait[0].0),
-                second_min_wait_ns: by_wait.get(1).map_or(0, |w| w.0),
-                max_work: (by_work[0].1, by_work[0].0),
-                second_max_work_ns: by_work.get(1).map_or(0, |w| w.0),
-            };
-            (step, peers)
-        })
+        .filter_map(|(step, ranks)| Some((step, peers_of_step(step, &ranks)?)))
         .collect()
+}
+
+/// [`StepPeers`] of one step from its rows (one per rank; their own `step`
+/// is not looked at); `None` without rows. Linear: a selection for the
+/// median, one pass for the extremes (ties: the least wait goes to the
+/// lowest rank, the most work to the highest, as sorting (value, rank)
+/// would give).
+pub fn peers_of_step(step: u64, rows: &[RankStepWait]) -> Option<StepPeers> {
+    let first = rows.first()?;
+    let mut times: Vec<u64> = rows.iter().map(|r| r.step_time_ns).collect();
+    let mid = times.len() / 2;
+    let (_, &mut median_step_ns, _) = times.select_nth_unstable(mid);
+    // The least and second-least (wait, rank), the greatest and
+    // second-greatest (work, rank).
+    let mut low = ((first.wait_ns, first.rank), None);
+    let mut high = ((first.work_ns, first.rank), None);
+    for r in &rows[1..] {
+        let w = (r.wait_ns, r.rank);
+        if w < low.0 {
+            low = (w, Some(low.0));
+        } else if low.1.is_none_or(|second| w < second) {
+            low.1 = Some(w);
+        }
+        let k = (r.work_ns, r.rank);
+        if k > high.0 {
+            high = (k, Some(high.0));
+        } else if high.1.is_none_or(|second| k > second) {
+            high.1 = Some(k);
+        }
+    }
+    Some(StepPeers {
+        step,
+        ranks: rows.len() as u64,
+        median_step_ns,
+        min_wait: (low.0 .1, low.0 .0),
+        second_min_wait_ns: low.1.map_or(0, |w| w.0),
+        max_work: (high.0 .1, high.0 .0),
+        second_max_work_ns: high.1.map_or(0, |w| w.0),
+    })
 }
 
 /// Per step of `own` (the rows of `rank`) whose peers are known and hold
@@ -281,6 +303,59 @@ mod tests {
                     "case {case}, rank {rank}: {rows:?}"
                 );
             }
+        }
+    }
+
+    /// The sorting definition of [`StepPeers`] (what `step_peers` computed
+    /// before the linear pass).
+    fn sorted_peers(step: u64, rows: &[RankStepWait]) -> StepPeers {
+        let mut times: Vec<u64> = rows.iter().map(|r| r.step_time_ns).collect();
+        times.sort_unstable();
+        let mut by_wait: Vec<(u64, u32)> = rows.iter().map(|r| (r.wait_ns, r.rank)).collect();
+        by_wait.sort_unstable();
+        let mut by_work: Vec<(u64, u32)> = rows.iter().map(|r| (r.work_ns, r.rank)).collect();
+        by_work.sort_unstable_by(|a, b| b.cmp(a));
+        StepPeers {
+            step,
+            ranks: rows.len() as u64,
+            median_step_ns: times[times.len() / 2],
+            min_wait: (by_wait[0].1, by_wait[0].0),
+            second_min_wait_ns: by_wait.get(1).map_or(0, |w| w.0),
+            max_work: (by_work[0].1, by_work[0].0),
+            second_max_work_ns: by_work.get(1).map_or(0, |w| w.0),
+        }
+    }
+
+    #[test]
+    fn one_pass_peers_equal_the_sorted_ones_in_any_row_order() {
+        let mut x: u64 = 0x2545_f491_4f6c_dd1d;
+        let mut next = |m: u64| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x % m
+        };
+        assert_eq!(peers_of_step(0, &[]), None);
+        for case in 0..2000 {
+            let n = 1 + next(9) as usize;
+            let mut rows: Vec<RankStepWait> = (0..n as u32)
+                .map(|rank| RankStepWait {
+                    step: 7,
+                    rank,
+                    step_time_ns: next(5),
+                    work_ns: next(4),
+                    wait_ns: next(4),
+                })
+                .collect();
+            // Any order: shuffled.
+            for i in (1..rows.len()).rev() {
+                rows.swap(i, next(i as u64 + 1) as usize);
+            }
+            assert_eq!(
+                peers_of_step(7, &rows),
+                Some(sorted_peers(7, &rows)),
+                "case {case}: {rows:?}"
+            );
         }
     }
 }

@@ -288,43 +288,44 @@ pub(super) async fn stragglers(
     // The verdicts and their evidence are independent reads: concurrent.
     let (rows, evidence) =
         tokio::join!(st.store.stragglers(&job), st.store.straggler_evidence(&job));
-    // Versions raised but perhaps not stored yet: answered at once.
-    let rows = crate::stream::live::merge(rows?, st.live.of(&job, crate::service::now_ns()));
-    st.require_job(&job, rows.is_empty()).await?;
+    // Versions raised but perhaps not stored yet: answered at once, with
+    // their gains when the stream computed them from memory.
+    let versions = crate::stream::live::merge(rows?, st.live.of(&job, crate::service::now_ns()));
+    st.require_job(&job, versions.is_empty()).await?;
     let mut evidence: std::collections::HashMap<(u32, u64), EvidenceReadRow> = evidence?
         .into_iter()
         .map(|e| ((e.rank, e.first_step), e))
         .collect();
-    let spans: Vec<(u32, u64, u64)> = rows
+    // The other gains from the stored breakdowns (no read when none).
+    let spans: Vec<(u32, u64, u64)> = versions
         .iter()
-        .map(|v| (v.rank, v.first_step, v.last_step))
+        .filter(|v| v.gain.is_none())
+        .map(|v| (v.row.rank, v.row.first_step, v.row.last_step))
         .collect();
     let what_if = VerdictGains::load(&st, &job, &spans).await?;
-    let gains: Vec<Option<f64>> = spans
-        .iter()
-        .map(|&(rank, first, last)| what_if.pct(rank, first, last))
-        .collect();
-    let out: Vec<StragglerOut> = rows
+    let out: Vec<StragglerOut> = versions
         .into_iter()
-        .zip(gains)
-        .map(|(v, expected_gain_pct)| StragglerOut {
-            expected_gain_pct,
-            evidence: evidence
-                .remove(&(v.rank, v.first_step))
-                .map(EvidenceOut::from)
-                .unwrap_or_default(),
-            rank: v.rank,
-            node: v.node,
-            first_step: v.first_step,
-            last_step: v.last_step,
-            steps_flagged: v.steps_flagged,
-            slowdown: v.slowdown,
-            score: v.score,
-            cause: v.cause,
-            active: v.active != 0,
-            updated_ns: v.updated_ns,
-            trace_id: st.traces.auto_trace_of(&job, v.rank, v.first_seen_ns),
-        })
+        .map(
+            |crate::stream::live::Version { row: v, gain }| StragglerOut {
+                expected_gain_pct: gain
+                    .unwrap_or_else(|| what_if.pct(v.rank, v.first_step, v.last_step)),
+                evidence: evidence
+                    .remove(&(v.rank, v.first_step))
+                    .map(EvidenceOut::from)
+                    .unwrap_or_default(),
+                rank: v.rank,
+                node: v.node,
+                first_step: v.first_step,
+                last_step: v.last_step,
+                steps_flagged: v.steps_flagged,
+                slowdown: v.slowdown,
+                score: v.score,
+                cause: v.cause,
+                active: v.active != 0,
+                updated_ns: v.updated_ns,
+                trace_id: st.traces.auto_trace_of(&job, v.rank, v.first_seen_ns),
+            },
+        )
         .collect();
     Ok(Json(serde_json::json!({ "job": job, "stragglers": out })))
 }

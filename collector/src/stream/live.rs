@@ -14,6 +14,10 @@
 //! `updated_ns`) gives once the live version is stored, so an answer never
 //! goes back to an older version when the row lands.
 //!
+//! A version raised while every step of it was in the stream's memory
+//! carries its what-if gain (`recent`), so the route reads no breakdowns
+//! for it; the others' gains are computed from the stored breakdowns.
+//!
 //! Memory: versions older than [`HORIZON_NS`] are pruned when a version is
 //! recorded, at most once a second (stored by then, or their write failed
 //! and was counted), at most
@@ -42,9 +46,19 @@ pub struct LiveVerdicts {
 #[derive(Debug, Default)]
 struct State {
     /// job -> (rank, first_step) -> latest version.
-    jobs: HashMap<String, HashMap<(u32, u64), StragglerRow>>,
+    jobs: HashMap<String, HashMap<(u32, u64), Version>>,
     held: usize,
     last_prune_ns: u64,
+}
+
+/// A verdict version and what is known of its what-if gain.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Version {
+    pub row: StragglerRow,
+    /// `Some(expected_gain_pct)` when it was computed from memory as the
+    /// version was raised (every step of the verdict held); `None`: to be
+    /// computed from the stored breakdowns.
+    pub gain: Option<Option<f64>>,
 }
 
 /// Old versions are looked for at most this often.
@@ -55,14 +69,14 @@ impl LiveVerdicts {
     /// than [`HORIZON_NS`] before `now_ns` are forgotten (checked at most
     /// once a second). False when `row` is a new verdict and
     /// [`MAX_VERSIONS`] are held: it is not held (the caller counts it).
-    pub fn record(&self, row: &VerdictRow, now_ns: u64) -> bool {
+    pub fn record(&self, row: &VerdictRow, gain: Option<Option<f64>>, now_ns: u64) -> bool {
         let mut st = self.lock();
         if now_ns.saturating_sub(st.last_prune_ns) >= PRUNE_EVERY_NS {
             st.last_prune_ns = now_ns;
             let oldest = now_ns.saturating_sub(HORIZON_NS);
             let mut held = 0;
             st.jobs.retain(|_, versions| {
-                versions.retain(|_, v| v.updated_ns >= oldest);
+                versions.retain(|_, v| v.row.updated_ns >= oldest);
                 held += versions.len();
                 !versions.is_empty()
             });
@@ -71,11 +85,15 @@ impl LiveVerdicts {
         let State { jobs, held, .. } = &mut *st;
         let versions = jobs.entry(row.job_id.clone()).or_default();
         let key = (row.rank, row.first_step);
+        let version = || Version {
+            row: straggler_row(row),
+            gain,
+        };
         match versions.get_mut(&key) {
-            Some(v) if v.updated_ns <= row.updated_ns => *v = straggler_row(row),
+            Some(v) if v.row.updated_ns <= row.updated_ns => *v = version(),
             Some(_) => {}
             None if *held < MAX_VERSIONS => {
-                versions.insert(key, straggler_row(row));
+                versions.insert(key, version());
                 *held += 1;
             }
             None => {
@@ -89,12 +107,12 @@ impl LiveVerdicts {
     }
 
     /// The versions of `job` raised in the last [`HORIZON_NS`] before `now_ns`.
-    pub fn of(&self, job: &str, now_ns: u64) -> Vec<StragglerRow> {
+    pub fn of(&self, job: &str, now_ns: u64) -> Vec<Version> {
         let oldest = now_ns.saturating_sub(HORIZON_NS);
         self.lock().jobs.get(job).map_or_else(Vec::new, |versions| {
             versions
                 .values()
-                .filter(|v| v.updated_ns >= oldest)
+                .filter(|v| v.row.updated_ns >= oldest)
                 .cloned()
                 .collect()
         })
@@ -128,23 +146,26 @@ fn straggler_row(v: &VerdictRow) -> StragglerRow {
 }
 
 /// Stored and live versions together: per (rank, first_step) the one with
-/// the highest `updated_ns` (the stored one on a tie), ordered by
-/// (first_step, rank) as `stragglers.sql` orders.
-pub fn merge(stored: Vec<StragglerRow>, live: Vec<StragglerRow>) -> Vec<StragglerRow> {
-    let mut by_key: HashMap<(u32, u64), StragglerRow> = stored
+/// the highest `updated_ns` (the stored row on a tie, with the live gain:
+/// the same version), ordered by (first_step, rank) as `stragglers.sql`
+/// orders.
+pub fn merge(stored: Vec<StragglerRow>, live: Vec<Version>) -> Vec<Version> {
+    let mut by_key: HashMap<(u32, u64), Version> = stored
         .into_iter()
-        .map(|v| ((v.rank, v.first_step), v))
+        .map(|row| ((row.rank, row.first_step), Version { row, gain: None }))
         .collect();
     for v in live {
-        match by_key.get(&(v.rank, v.first_step)) {
-            Some(s) if s.updated_ns >= v.updated_ns => {}
+        let key = (v.row.rank, v.row.first_step);
+        match by_key.get_mut(&key) {
+            Some(s) if s.row.updated_ns > v.row.updated_ns => {}
+            Some(s) if s.row.updated_ns == v.row.updated_ns => s.gain = v.gain,
             _ => {
-                by_key.insert((v.rank, v.first_step), v);
+                by_key.insert(key, v);
             }
         }
     }
-    let mut out: Vec<StragglerRow> = by_key.into_values().collect();
-    out.sort_by_key(|v| (v.first_step, v.rank));
+    let mut out: Vec<Version> = by_key.into_values().collect();
+    out.sort_by_key(|v| (v.row.first_step, v.row.rank));
     out
 }
 
@@ -173,19 +194,21 @@ mod tests {
     fn newest_version_wins_and_old_ones_expire() {
         let live = LiveVerdicts::default();
         let t = 1_000 * HORIZON_NS;
-        live.record(&version("a", 7, 3, true, t), t);
-        live.record(&version("a", 7, 3, false, t + 5), t + 5);
+        live.record(&version("a", 7, 3, true, t), Some(Some(4.0)), t);
+        live.record(&version("a", 7, 3, false, t + 5), Some(None), t + 5);
         // An older version arriving late does not replace the newer one.
-        live.record(&version("a", 7, 3, true, t + 1), t + 6);
-        live.record(&version("b", 1, 0, true, t + 6), t + 6);
+        live.record(&version("a", 7, 3, true, t + 1), None, t + 6);
+        live.record(&version("b", 1, 0, true, t + 6), None, t + 6);
         let a = live.of("a", t + 6);
         assert_eq!(a.len(), 1);
-        assert_eq!((a[0].active, a[0].updated_ns), (0, t + 5));
+        assert_eq!((a[0].row.active, a[0].row.updated_ns), (0, t + 5));
+        assert_eq!(a[0].gain, Some(None), "the gain of the version served");
         assert_eq!(live.held(), 2);
         // Past the horizon: not served, and pruned by the next record.
         assert!(live.of("a", t + 5 + HORIZON_NS + 1).is_empty());
         live.record(
             &version("b", 2, 0, true, t + 2 * HORIZON_NS),
+            None,
             t + 2 * HORIZON_NS,
         );
         assert_eq!(live.held(), 1);
@@ -197,24 +220,39 @@ mod tests {
         let row = |rank, first_step, active, updated_ns| {
             straggler_row(&version("j", rank, first_step, active, updated_ns))
         };
+        let live = |rank, first_step, active, updated_ns, gain| Version {
+            row: row(rank, first_step, active, updated_ns),
+            gain,
+        };
         let stored = vec![
             row(5, 2, true, 10),
             row(9, 1, true, 10),
             row(3, 4, true, 30),
+            row(4, 0, false, 50),
         ];
         let live = vec![
-            row(5, 2, false, 20), // newer than stored: wins
-            row(3, 4, false, 30), // same version: the stored one stays
-            row(1, 6, true, 40),  // not stored yet
+            live(5, 2, false, 20, Some(Some(2.0))), // newer than stored: wins
+            live(3, 4, false, 30, Some(Some(3.0))), // same version: stored row, live gain
+            live(1, 6, true, 40, None),             // not stored yet
+            live(4, 0, true, 45, Some(Some(9.0))),  // older than stored: not used
         ];
         let merged = merge(stored, live);
-        let got: Vec<(u64, u32, u8, u64)> = merged
+        let got: Vec<_> = merged
             .iter()
-            .map(|v| (v.first_step, v.rank, v.active, v.updated_ns))
+            .map(|v| {
+                let r = &v.row;
+                (r.first_step, r.rank, r.active, r.updated_ns, v.gain)
+            })
             .collect();
         assert_eq!(
             got,
-            vec![(1, 9, 1, 10), (2, 5, 0, 20), (4, 3, 1, 30), (6, 1, 1, 40)]
+            vec![
+                (0, 4, 0, 50, None),
+                (1, 9, 1, 10, None),
+                (2, 5, 0, 20, Some(Some(2.0))),
+                (4, 3, 1, 30, Some(Some(3.0))),
+                (6, 1, 1, 40, None)
+            ]
         );
     }
 
@@ -223,16 +261,16 @@ mod tests {
         let live = LiveVerdicts::default();
         let t = HORIZON_NS;
         for rank in 0..MAX_VERSIONS as u32 {
-            assert!(live.record(&version("big", rank, 0, true, t), t));
+            assert!(live.record(&version("big", rank, 0, true, t), None, t));
         }
-        assert!(!live.record(&version("other", 1, 0, true, t), t));
+        assert!(!live.record(&version("other", 1, 0, true, t), None, t));
         assert_eq!(live.held(), MAX_VERSIONS as u64);
         assert!(live.of("other", t).is_empty());
         // A new version of a held verdict still replaces it.
-        assert!(live.record(&version("big", 0, 0, false, t + 1), t + 1));
+        assert!(live.record(&version("big", 0, 0, false, t + 1), None, t + 1));
         assert!(live
             .of("big", t + 1)
             .iter()
-            .any(|v| v.rank == 0 && v.active == 0));
+            .any(|v| v.row.rank == 0 && v.row.active == 0));
     }
 }

@@ -31,7 +31,7 @@
 //!   (GPU utilization, collective baselines) are not rebuilt; firing alerts
 //!   are (`alert::restore`).
 
-use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::str::FromStr;
 
 use rankscope_analysis::{
@@ -210,7 +210,7 @@ async fn load_jobs(
 /// per-rank figures) and the step spans replayed from finalized breakdowns.
 pub struct Replayed {
     pub tracker: StragglerTracker,
-    pub recent: VecDeque<(u64, Vec<RankStepWait>)>,
+    pub recent: super::recent::RecentSteps,
     pub spans: Vec<(u64, u64, u64)>,
     pub steps: u64,
 }
@@ -219,7 +219,7 @@ pub struct Replayed {
 /// of the replay were emitted before the crash and are dropped.
 pub fn replay(policy: StragglerPolicy, rows: &[RecoverBreakdown], recent: usize) -> Replayed {
     let mut tracker = StragglerTracker::new(policy);
-    let mut history: VecDeque<(u64, Vec<RankStepWait>)> = VecDeque::new();
+    let mut history = super::recent::RecentSteps::new(recent);
     let mut spans = Vec::new();
     let mut steps = 0;
     for chunk in rows.chunk_by(|a, b| a.step == b.step) {
@@ -239,21 +239,14 @@ pub fn replay(policy: StragglerPolicy, rows: &[RecoverBreakdown], recent: usize)
             .collect();
         let _ = tracker.observe(step, &stats);
         steps += 1;
-        history.push_back((
-            step,
-            chunk
-                .iter()
-                .map(|r| RankStepWait {
-                    step,
-                    rank: r.rank,
-                    step_time_ns: r.step_time_ns,
-                    work_ns: r.compute_ns + r.dataloader_ns,
-                    wait_ns: r.comm_wait_ns,
-                })
-                .collect(),
-        ));
-        if history.len() > recent {
-            history.pop_front();
+        for r in chunk {
+            history.push(RankStepWait {
+                step,
+                rank: r.rank,
+                step_time_ns: r.step_time_ns,
+                work_ns: r.compute_ns + r.dataloader_ns,
+                wait_ns: r.comm_wait_ns,
+            });
         }
         for r in chunk {
             spans.push((step, r.step_start_ns, r.step_start_ns + r.step_time_ns));
@@ -494,7 +487,7 @@ mod tests {
         let r = replay(policy, &window, 16);
         assert_eq!(r.tracker.active_verdicts(), active);
         assert_eq!(r.tracker.last_step(), Some(39));
-        assert_eq!(r.recent.len(), 16);
-        assert_eq!(r.recent.back().map(|(s, _)| *s), Some(39));
+        assert_eq!(r.recent.steps_held(), 16);
+        assert_eq!(r.recent.last_step(), Some(39));
     }
 }
