@@ -343,8 +343,8 @@ fn straggler(s: &mut String, d: &Details) {
          *stored* = t0 -> the last batch's ack (rows in ClickHouse; the analytics take a batch \
          as soon as the writer holds it, so the verdict may come first), *computed* = t0 -> the verdict's `updated_ns` (set by the collector \
          when it raised the verdict, same clock), and the rest is the route and the poll (the \
-         route serves a verdict from the collector's memory as soon as it is raised, merged \
-         with the stored versions).\n\n\
+         route serves a verdict and its what-if gain from the collector's memory as soon as \
+         it is raised, merged with the stored versions).\n\n\
          **End to end** (the JSON figures): the same jobs, but the driver plays the 1,024 ranks \
          and streams each rank's steps over its own `RankIngest.StreamEvents` stream to a real \
          `rankscope-agent` (default configuration: a batch is cut when every live rank of \

@@ -160,10 +160,11 @@ fn why(name: &str, d: &Details) -> String {
                 "At 16,384 ranks the median is {lat:.0} ms. The collector decodes and \
                  assembles the decisive step's {events} events from 2,048 node batches and \
                  raises the verdict {det:.0} ms after the last batch; the API answers with it \
-                 {:.0} ms later (the route serves it from memory; its reads of the stored \
-                 verdicts and the what-if rows and the poll), while ClickHouse stores the step's raw \
-                 events on the same cores ({stored:.0} ms until the last batch was \
-                 acknowledged).",
+                 {:.0} ms later (the route serves the verdict and its what-if gain from \
+                 memory; what remains is its read of the job's stored verdicts and evidence, \
+                 queued behind the ingest on the collector's runtime and ClickHouse, and the \
+                 poll), while ClickHouse stores the step's raw events on the same cores \
+                 ({stored:.0} ms until the last batch was acknowledged).",
                 lat - det
             )
         }
