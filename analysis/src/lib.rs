@@ -69,7 +69,7 @@ pub use kernels::{
 pub use launches::{launch_stats, LaunchObs, LaunchStats, HTA_LAUNCH_APIS};
 pub use memcpy::{memcpy_kind, memcpy_summary, MemcpyRow};
 pub use straggler::{
-    expected_gain_pct, expected_gain_pct_of, gain_per_step, gain_per_step_of, peers_of_step,
-    score_step, step_peers, PolicyError, RankStepStats, RankStepWait, StepFlag, StepPeers,
-    StragglerCause, StragglerPolicy, StragglerTracker, Verdict, VerdictChange,
+    expected_gain_pct, expected_gain_pct_of, gain_pct, gain_per_step, gain_per_step_of,
+    peers_of_step, score_step, step_peers, PolicyError, RankStepStats, RankStepWait, StepFlag,
+    StepPeers, StragglerCause, StragglerPolicy, StragglerTracker, Verdict, VerdictChange,
 };

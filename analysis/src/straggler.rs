@@ -33,8 +33,8 @@ pub mod gain;
 pub mod tracker;
 
 pub use gain::{
-    expected_gain_pct, expected_gain_pct_of, gain_per_step, gain_per_step_of, peers_of_step,
-    step_peers, RankStepWait, StepPeers,
+    expected_gain_pct, expected_gain_pct_of, gain_pct, gain_per_step, gain_per_step_of,
+    peers_of_step, step_peers, RankStepWait, StepPeers,
 };
 pub use tracker::{StragglerTracker, Verdict, VerdictChange};
 

@@ -176,6 +176,12 @@ pub fn expected_gain_pct_of<'a>(
     let per_step = gain_per_step_of(peers, own, rank);
     let gain: u128 = per_step.values().map(|g| u128::from(g.0)).sum();
     let time: u128 = per_step.values().map(|g| u128::from(g.1)).sum();
+    gain_pct(gain, time)
+}
+
+/// `expected_gain_pct` from the per-step costs and median step times summed
+/// over a verdict's steps (ns); `None` when no step counts (`time` 0).
+pub fn gain_pct(gain: u128, time: u128) -> Option<f64> {
     (time > 0).then(|| 100.0 * gain as f64 / time as f64)
 }
 

@@ -48,7 +48,7 @@ struct Sums {
 
 impl Sums {
     fn pct(&self) -> Option<f64> {
-        (self.time > 0).then(|| 100.0 * self.gain as f64 / self.time as f64)
+        rankscope_analysis::gain_pct(self.gain, self.time)
     }
 }
 
