@@ -57,13 +57,9 @@ async fn analytics_queue_drops_and_rejections_show_on_metrics() {
     let rows = rankscope_collector::convert::convert(&small_batch("q-drop", 1), 0)
         .expect("valid batch")
         .total_rows();
-    // Each batch carries its rank's `ranks` row; the writer stores it for
-    // the first batch only (store::writer::RanksSeen), so K batches hold
-    // K x (rows - 1) + 1 rows (K x rows never came: the test waited for the
-    // 600 s interval).
     let stack = Stack::start_without_agent_with(|c| {
         c.stream.queue_capacity = 1;
-        c.writer.batch_max_rows = (rows - 1) * K as usize + 1;
+        c.writer.batch_max_rows = rows * K as usize;
         c.writer.flush_interval_ms = 600_000;
     })
     .await;
