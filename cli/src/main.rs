@@ -445,6 +445,9 @@ struct CollectivesArgs {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    if !matches!(cli.command, Command::Run(_)) {
+        quiet_on_closed_pipe();
+    }
     init_logging(cli.verbose);
     if let Command::Run(args) = &cli.command {
         // exec: returns only when the command could not be started.
@@ -885,6 +888,19 @@ async fn simulate_cmd(args: SimulateArgs) -> Result<(String, u32, u64)> {
         );
     }
     Ok((cfg.job, cfg.ranks, cfg.first_step + cfg.steps))
+}
+
+/// A closed stdout (`rankscope kernels ... | head`) ends the process
+/// quietly, as it ends `cat` or `grep`: Rust ignores SIGPIPE, so every
+/// `print!` would otherwise panic with "failed printing to stdout: Broken
+/// pipe". `rankscope run` keeps Rust's setting: it execs the training
+/// command, whose runtime sets its own (Python ignores SIGPIPE too).
+fn quiet_on_closed_pipe() {
+    // SAFETY: called once at start-up, before any thread exists; restoring
+    // the default disposition of one signal has no other effect.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
 }
 
 fn init_logging(verbose: bool) {

@@ -26,7 +26,18 @@ pub enum Kind {
     Float3,
     /// Bytes in binary units (KiB, MiB, GiB).
     Bytes,
+    /// A kernel or operator name: shortened in tables ([`shorten_name`],
+    /// then cut in the middle so the table fits [`TABLE_MAX_WIDTH`]);
+    /// JSON and CSV keep it whole.
+    Name,
 }
+
+/// The widest a table with [`Kind::Name`] columns is made (columns of a
+/// terminal): its name columns are cut to fit, down to [`NAME_MIN_WIDTH`].
+pub const TABLE_MAX_WIDTH: usize = 200;
+
+/// Name columns are never cut below this many characters.
+pub const NAME_MIN_WIDTH: usize = 24;
 
 /// One column: API field, table header, format.
 #[derive(Debug, Clone, Copy)]
@@ -55,13 +66,17 @@ pub fn render(rows: &[Value], columns: &[Column], format: OutputFormat) -> Strin
                 return "(no rows)\n".to_string();
             }
             let header: Vec<String> = columns.iter().map(|c| c.header.to_string()).collect();
-            let cells: Vec<Vec<String>> = rows
+            let mut cells: Vec<Vec<String>> = rows
                 .iter()
                 .map(|r| columns.iter().map(|c| cell(&r[c.field], c.kind)).collect())
                 .collect();
+            fit_names(&header, &mut cells, columns);
             let right: Vec<bool> = columns
                 .iter()
-                .map(|c| c.kind != Kind::Plain || rows.iter().any(|r| r[c.field].is_number()))
+                .map(|c| {
+                    !matches!(c.kind, Kind::Plain | Kind::Name)
+                        || rows.iter().any(|r| r[c.field].is_number())
+                })
                 .collect();
             table(&header, &cells, &right)
         }
@@ -96,11 +111,90 @@ pub fn cell(v: &Value, kind: Kind) -> String {
     match (kind, v) {
         (_, Value::Null) => "-".to_string(),
         (Kind::Plain, Value::String(s)) => s.clone(),
+        (Kind::Name, Value::String(s)) => shorten_name(s),
+        (Kind::Name, v) => v.to_string(),
         (Kind::Plain, v) => v.to_string(),
         (Kind::NsAsMs, _) => f.map_or("-".into(), |ns| format!("{:.3}", ns / 1e6)),
         (Kind::Pct | Kind::Float2, _) => f.map_or("-".into(), |x| format!("{x:.2}")),
         (Kind::Float3, _) => f.map_or("-".into(), |x| format!("{x:.3}")),
         (Kind::Bytes, _) => f.map_or("-".into(), bytes),
+    }
+}
+
+/// A kernel or operator name without its template arguments, parameter
+/// list and return type, as Holistic Trace Analysis shortens names for its
+/// tables (`hta.utils.utils.shorten_name`): `->` is dropped, every `<...>`
+/// and `(...)` (nested) is removed, and the last space-separated word is
+/// kept. A name that would become empty (HTA's rule leaves nothing of
+/// `Memcpy HtoD (Pinned -> Device)`) is kept whole.
+pub fn shorten_name(name: &str) -> String {
+    let mut stack: Vec<char> = Vec::with_capacity(name.len());
+    for c in name.replace("->", "").chars() {
+        let open = match c {
+            '>' => '<',
+            ')' => '(',
+            _ => {
+                stack.push(c);
+                continue;
+            }
+        };
+        while stack.last().is_some_and(|&t| t != open) {
+            stack.pop();
+        }
+        stack.pop();
+    }
+    let short: String = stack.into_iter().collect();
+    match short.split(' ').next_back() {
+        Some(last) if !last.is_empty() => last.to_string(),
+        _ => name.to_string(),
+    }
+}
+
+/// `s` cut to at most `max` characters, its middle replaced by `…` (both
+/// the namespace and the function's own name stay readable).
+pub fn cut_middle(s: &str, max: usize) -> String {
+    let n = s.chars().count();
+    if n <= max || max < 3 {
+        return s.to_string();
+    }
+    let keep = max - 1;
+    let head = keep.div_ceil(2);
+    let tail = keep - head;
+    let mut out: String = s.chars().take(head).collect();
+    out.push('…');
+    out.extend(s.chars().skip(n - tail));
+    out
+}
+
+/// Cuts the [`Kind::Name`] cells so the table is at most
+/// [`TABLE_MAX_WIDTH`] wide (name columns share the room left by the
+/// others, each at least [`NAME_MIN_WIDTH`]).
+fn fit_names(header: &[String], cells: &mut [Vec<String>], columns: &[Column]) {
+    let names: Vec<usize> = (0..columns.len())
+        .filter(|&i| columns[i].kind == Kind::Name)
+        .collect();
+    if names.is_empty() {
+        return;
+    }
+    let width = |i: usize| {
+        cells
+            .iter()
+            .map(|r| r[i].chars().count())
+            .chain(std::iter::once(header[i].chars().count()))
+            .max()
+            .unwrap_or(0)
+    };
+    let others: usize = (0..columns.len())
+        .filter(|i| !names.contains(i))
+        .map(width)
+        .sum();
+    let gaps = 2 * columns.len().saturating_sub(1);
+    let room = TABLE_MAX_WIDTH.saturating_sub(others + gaps);
+    let max = (room / names.len()).max(NAME_MIN_WIDTH);
+    for row in cells.iter_mut() {
+        for &i in &names {
+            row[i] = cut_middle(&row[i], max);
+        }
     }
 }
 
@@ -161,6 +255,51 @@ mod tests {
         let j = render(&rows(), &COLS, OutputFormat::Json);
         let back: Vec<Value> = serde_json::from_str(&j).unwrap();
         assert_eq!(back, rows());
+    }
+
+    #[test]
+    fn names_are_shortened_as_hta_does() {
+        let cases = [
+            (
+                "void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>, at::detail::Array<char*, 1> >(int, at::native::FillFunctor<float>, at::detail::Array<char*, 1>)",
+                "at::native::vectorized_elementwise_kernel",
+            ),
+            ("ncclKernel_AllReduce_RING_LL_Sum_float(ncclDevComm*, unsigned long, ncclWork*)", "ncclKernel_AllReduce_RING_LL_Sum_float"),
+            ("sm80_xmma_gemm_f16f16_f16f32_f32_tn_n_tilesize96x64x64", "sm80_xmma_gemm_f16f16_f16f32_f32_tn_n_tilesize96x64x64"),
+            ("Memcpy HtoD (Pinned -> Device)", "Memcpy HtoD (Pinned -> Device)"),
+            ("aten::add_", "aten::add_"),
+            ("()", "()"),
+        ];
+        for (name, want) in cases {
+            assert_eq!(shorten_name(name), want, "{name}");
+        }
+    }
+
+    #[test]
+    fn long_names_are_cut_to_fit_and_kept_whole_in_json_and_csv() {
+        let long = format!("void {}(float*)", "k".repeat(400));
+        let rows = vec![json!({"rank": 0, "name": long, "sum_ns": 5})];
+        let cols = [
+            col("rank", "rank", Kind::Plain),
+            col("name", "name", Kind::Name),
+            col("name", "name_again", Kind::Name),
+            col("sum_ns", "sum_ms", Kind::NsAsMs),
+        ];
+        let t = render(&rows, &cols, OutputFormat::Table);
+        for line in t.lines() {
+            assert!(line.chars().count() <= TABLE_MAX_WIDTH, "{line}");
+        }
+        assert!(t.contains('…'), "{t}");
+        assert!(!t.contains("float"), "{t}");
+        assert!(render(&rows, &cols, OutputFormat::Csv).contains(&long));
+        assert!(render(&rows, &cols, OutputFormat::Json).contains(&long));
+    }
+
+    #[test]
+    fn cut_middle_keeps_both_ends() {
+        assert_eq!(cut_middle("abcdefghij", 5), "ab…ij");
+        assert_eq!(cut_middle("abc", 5), "abc");
+        assert_eq!(cut_middle("abcdef", 6), "abcdef");
     }
 
     #[test]

@@ -10,7 +10,7 @@ use super::percent_encode;
 /// Table and CSV columns.
 pub const DIFF: &[Column] = &[
     col("category", "category", Kind::Plain),
-    col("name", "name", Kind::Plain),
+    col("name", "name", Kind::Name),
     col("ns_per_step_a", "a_ms/step", Kind::NsAsMs),
     col("ns_per_step_b", "b_ms/step", Kind::NsAsMs),
     col("diff_ns_per_step", "diff_ms/step", Kind::NsAsMs),

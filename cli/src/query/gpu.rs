@@ -88,7 +88,7 @@ const KERNEL_TYPES: &[Column] = &[
 const KERNELS: &[Column] = &[
     col("rank", "rank", Kind::Plain),
     col("kernel_type", "kernel_type", Kind::Plain),
-    col("name", "name", Kind::Plain),
+    col("name", "name", Kind::Name),
     col("calls", "calls", Kind::Plain),
     col("sum_ns", "sum_ms", Kind::NsAsMs),
     col("max_ns", "max_ms", Kind::NsAsMs),
@@ -145,9 +145,9 @@ const LAUNCHES: &[Column] = &[
     col("mean_cpu_ns", "mean_cpu_ms", Kind::NsAsMs),
     col("mean_launch_delay_ns", "mean_delay_ms", Kind::NsAsMs),
     col("max_cpu_ns", "max_cpu_ms", Kind::NsAsMs),
-    col("max_cpu_kernel", "max_cpu_kernel", Kind::Plain),
+    col("max_cpu_kernel", "max_cpu_kernel", Kind::Name),
     col("max_launch_delay_ns", "max_delay_ms", Kind::NsAsMs),
-    col("max_launch_delay_kernel", "max_delay_kernel", Kind::Plain),
+    col("max_launch_delay_kernel", "max_delay_kernel", Kind::Name),
 ];
 
 pub fn gpu_url(collector: &str, view: GpuView, a: &GpuArgs) -> String {

@@ -35,7 +35,7 @@ pub const TRACES: &[Column] = &[
 pub const DIFF: &[Column] = &[
     col("level", "level", Kind::Plain),
     col("category", "category", Kind::Plain),
-    col("name", "name", Kind::Plain),
+    col("name", "name", Kind::Name),
     col("subject_ns_per_iter", "subject_ms/it", Kind::NsAsMs),
     col("peers_ns_per_iter", "peers_ms/it", Kind::NsAsMs),
     col("diff_ns_per_iter", "diff_ms/it", Kind::NsAsMs),
