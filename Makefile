@@ -14,6 +14,7 @@ VENV ?= $(or $(RANKSCOPE_VENV),$(CURDIR)/.venv)
 PY_DEPS := torch numpy pytest 'maturin>=1.9.4,<2'
 
 ## Install what a fresh Debian/Ubuntu machine lacks: ClickHouse server, curl,
+## iproute2 and util-linux (the tests' private network namespace, flock),
 ## openssl (deploy/tls/gen-certs.sh; the TLS tests make their certificates with it),
 ## systemd (systemd-analyze checks the units in deploy/systemd),
 ## ZooKeeper (the cluster-mode tests start a private one under a 2-shard ClickHouse) and
@@ -22,6 +23,9 @@ deps:
 	@command -v curl >/dev/null || deploy/dev/clickhouse.sh apt curl
 	@command -v openssl >/dev/null || deploy/dev/clickhouse.sh apt openssl
 	@command -v systemd-analyze >/dev/null || deploy/dev/clickhouse.sh apt systemd
+	@command -v ip >/dev/null || deploy/dev/clickhouse.sh apt iproute2
+	@command -v unshare >/dev/null || deploy/dev/clickhouse.sh apt util-linux
+	@command -v flock >/dev/null || deploy/dev/clickhouse.sh apt util-linux
 	@command -v chromium >/dev/null || command -v chromium-browser >/dev/null || deploy/dev/clickhouse.sh apt chromium
 	@deploy/dev/clickhouse.sh install
 	@deploy/dev/clickhouse.sh install-zookeeper
@@ -47,20 +51,27 @@ demo: up
 	$(BIN)/rankscope steps --job $(DEMO_JOB) --last 10
 	$(BIN)/rankscope stragglers --job $(DEMO_JOB)
 
+## One build of the venv at a time: a second `make py` / `make test` waits
+## for the first (and says so) instead of installing over it.
 py:
-	@test -x $(VENV)/bin/python || python3 -m venv $(VENV)
-	@$(VENV)/bin/python -c 'import torch, pytest, maturin' 2>/dev/null || \
+	@mkdir -p $(dir $(VENV)); exec 9>"$(VENV).lock"; \
+	if ! flock -n 9; then echo "another run is building $(VENV); waiting for it"; flock 9; fi; \
+	set -e; \
+	test -x $(VENV)/bin/python || python3 -m venv $(VENV); \
+	$(VENV)/bin/python -c 'import torch, pytest, maturin' 2>/dev/null || \
 		{ echo "installing $(PY_DEPS) into $(VENV) (torch is large; once)"; \
-		  $(VENV)/bin/pip install -q --disable-pip-version-check $(PY_DEPS); }
-	cd python && VIRTUAL_ENV=$(VENV) PATH=$(VENV)/bin:$$PATH maturin develop --release --locked -q
-	@$(VENV)/bin/python -c 'import rankscope, torch'
+		  $(VENV)/bin/pip install -q --disable-pip-version-check $(PY_DEPS); }; \
+	echo "maturin develop (python/)"; \
+	cd python && VIRTUAL_ENV=$(VENV) PATH=$(VENV)/bin:$$PATH maturin develop --release --locked -q; \
+	$(VENV)/bin/python -c 'import rankscope, torch'
 
 ## Every test, against real ClickHouse servers the suite starts itself, real
 ## PyTorch processes (the venv of `make py`) and a C program over the C ABI.
+## deploy/dev/test.sh runs them in a private network namespace, runs every
+## binary and the Python tests whatever fails, then prints the time of each
+## phase, the slowest binaries and every failure (exit non-zero).
 test: deps py
-	$(CARGO) build --locked -p rankscope-sdk --lib
-	RANKSCOPE_VENV=$(VENV) $(CARGO) test --workspace --locked --exclude rankscope-python
-	RANKSCOPE_BIN_DIR=$(CURDIR)/target/debug $(VENV)/bin/python -m pytest -q python/tests
+	CARGO=$(CARGO) VENV=$(VENV) deploy/dev/test.sh
 
 lint:
 	$(CARGO) fmt --all -- --check

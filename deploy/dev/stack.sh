@@ -6,9 +6,15 @@
 #   stack.sh down    stop everything started by `up`
 #   stack.sh status  show what runs
 #
+# The agent listens on the rank SDK's default Unix socket
+# ($XDG_RUNTIME_DIR/rankscope/agent.sock, else /tmp/rankscope-<uid>/agent.sock),
+# so `rankscope run -- torchrun ...` with no --agent is recorded.
+#
 # Environment: RANKSCOPE_STATE_DIR (default ./.rankscope), RANKSCOPE_BIN_DIR
 # (default ./target/release), RANKSCOPE_CLICKHOUSE_URL (use that server instead
-# of starting one), RANKSCOPE_ALERT_WEBHOOK_URL (passed to the collector).
+# of starting one), RANKSCOPE_ALERT_WEBHOOK_URL (passed to the collector),
+# RANKSCOPE_DEV_{GRPC,HTTP,AGENT,AGENT_METRICS}_PORT (default 7700, 7701,
+# 7710, 7711) and RANKSCOPE_DEV_CLICKHOUSE_{HTTP,TCP}_PORT (18123, 19000).
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -17,10 +23,16 @@ state=${RANKSCOPE_STATE_DIR:-$root/.rankscope}
 bin=${RANKSCOPE_BIN_DIR:-$root/target/release}
 ch_http=${RANKSCOPE_DEV_CLICKHOUSE_HTTP_PORT:-18123}
 ch_tcp=${RANKSCOPE_DEV_CLICKHOUSE_TCP_PORT:-19000}
-grpc_addr=127.0.0.1:7700
-http_addr=127.0.0.1:7701
-agent_addr=127.0.0.1:7710
-sock=$state/agent.sock
+grpc_addr=127.0.0.1:${RANKSCOPE_DEV_GRPC_PORT:-7700}
+http_addr=127.0.0.1:${RANKSCOPE_DEV_HTTP_PORT:-7701}
+agent_addr=127.0.0.1:${RANKSCOPE_DEV_AGENT_PORT:-7710}
+agent_metrics_addr=127.0.0.1:${RANKSCOPE_DEV_AGENT_METRICS_PORT:-7711}
+# The SDK's default (rankscope_proto::default_agent_socket_path).
+if [ -n "${XDG_RUNTIME_DIR:-}" ]; then
+  sock=$XDG_RUNTIME_DIR/rankscope/agent.sock
+else
+  sock=/tmp/rankscope-$(id -u)/agent.sock
+fi
 
 running() { [ -f "$1" ] && kill -0 "$(cat "$1")" 2>/dev/null; }
 
@@ -70,6 +82,7 @@ up() {
   fi
   if ! running "$state/agent.pid"; then
     nohup "$bin/rankscope-agent" --listen-addr "$agent_addr" --unix-socket "$sock" \
+      --metrics-listen-addr "$agent_metrics_addr" \
       --collector-url "http://$grpc_addr" >>"$state/agent.log" 2>&1 &
     echo $! >"$state/agent.pid"
     if ! wait_port "$agent_addr" 30; then
@@ -83,8 +96,9 @@ rankscope stack is up (state and logs in $state)
   ClickHouse     $ch_url
   collector      gRPC http://$grpc_addr   API http://$http_addr  (/healthz, /metrics, /api/v1/jobs)
   web UI         http://$http_addr/
-  agent          gRPC http://$agent_addr  unix:$sock  metrics http://127.0.0.1:7711/metrics
+  agent          gRPC http://$agent_addr  unix:$sock (the SDK's default)  metrics http://$agent_metrics_addr/metrics
 Try: $bin/rankscope simulate --ranks 8 --steps 50 && $bin/rankscope jobs
+     $bin/rankscope run -- torchrun --nproc-per-node 4 train.py   (recorded with no flags)
 MSG
 }
 

@@ -30,6 +30,16 @@ pub enum Target {
     Unix(Endpoint, PathBuf),
 }
 
+impl std::fmt::Display for Target {
+    /// `unix:/path` or the endpoint's `http://host:port`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Tcp(e) => write!(f, "{}", e.uri()),
+            Self::Unix(_, path) => write!(f, "unix:{}", path.display()),
+        }
+    }
+}
+
 /// An agent URL that cannot be used.
 #[derive(Debug, thiserror::Error)]
 #[error("invalid agent URL {url:?}: {reason}")]

@@ -117,6 +117,8 @@ struct Sender {
     waiters: Vec<std::sync::mpsc::SyncSender<bool>>,
     closing: Option<std::sync::mpsc::SyncSender<bool>>,
     streams: u64,
+    /// The "no agent" line was printed (once per client).
+    warned: bool,
     /// Step state of what this stream carried: (last step, open step).
     steps: (Option<u64>, Option<u64>),
 }
@@ -139,6 +141,7 @@ impl Sender {
             waiters: Vec::new(),
             closing: None,
             streams: 0,
+            warned: false,
             steps: (None, None),
         }
     }
@@ -164,9 +167,24 @@ impl Sender {
                     }
                 }
                 Err(e) => {
+                    let why = error_chain(&e);
+                    if self.streams == 0 && !self.warned {
+                        // Once per rank, on stderr: training goes on, but
+                        // nothing is recorded until an agent listens there.
+                        self.warned = true;
+                        let line = format!(
+                            "rankscope: rank {} of job {:?}: no agent at {} ({why}); \
+                             training goes on, its events wait in a bounded queue and are \
+                             dropped when it is full (start an agent: `make up`, or point \
+                             RANKSCOPE_AGENT / `rankscope run --agent` at one)\n",
+                            self.identity.rank, self.identity.job_id, self.target
+                        );
+                        // One write: ranks sharing a terminal do not interleave.
+                        let _ = std::io::Write::write_all(&mut std::io::stderr(), line.as_bytes());
+                    }
                     Shared::set_text(
                         &self.shared.last_error,
-                        format!("cannot connect to the agent: {}", error_chain(&e)),
+                        format!("cannot connect to the agent at {}: {why}", self.target),
                     );
                     self.shared.down.store(true, Relaxed);
                 }
@@ -484,8 +502,12 @@ fn error_chain(e: &dyn std::error::Error) -> String {
     let mut s = e.to_string();
     let mut src = e.source();
     while let Some(inner) = src {
-        s.push_str(": ");
-        s.push_str(&inner.to_string());
+        // Wrappers that repeat their source's text add nothing.
+        let text = inner.to_string();
+        if !s.ends_with(&text) {
+            s.push_str(": ");
+            s.push_str(&text);
+        }
         src = inner.source();
     }
     s

@@ -1,0 +1,92 @@
+#!/usr/bin/env bash
+# The test phase of `make test` (README "Tests"): builds, then runs every test
+# binary of the workspace and the Python tests, and reports every failure.
+#
+# - Isolation: the tests run in a private network namespace (`unshare -n`,
+#   as root here and in CI; `unshare -rn` as a user where user namespaces are
+#   allowed) with only a loopback. libkineto's `dynolog` endpoint is an
+#   abstract Unix socket name, and abstract names and TCP ports are per
+#   network namespace: a running `make up` stack, or a second `make test`,
+#   cannot hold them. Without namespaces the suite runs as it is and says so.
+# - Every failure shows: `cargo test --no-fail-fast` runs every binary, and
+#   the Python tests run whatever cargo's result; the exit status is non-zero
+#   when anything failed.
+# - Time: each phase's wall time and the slowest test binaries are printed
+#   at the end.
+#
+# Environment: CARGO (default cargo), VENV (the venv `make py` built).
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+CARGO=${CARGO:-cargo}
+VENV=${VENV:-$PWD/.venv}
+log_dir=$(mktemp -d "${TMPDIR:-/tmp}/rankscope-test.XXXXXX")
+
+if [ -z "${RANKSCOPE_TEST_NETNS:-}" ]; then
+  # Build outside the namespace: a fresh machine downloads crates here.
+  t0=$SECONDS
+  echo "== build (sdk C library, every test binary)"
+  $CARGO build --locked -p rankscope-sdk --lib || exit 1
+  RANKSCOPE_VENV=$VENV $CARGO test --workspace --locked --exclude rankscope-python --no-run || exit 1
+  echo "build: $((SECONDS - t0)) s" >"$log_dir/phases"
+  export RANKSCOPE_TEST_LOG_DIR=$log_dir
+  if [ "$(id -u)" = 0 ] && unshare -n true 2>/dev/null; then
+    exec env RANKSCOPE_TEST_NETNS=root unshare -n "$0" "$@"
+  elif unshare -rn true 2>/dev/null; then
+    exec env RANKSCOPE_TEST_NETNS=user unshare -rn "$0" "$@"
+  fi
+  echo "warning: cannot create a network namespace (needs root or user namespaces):" \
+    "the tests share this machine's ports and abstract socket names; a running" \
+    "\`make up\` stack holds libkineto's @dynolog and fails the daemon tests" >&2
+else
+  log_dir=${RANKSCOPE_TEST_LOG_DIR:-$log_dir}
+  # A new namespace's loopback is down.
+  if command -v ip >/dev/null; then
+    ip link set lo up
+  else
+    echo "error: \`ip\` (iproute2) is missing: \`make deps\` installs it" >&2
+    exit 1
+  fi
+  echo "== tests run in a private network namespace ($RANKSCOPE_TEST_NETNS): ports and @dynolog are theirs alone"
+fi
+
+status=0
+t0=$SECONDS
+echo "== cargo test (every binary, failures reported at the end)"
+RANKSCOPE_VENV=$VENV $CARGO test --workspace --locked --exclude rankscope-python --no-fail-fast \
+  2>&1 | tee "$log_dir/cargo.log"
+cargo_rc=${PIPESTATUS[0]}
+[ "$cargo_rc" = 0 ] || status=1
+echo "cargo test: $((SECONDS - t0)) s" >>"$log_dir/phases"
+
+t0=$SECONDS
+echo "== pytest python/tests"
+RANKSCOPE_BIN_DIR=$PWD/target/debug "$VENV/bin/python" -m pytest -q python/tests 2>&1 |
+  tee "$log_dir/pytest.log"
+py_rc=${PIPESTATUS[0]}
+[ "$py_rc" = 0 ] || status=1
+echo "pytest: $((SECONDS - t0)) s" >>"$log_dir/phases"
+
+echo
+echo "== time by phase"
+cat "$log_dir/phases"
+echo "== slowest test binaries (libtest's own time)"
+# Pairs each "Running <target>" / "Doc-tests <crate>" line with the
+# "finished in N s" of its result line.
+awk '
+  /^ *Running / { name = $NF; gsub(/[()]/, "", name); sub(/.*\//, "", name); sub(/-[0-9a-f]+$/, "", name); next }
+  /^ *Doc-tests / { name = "doc-tests " $2; next }
+  /^test result:/ { for (i = 1; i <= NF; i++) if ($i == "in") { t = $(i + 1); sub(/s$/, "", t) }
+                    printf "%10.2f s  %s\n", t, name }
+' "$log_dir/cargo.log" | sort -rn | head -10
+
+if [ "$status" != 0 ]; then
+  echo
+  echo "== FAILED"
+  [ "$cargo_rc" = 0 ] || {
+    echo "cargo test (exit $cargo_rc):"
+    grep -E '^test .* FAILED$|^    `.*`$|^error: .*(failed|target)' "$log_dir/cargo.log" | sed 's/^/  /'
+  }
+  [ "$py_rc" = 0 ] || echo "pytest (exit $py_rc): see $log_dir/pytest.log"
+  echo "logs: $log_dir"
+fi
+exit "$status"
