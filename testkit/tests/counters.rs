@@ -71,7 +71,11 @@ async fn analytics_queue_drops_and_rejections_show_on_metrics() {
     let ack = ingest(1).await.expect("stored").into_inner();
     assert_eq!(ack.rows, 4);
     let metrics = stack.collector.as_ref().unwrap().stream().metrics();
-    let dropped_now = || metrics.dropped_batches.load(std::sync::atomic::Ordering::Relaxed);
+    let dropped_now = || {
+        metrics
+            .dropped_batches
+            .load(std::sync::atomic::Ordering::Relaxed)
+    };
     let mut seq = 1;
     for _ in 0..MAX_BURSTS {
         // Spawned in order on this one thread: each call is queued on the
