@@ -33,7 +33,7 @@
 //!      `<job>-launcher[-<suffix>]` or `<job>-worker-<i>`;
 //!    * a plain Kubernetes Job: the pod label `job-name`.
 //! 5. `RANKSCOPE_LAUNCH_ID` (`rankscope run`'s `<script>-<unix s>-<pid>`),
-//!    when the whole world runs on this node (`WORLD_SIZE` unset, or equal to
+//!    when the whole world runs on this node (`WORLD_SIZE` unset or 1, or equal to
 //!    `LOCAL_WORLD_SIZE`, or torchrun's `GROUP_WORLD_SIZE` is 1): one
 //!    launcher started every rank, so it is shared and new per launch.
 //! 6. Last resort for a multi-node world with none of the above:
@@ -117,8 +117,10 @@ pub fn job_id(
     }
     let launch = get("RANKSCOPE_LAUNCH_ID").map(with(JobSource::Launch));
     let world = num("WORLD_SIZE");
-    let one_node =
-        world.is_none() || world == num("LOCAL_WORLD_SIZE") || num("GROUP_WORLD_SIZE") == Some(1);
+    let one_node = world.is_none()
+        || world == Some(1)
+        || world == num("LOCAL_WORLD_SIZE")
+        || num("GROUP_WORLD_SIZE") == Some(1);
     if one_node && launch.is_some() {
         return launch;
     }
