@@ -39,15 +39,18 @@ fn with(
     v
 }
 
+/// Name, environment, pod labels, expected job id and source.
+type Case = (
+    &'static str,
+    Vec<(&'static str, &'static str)>,
+    Vec<(&'static str, &'static str)>,
+    Option<(&'static str, JobSource)>,
+);
+
 #[test]
 fn the_order_of_sources() {
     let launch = ("RANKSCOPE_LAUNCH_ID", "ddp-1700-42");
-    let cases: Vec<(
-        &str,
-        Vec<(&str, &str)>,
-        Vec<(&str, &str)>,
-        Option<(&str, JobSource)>,
-    )> = vec![
+    let cases: Vec<Case> = vec![
         (
             "explicit beats everything",
             with(
