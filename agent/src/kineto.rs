@@ -25,7 +25,9 @@
 //! Attribution of a polling process (job and rank): an open SDK stream of
 //! one of its pids (the process or an ancestor), else its (or an
 //! ancestor's) `/proc/<pid>/environ` through `rankscope_proto::attribution`
-//! (`RANKSCOPE_JOB_ID`, Slurm, torchrun). libkineto's own job id (Slurm's,
+//! and pod labels (`rankscope_proto::attribution::job_id`, the rule the
+//! SDK uses too: `RANKSCOPE_JOB_ID`, torchrun's run id, Slurm, Kubernetes,
+//! `rankscope run`'s launch id, the rendezvous). libkineto's own job id (Slurm's,
 //! or 0) is ignored. When the name is taken (another daemon), the agent logs
 //! it once and runs without the endpoint.
 
@@ -515,7 +517,8 @@ fn from_environ(pids: &[i32]) -> Option<ProcessIdentity> {
     pids.iter().find_map(|&pid| {
         let blob = std::fs::read(format!("/proc/{pid}/environ")).ok()?;
         let env = attribution::parse_environ(&blob);
-        let a = attribution::from_env(|k| env.get(k).cloned(), None);
+        let labels = std::fs::read_to_string(format!("/proc/{pid}/root/etc/podinfo/labels")).ok();
+        let a = attribution::from_env(|k| env.get(k).cloned(), labels.as_deref());
         Some(ProcessIdentity {
             job_id: a.job_id?,
             rank: a.rank?,

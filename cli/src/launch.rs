@@ -13,10 +13,15 @@
 //!   the process when it imports torch (`rankscope.torch.instrument()`);
 //!   it first runs any `sitecustomize` it shadows;
 //! * `RANKSCOPE_AUTO=1`, `RANKSCOPE_AGENT` (from `--agent`, when given);
-//! * `RANKSCOPE_JOB_ID`: `--job`, else kept when already set, else none when
-//!   the scheduler names the job (`SLURM_JOB_ID`; torchrun's run id is
-//!   per launch, so a single-node torchrun also gets a generated id), else
-//!   `<script>-<unix seconds>-<pid>` so all ranks of this launch share it.
+//! * `RANKSCOPE_JOB_ID` from `--job` (kept when already set): it always
+//!   names the job;
+//! * otherwise `RANKSCOPE_LAUNCH_ID=<script>-<unix seconds>-<pid>` (kept when
+//!   already set). The job id is decided in each rank by
+//!   `rankscope_proto::attribution::job_id`, from the environment the
+//!   launcher (torchrun, Slurm, Kubernetes) gave it: torchrun's `--rdzv-id`
+//!   exists only in the workers, and each node's `rankscope run` has its own
+//!   pid and clock, so a launch id made here is shared by the ranks of this
+//!   node only. It names the job when the whole world runs on this node.
 //!
 //! The Python interpreter the command runs must have the `rankscope`
 //! package installed (`make py` builds it); otherwise its sitecustomize
@@ -79,9 +84,9 @@ pub fn environment(
     let named = |k: &str| env(k).is_some_and(|v| !v.is_empty());
     if let Some(job) = &opts.job {
         out.push(("RANKSCOPE_JOB_ID".to_owned(), job.into()));
-    } else if !named("RANKSCOPE_JOB_ID") && !named("SLURM_JOB_ID") {
+    } else if !named("RANKSCOPE_JOB_ID") && !named("RANKSCOPE_LAUNCH_ID") {
         out.push((
-            "RANKSCOPE_JOB_ID".to_owned(),
+            "RANKSCOPE_LAUNCH_ID".to_owned(),
             generated_job_id(&opts.command, now_s, pid).into(),
         ));
     }
@@ -163,13 +168,22 @@ pub fn exec(opts: &RunOptions) -> LaunchError {
     for (k, v) in &vars {
         cmd.env(k, v);
     }
-    let job = vars
-        .iter()
-        .find(|(k, _)| k == "RANKSCOPE_JOB_ID")
-        .map(|(_, v)| v.to_string_lossy().into_owned())
-        .or_else(|| std::env::var("RANKSCOPE_JOB_ID").ok())
-        .or_else(|| std::env::var("SLURM_JOB_ID").ok())
-        .unwrap_or_default();
+    let var = |k: &str| {
+        vars.iter()
+            .find(|(n, _)| n == k)
+            .map(|(_, v)| v.to_string_lossy().into_owned())
+            .or_else(|| std::env::var(k).ok())
+            .filter(|v| !v.is_empty())
+    };
+    // What the ranks will decide, as far as this process can tell: torchrun
+    // adds its run id and world only in its workers.
+    let job = match rankscope_proto::attribution::job_id(var, &Default::default()) {
+        Some((j, rankscope_proto::attribution::JobSource::Launch)) => {
+            format!("{j} (unless the ranks' torchrun --rdzv-id, Slurm or Kubernetes name one)")
+        }
+        Some((j, _)) => j,
+        None => "from the ranks' environment".to_owned(),
+    };
     eprintln!(
         "rankscope: job {job}, agent {}",
         opts.agent
@@ -212,23 +226,31 @@ mod tests {
         assert_eq!(get("PYTHONPATH").as_deref(), Some("/site:/x"));
         assert_eq!(get("RANKSCOPE_AUTO").as_deref(), Some("1"));
         assert_eq!(get("RANKSCOPE_AGENT").as_deref(), Some("unix:/run/a.sock"));
-        assert_eq!(get("RANKSCOPE_JOB_ID").as_deref(), Some("train-1700-42"));
+        assert_eq!(get("RANKSCOPE_LAUNCH_ID").as_deref(), Some("train-1700-42"));
+        assert_eq!(get("RANKSCOPE_JOB_ID"), None, "the ranks decide the job");
     }
 
     #[test]
-    fn a_scheduler_job_id_or_an_explicit_one_is_kept() {
+    fn an_explicit_job_or_an_outer_launch_id_is_kept() {
         let opts = RunOptions {
             command: os(&["python", "t.py"]),
             ..Default::default()
         };
-        let slurm = |k: &str| (k == "SLURM_JOB_ID").then(|| OsString::from("77"));
-        let vars = environment(&opts, Path::new("/s"), slurm, 1, 1);
-        assert!(!vars.iter().any(|(k, _)| k == "RANKSCOPE_JOB_ID"));
+        let outer = |k: &str| (k == "RANKSCOPE_LAUNCH_ID").then(|| OsString::from("o-1-2"));
+        let vars = environment(&opts, Path::new("/s"), outer, 1, 1);
+        assert!(!vars
+            .iter()
+            .any(|(k, _)| k.starts_with("RANKSCOPE_L") || k == "RANKSCOPE_JOB_ID"));
+        let named = |k: &str| (k == "RANKSCOPE_JOB_ID").then(|| OsString::from("user"));
+        let vars = environment(&opts, Path::new("/s"), named, 1, 1);
+        assert!(!vars
+            .iter()
+            .any(|(k, _)| k.starts_with("RANKSCOPE_L") || k == "RANKSCOPE_JOB_ID"));
         let opts = RunOptions {
             job: Some("mine".into()),
             ..opts
         };
-        let vars = environment(&opts, Path::new("/s"), slurm, 1, 1);
+        let vars = environment(&opts, Path::new("/s"), outer, 1, 1);
         assert!(vars
             .iter()
             .any(|(k, v)| k == "RANKSCOPE_JOB_ID" && v == "mine"));

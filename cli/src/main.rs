@@ -136,8 +136,9 @@ struct RunArgs {
     /// default: RANKSCOPE_AGENT, else the agent's default Unix socket.
     #[arg(long)]
     agent: Option<String>,
-    /// Job id of the ranks; default: the scheduler's (SLURM_JOB_ID) or
-    /// RANKSCOPE_JOB_ID, else `<script>-<unix seconds>-<pid>`.
+    /// Job id of the ranks (sets RANKSCOPE_JOB_ID, which always wins);
+    /// default: decided by each rank from torchrun's --rdzv-id, Slurm or
+    /// Kubernetes, else `<script>-<unix seconds>-<pid>` on a single node.
     #[arg(long)]
     job: Option<String>,
     /// The command, after `--`.

@@ -48,6 +48,10 @@ pub struct JobInfo {
     pub first_seen_ns: u64,
     pub last_seen_ns: u64,
     pub last_step: Option<u64>,
+    /// What the collector found wrong with the job (e.g. its world split
+    /// across job ids); absent from older collectors.
+    #[serde(default)]
+    pub warnings: Vec<String>,
 }
 
 /// One step of one rank.

@@ -7,10 +7,12 @@
 //! which completes a `RankIdentity` without overriding what the rank set.
 //!
 //! Sources and precedence:
-//! * job id: `RANKSCOPE_JOB_ID` (set by `rankscope run` or the user), else
-//!   `SLURM_JOB_ID`, else `TORCHELASTIC_RUN_ID`, else the pod's
-//!   `job-name` label (Kubernetes Jobs), else the pod name;
-//! * run id: `TORCHELASTIC_RUN_ID`, else `SLURM_RESTART_COUNT` as `restart-N`;
+//! * job id: [`job::job_id`], one rule for every rank of a launch on every
+//!   node: `RANKSCOPE_JOB_ID`, torchrun's run id (unless its default
+//!   `none`), `SLURM_JOB_ID`, Kubernetes (JobSet, PyTorchJob, MPIJob, Job),
+//!   `rankscope run`'s launch id on a single node, the rendezvous endpoint;
+//! * run id: `TORCHELASTIC_RUN_ID` (unless `none`), else
+//!   `SLURM_RESTART_COUNT` as `restart-N`;
 //! * rank / world size / local rank: torchrun's `RANK`, `WORLD_SIZE`,
 //!   `LOCAL_RANK` (the global ranks when torchrun runs under Slurm), else
 //!   Slurm's `SLURM_PROCID`, `SLURM_NTASKS`, `SLURM_LOCALID`;
@@ -22,10 +24,15 @@ use std::collections::BTreeMap;
 
 use crate::v1 as proto;
 
+pub mod job;
+pub use job::{job_id, JobSource, TORCHRUN_DEFAULT_RUN_ID};
+
 /// What the environment says about a rank.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Attribution {
     pub job_id: Option<String>,
+    /// What named `job_id`.
+    pub job_source: Option<JobSource>,
     pub run_id: Option<String>,
     pub rank: Option<u32>,
     pub world_size: Option<u32>,
@@ -47,7 +54,8 @@ pub fn from_env(env: impl Fn(&str) -> Option<String>, pod_labels: Option<&str>) 
     label("slurm_job_id", get("SLURM_JOB_ID"));
     label("slurm_node_id", get("SLURM_NODEID"));
     label("slurm_job_name", get("SLURM_JOB_NAME"));
-    label("torchelastic_run_id", get("TORCHELASTIC_RUN_ID"));
+    let run_id = get("TORCHELASTIC_RUN_ID").filter(|r| r != TORCHRUN_DEFAULT_RUN_ID);
+    label("torchelastic_run_id", run_id.clone());
     label("k8s_pod", get("POD_NAME"));
     label("k8s_namespace", get("POD_NAMESPACE"));
     let mut pod: BTreeMap<String, String> = BTreeMap::new();
@@ -60,13 +68,11 @@ pub fn from_env(env: impl Fn(&str) -> Option<String>, pod_labels: Option<&str>) 
     for (k, v) in &pod {
         a.labels.insert(format!("k8s_label_{k}"), v.clone());
     }
-    a.job_id = get("RANKSCOPE_JOB_ID")
-        .or_else(|| get("SLURM_JOB_ID"))
-        .or_else(|| get("TORCHELASTIC_RUN_ID"))
-        .or_else(|| pod.get("job-name").cloned())
-        .or_else(|| get("POD_NAME"));
-    a.run_id = get("TORCHELASTIC_RUN_ID")
-        .or_else(|| get("SLURM_RESTART_COUNT").map(|n| format!("restart-{n}")));
+    if let Some((job, source)) = job_id(&env, &pod) {
+        a.job_id = Some(job);
+        a.job_source = Some(source);
+    }
+    a.run_id = run_id.or_else(|| get("SLURM_RESTART_COUNT").map(|n| format!("restart-{n}")));
     a.rank = num("RANK").or_else(|| num("SLURM_PROCID"));
     a.world_size = num("WORLD_SIZE").or_else(|| num("SLURM_NTASKS"));
     a.local_rank = num("LOCAL_RANK").or_else(|| num("SLURM_LOCALID"));
@@ -158,7 +164,12 @@ mod tests {
             ]),
             None,
         );
-        assert_eq!(a.job_id.as_deref(), Some("77"));
+        assert_eq!(
+            (a.job_id.as_deref(), a.job_source),
+            (Some("llm-run-9"), Some(JobSource::Torchrun)),
+            "torchrun's --rdzv-id names the job before Slurm's id"
+        );
+        assert_eq!(a.labels["slurm_job_id"], "77");
         assert_eq!(a.run_id.as_deref(), Some("llm-run-9"));
         assert_eq!(
             (a.rank, a.world_size, a.local_rank),

@@ -85,8 +85,9 @@ def init(
 
     Unset values come from the environment: ``RANKSCOPE_AGENT`` (else the
     agent's default Unix socket), ``RANKSCOPE_QUEUE_EVENTS`` (default 65536),
-    ``RANKSCOPE_JOB_ID`` / ``SLURM_JOB_ID`` /
-    ``TORCHELASTIC_RUN_ID``, ``RANK`` / ``WORLD_SIZE`` / ``LOCAL_RANK`` or
+    the job id by the agent's rule (``RANKSCOPE_JOB_ID``, torchrun's
+    ``TORCHELASTIC_RUN_ID`` unless ``none``, ``SLURM_JOB_ID``, Kubernetes,
+    ``rankscope run``'s launch id; see the README), ``RANK`` / ``WORLD_SIZE`` / ``LOCAL_RANK`` or
     Slurm's ``SLURM_PROCID`` / ``SLURM_NTASKS``. Raises ``ValueError`` naming
     what is missing or inconsistent (e.g. a rank >= world size). A missing
     agent is not an error: the client connects in the background.

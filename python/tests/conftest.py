@@ -104,7 +104,7 @@ def fresh_rankscope(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     import rankscope.torch as rt
 
     for var in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "SLURM_JOB_ID", "SLURM_PROCID", "SLURM_NTASKS",
-                "TORCHELASTIC_RUN_ID", "RANKSCOPE_JOB_ID", "RANKSCOPE_AGENT", "RANKSCOPE_QUEUE_EVENTS"):
+                "TORCHELASTIC_RUN_ID", "RANKSCOPE_JOB_ID", "RANKSCOPE_LAUNCH_ID", "RANKSCOPE_AGENT", "RANKSCOPE_QUEUE_EVENTS"):
         monkeypatch.delenv(var, raising=False)
     yield
     if rt._active is not None:

@@ -2,7 +2,8 @@
 //! environment, by the same rules the agent uses for attribution
 //! (`rankscope_proto::attribution`: torchrun's `RANK` / `WORLD_SIZE` /
 //! `LOCAL_RANK`, Slurm's `SLURM_PROCID` / `SLURM_NTASKS` / `SLURM_LOCALID`,
-//! job id from `RANKSCOPE_JOB_ID`, `SLURM_JOB_ID`, `TORCHELASTIC_RUN_ID`).
+//! job id by `attribution::job_id`: `RANKSCOPE_JOB_ID`, torchrun's run id,
+//! `SLURM_JOB_ID`, Kubernetes, `rankscope run`'s launch id, the rendezvous).
 //!
 //! In: [`IdentityArgs`] and an environment lookup. Out: a complete
 //! `RankIdentity`, or an [`IdentityError`] naming what is missing or wrong.
@@ -24,7 +25,7 @@ pub struct IdentityArgs {
 /// An identity that cannot be completed or is inconsistent.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum IdentityError {
-    #[error("no job id: pass job_id, or run under `rankscope run`, Slurm or torchrun (RANKSCOPE_JOB_ID, SLURM_JOB_ID or TORCHELASTIC_RUN_ID)")]
+    #[error("no job id: pass job_id, or run under `rankscope run`, torchrun with --rdzv-id, Slurm or Kubernetes (RANKSCOPE_JOB_ID, TORCHELASTIC_RUN_ID, SLURM_JOB_ID, JOBSET_NAME, ...)")]
     NoJobId,
     #[error("no rank / world size: pass rank and world_size, or run under torchrun (RANK, WORLD_SIZE) or Slurm (SLURM_PROCID, SLURM_NTASKS)")]
     NoRank,
@@ -40,13 +41,11 @@ pub fn resolve(
     env: impl Fn(&str) -> Option<String>,
     pid: u32,
 ) -> Result<proto::RankIdentity, IdentityError> {
-    let explicit = env("RANKSCOPE_JOB_ID").filter(|v| !v.is_empty());
     let a = attribution::from_env(&env, None);
     let job_id = args
         .job_id
         .clone()
         .filter(|j| !j.is_empty())
-        .or(explicit)
         .or(a.job_id.clone())
         .ok_or(IdentityError::NoJobId)?;
     let rank = args.rank.or(a.rank);

@@ -98,18 +98,25 @@ pub fn jobs_table(jobs: &[JobInfo]) -> String {
         })
         .collect();
     let right = [false, false, true, true, true, false, false, true];
-    table(&header.map(String::from), &rows, &right)
+    let mut out = table(&header.map(String::from), &rows, &right);
+    for j in jobs {
+        for w in &j.warnings {
+            let _ = writeln!(out, "warning: job {}: {w}", j.job);
+        }
+    }
+    out
 }
 
-/// Jobs as CSV with the API's field names; a null last_step is empty.
+/// Jobs as CSV with the API's field names; a null last_step is empty,
+/// warnings are joined by `; `.
 pub fn jobs_csv(jobs: &[JobInfo]) -> String {
     let mut out = String::from(
-        "job,run_id,world_size,ranks_seen,nodes,first_seen_ns,last_seen_ns,last_step\n",
+        "job,run_id,world_size,ranks_seen,nodes,first_seen_ns,last_seen_ns,last_step,warnings\n",
     );
     for j in jobs {
         let _ = writeln!(
             out,
-            "{},{},{},{},{},{},{},{}",
+            "{},{},{},{},{},{},{},{},{}",
             csv_field(&j.job),
             csv_field(&j.run_id),
             j.world_size,
@@ -117,7 +124,8 @@ pub fn jobs_csv(jobs: &[JobInfo]) -> String {
             j.nodes,
             j.first_seen_ns,
             j.last_seen_ns,
-            j.last_step.map_or_else(String::new, |s| s.to_string())
+            j.last_step.map_or_else(String::new, |s| s.to_string()),
+            csv_field(&j.warnings.join("; "))
         );
     }
     out

@@ -22,6 +22,7 @@ fn job() -> JobInfo {
         first_seen_ns: 1_700_000_000_123_456_789,
         last_seen_ns: 1_700_000_060_000_000_000,
         last_step: Some(49),
+        warnings: Vec::new(),
     }
 }
 
@@ -136,19 +137,21 @@ fn jobs_table_json_and_csv() {
     other.job = "a,\"b\"".into();
     other.run_id = "r1".into();
     other.last_step = None;
+    other.warnings = vec!["world split".into()];
     let jobs = vec![job(), other];
     let expected = "\
 job    run_id  world_size  ranks_seen  nodes  first_seen_utc           last_seen_utc            last_step
 sim-1  -                8           8      1  2023-11-14 22:13:20.123  2023-11-14 22:14:20.000         49
 a,\"b\"  r1               8           8      1  2023-11-14 22:13:20.123  2023-11-14 22:14:20.000          -
+warning: job a,\"b\": world split
 ";
     assert_eq!(render_jobs(&jobs, OutputFormat::Table), expected);
 
     let csv = render_jobs(&jobs, OutputFormat::Csv);
     let expected = "\
-job,run_id,world_size,ranks_seen,nodes,first_seen_ns,last_seen_ns,last_step
-sim-1,,8,8,1,1700000000123456789,1700000060000000000,49
-\"a,\"\"b\"\"\",r1,8,8,1,1700000000123456789,1700000060000000000,
+job,run_id,world_size,ranks_seen,nodes,first_seen_ns,last_seen_ns,last_step,warnings
+sim-1,,8,8,1,1700000000123456789,1700000060000000000,49,
+\"a,\"\"b\"\"\",r1,8,8,1,1700000000123456789,1700000060000000000,,world split
 ";
     assert_eq!(csv, expected);
 
@@ -157,6 +160,8 @@ sim-1,,8,8,1,1700000000123456789,1700000060000000000,49
     assert_eq!(json[0]["last_step"], 49);
     assert!(json[1]["last_step"].is_null());
     assert_eq!(json[1]["job"], "a,\"b\"");
+    assert_eq!(json[1]["warnings"][0], "world split");
+    assert_eq!(json[0]["warnings"].as_array().map(Vec::len), Some(0));
 }
 
 #[test]

@@ -1,4 +1,5 @@
-//! Read queries of the store: job list, per-rank step times, stored batches, counts.
+//! Read queries of the store: job list (with warnings, `split`), per-rank step times,
+//! stored batches, counts.
 //!
 //! In: query arguments from the API and start-up. Out: typed rows.
 //! Invariants: SQL comes from `collector/queries/*.sql`; arguments are bound with `?`
@@ -12,6 +13,8 @@ use clickhouse::Row;
 use serde::{Deserialize, Serialize};
 
 use super::{Store, StoreError, Table};
+
+pub mod split;
 
 const JOBS_RANKS_SQL: &str = include_str!("../../queries/jobs_ranks.sql");
 const JOBS_STEPS_SQL: &str = include_str!("../../queries/jobs_steps.sql");
@@ -39,6 +42,10 @@ pub struct JobRow {
     pub last_seen_ns: u64,
     /// Highest step with an end marker.
     pub last_step: Option<u64>,
+    /// What looks wrong with the job, for people (e.g. its world split
+    /// across job ids: [`split::warn_split_worlds`]).
+    #[serde(default)]
+    pub warnings: Vec<String>,
 }
 
 /// The wall time of one step on one rank.
@@ -114,6 +121,7 @@ impl Store {
                     first_seen_ns: r.first_seen_ns,
                     last_seen_ns: r.last_seen_ns,
                     last_step: None,
+                    warnings: Vec::new(),
                 },
             );
         }
@@ -129,12 +137,14 @@ impl Store {
                     first_seen_ns: s.first_ns,
                     last_seen_ns: s.last_ns,
                     last_step: None,
+                    warnings: Vec::new(),
                 });
             job.first_seen_ns = job.first_seen_ns.min(s.first_ns);
             job.last_seen_ns = job.last_seen_ns.max(s.last_ns);
             job.last_step = (s.ends > 0).then_some(s.last_step);
         }
         let mut jobs: Vec<JobRow> = jobs.into_values().collect();
+        split::warn_split_worlds(&mut jobs);
         jobs.sort_by(|a, b| {
             b.last_seen_ns
                 .cmp(&a.last_seen_ns)
