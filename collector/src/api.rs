@@ -147,10 +147,13 @@ impl IntoResponse for ApiError {
 impl From<crate::store::StoreError> for ApiError {
     fn from(e: crate::store::StoreError) -> Self {
         tracing::warn!(error = %e, "query failed");
-        ApiError(
-            StatusCode::SERVICE_UNAVAILABLE,
-            format!("query failed: {e}"),
-        )
+        // A result type the reader does not expect is our bug, not an outage.
+        let status = if e.is_type_mismatch() {
+            StatusCode::INTERNAL_SERVER_ERROR
+        } else {
+            StatusCode::SERVICE_UNAVAILABLE
+        };
+        ApiError(status, format!("query failed: {e}"))
     }
 }
 
