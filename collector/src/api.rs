@@ -295,3 +295,30 @@ async fn steps(
     st.require_job(&job, steps.is_empty()).await?;
     Ok(Json(StepsResponse { job, steps }))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::StoreError;
+
+    #[test]
+    fn a_result_type_mismatch_is_a_500_naming_the_query_and_an_outage_a_503() {
+        let mismatch = StoreError::Query {
+            what: "goodput job",
+            source: clickhouse::error::Error::SchemaMismatch(
+                "goodput_job.sql: While processing column GoodputJob.world_size defined as \
+                 Nullable(UInt32): attempting to (de)serialize u32"
+                    .into(),
+            ),
+        };
+        assert!(mismatch.is_type_mismatch());
+        let ApiError(status, text) = mismatch.into();
+        assert_eq!(status, StatusCode::INTERNAL_SERVER_ERROR);
+        assert!(text.contains("goodput_job.sql") && text.contains("Nullable(UInt32)"));
+        let down = StoreError::Query {
+            what: "goodput job",
+            source: clickhouse::error::Error::TimedOut,
+        };
+        assert_eq!(ApiError::from(down).0, StatusCode::SERVICE_UNAVAILABLE);
+    }
+}
