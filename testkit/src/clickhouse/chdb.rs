@@ -70,6 +70,10 @@ pub fn chdb_python() -> Result<PathBuf, TestkitError> {
         .filter(|v| !v.is_empty())
         .map(PathBuf::from)
         .unwrap_or_else(|| crate::workspace_root().join(".venv-chdb"));
+    python_in(&venv)
+}
+
+fn python_in(venv: &Path) -> Result<PathBuf, TestkitError> {
     let python = venv.join("bin/python");
     let has_chdb = std::fs::read_dir(venv.join("lib")).is_ok_and(|dirs| {
         dirs.flatten()
@@ -134,5 +138,18 @@ impl ClickHouse {
     /// The server's `version()`, e.g. `18.16.1` or `26.9.2.1`.
     pub fn version(&self) -> Result<String, TestkitError> {
         Ok(self.query("SELECT version()")?.trim().to_string())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_missing_venv_names_the_make_step() {
+        let empty = tempfile::tempdir().unwrap();
+        let msg = python_in(empty.path()).unwrap_err().to_string();
+        assert!(msg.starts_with("chDB is not installed"), "{msg}");
+        assert!(msg.contains("make chdb") && msg.contains("RANKSCOPE_CHDB_VENV"), "{msg}");
     }
 }
