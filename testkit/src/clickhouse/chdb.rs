@@ -150,6 +150,9 @@ mod tests {
         let empty = tempfile::tempdir().unwrap();
         let msg = python_in(empty.path()).unwrap_err().to_string();
         assert!(msg.starts_with("chDB is not installed"), "{msg}");
-        assert!(msg.contains("make chdb") && msg.contains("RANKSCOPE_CHDB_VENV"), "{msg}");
+        assert!(
+            msg.contains("make chdb") && msg.contains("RANKSCOPE_CHDB_VENV"),
+            "{msg}"
+        );
     }
 }
