@@ -62,7 +62,7 @@ chdb:
 	@test -x $(CHDB_VENV)/bin/python || python3 -m venv $(CHDB_VENV)
 	@$(CHDB_VENV)/bin/python -c 'import chdb' 2>/dev/null || \
 		{ echo "installing chdb (ClickHouse 26.x) into $(CHDB_VENV) (once)"; \
-		  $(CHDB_VENV)/bin/pip install -q --disable-pip-version-check chdb; }
+		  $(CHDB_VENV)/bin/pip install -q --disable-pip-version-check 'chdb>=4.4,<5'; }
 
 ## Every test, against real ClickHouse servers the suite starts itself (Debian's
 ## 18.16, and 26.x through chDB: modern_clickhouse.rs, and the store tests again),

@@ -22,7 +22,7 @@ pub const VENV_ENV: &str = "RANKSCOPE_CHDB_VENV";
 
 /// How to create the venv when it is missing.
 pub(crate) const INSTALL_HINT: &str = "run `make chdb` (make test does; it runs \
-     `python3 -m venv .venv-chdb && .venv-chdb/bin/pip install chdb`), or set \
+     `python3 -m venv .venv-chdb && .venv-chdb/bin/pip install chdb` (4.4: ClickHouse 26.9)), or set \
      RANKSCOPE_CHDB_VENV to a venv holding the `chdb` package";
 
 /// The front's source, beside this crate's Cargo.toml.
