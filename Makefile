@@ -4,7 +4,7 @@ CARGO ?= cargo
 BIN := target/release
 DEMO_JOB ?= demo-$(shell date +%s)
 
-.PHONY: deps build demo up down status test lint fmt clean-state bench bench-sdk py fuzz soak
+.PHONY: deps build demo up down status test lint fmt clean-state bench bench-sdk py chdb fuzz soak
 
 ## The Python environment of the rank SDK: a venv (RANKSCOPE_VENV, default .venv)
 ## with PyPI torch (CPU is enough), pytest, maturin and the `rankscope` package
@@ -65,13 +65,26 @@ py:
 	cd python && VIRTUAL_ENV=$(VENV) PATH=$(VENV)/bin:$$PATH maturin develop --release --locked -q; \
 	$(VENV)/bin/python -c 'import rankscope, torch'
 
-## Every test, against real ClickHouse servers the suite starts itself, real
-## PyTorch processes (the venv of `make py`) and a C program over the C ABI.
+## ClickHouse 26.x for the tests: PyPI chDB (the engine in-process) in its own venv
+## (RANKSCOPE_CHDB_VENV, default .venv-chdb), served by testkit/chdb_front.py.
+CHDB_VENV ?= $(or $(RANKSCOPE_CHDB_VENV),$(CURDIR)/.venv-chdb)
+chdb:
+	@mkdir -p $(dir $(CHDB_VENV)); exec 9>"$(CHDB_VENV).lock"; \
+	if ! flock -n 9; then echo "another run is building $(CHDB_VENV); waiting for it"; flock 9; fi; \
+	set -e; \
+	test -x $(CHDB_VENV)/bin/python || python3 -m venv $(CHDB_VENV); \
+	$(CHDB_VENV)/bin/python -c 'import chdb' 2>/dev/null || \
+		{ echo "installing chdb (ClickHouse 26.x) into $(CHDB_VENV) (once)"; \
+		  $(CHDB_VENV)/bin/pip install -q --disable-pip-version-check 'chdb>=4.4,<5'; }
+
+## Every test, against real ClickHouse servers the suite starts itself (Debian's
+## 18.16, and 26.x through chDB: modern_clickhouse.rs, and the store tests again),
+## real PyTorch processes (the venv of `make py`) and a C program over the C ABI.
 ## deploy/dev/test.sh runs them in a private network namespace, runs every
 ## binary and the Python tests whatever fails, then prints the time of each
 ## phase, the slowest binaries and every failure (exit non-zero).
-test: deps py
-	CARGO=$(CARGO) VENV=$(VENV) deploy/dev/test.sh
+test: deps py chdb
+	CARGO=$(CARGO) VENV=$(VENV) CHDB_VENV=$(CHDB_VENV) deploy/dev/test.sh
 
 lint:
 	$(CARGO) fmt --all -- --check

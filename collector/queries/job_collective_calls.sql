@@ -7,7 +7,7 @@
 -- CollectiveObs::duration_ns (0 if inverted). Binds: job_id.
 SELECT process_group, seq, toString(op) AS op_name, toString(dtype) AS dtype_name,
        bytes, group_size, count() AS calls, uniqExact(rank) AS ranks,
-       groupArray(if(end_ns > start_ns, end_ns - start_ns, 0)) AS durations_ns
+       groupArray(toUInt64(if(end_ns > start_ns, end_ns - start_ns, 0))) AS durations_ns
 FROM collectives
 WHERE job_id = ?
 GROUP BY process_group, seq, op, dtype, bytes, group_size

@@ -6,4 +6,5 @@
 SELECT rank, toInt8(kind) AS kind, name, stream, start_ns, end_ns, correlation, bytes
 FROM kernels
 WHERE job_id = ?
-ORDER BY rank, start_ns
+-- Ties broken to a total order: ClickHouse versions order equal keys differently.
+ORDER BY rank, start_ns, stream, end_ns, correlation

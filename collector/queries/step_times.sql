@@ -8,7 +8,7 @@ SELECT
     node,
     start_ns,
     end_ns,
-    end_ns - start_ns AS step_time_ns
+    toUInt64(end_ns - start_ns) AS step_time_ns
 FROM
 (
     SELECT

@@ -147,10 +147,13 @@ impl IntoResponse for ApiError {
 impl From<crate::store::StoreError> for ApiError {
     fn from(e: crate::store::StoreError) -> Self {
         tracing::warn!(error = %e, "query failed");
-        ApiError(
-            StatusCode::SERVICE_UNAVAILABLE,
-            format!("query failed: {e}"),
-        )
+        // A result type the reader does not expect is our bug, not an outage.
+        let status = if e.is_type_mismatch() {
+            StatusCode::INTERNAL_SERVER_ERROR
+        } else {
+            StatusCode::SERVICE_UNAVAILABLE
+        };
+        ApiError(status, format!("query failed: {e}"))
     }
 }
 
@@ -291,4 +294,31 @@ async fn steps(
         .await?;
     st.require_job(&job, steps.is_empty()).await?;
     Ok(Json(StepsResponse { job, steps }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::StoreError;
+
+    #[test]
+    fn a_result_type_mismatch_is_a_500_naming_the_query_and_an_outage_a_503() {
+        let mismatch = StoreError::Query {
+            what: "goodput job",
+            source: clickhouse::error::Error::SchemaMismatch(
+                "goodput_job.sql: While processing column GoodputJob.world_size defined as \
+                 Nullable(UInt32): attempting to (de)serialize u32"
+                    .into(),
+            ),
+        };
+        assert!(mismatch.is_type_mismatch());
+        let ApiError(status, text) = mismatch.into();
+        assert_eq!(status, StatusCode::INTERNAL_SERVER_ERROR);
+        assert!(text.contains("goodput_job.sql") && text.contains("Nullable(UInt32)"));
+        let down = StoreError::Query {
+            what: "goodput job",
+            source: clickhouse::error::Error::TimedOut,
+        };
+        assert_eq!(ApiError::from(down).0, StatusCode::SERVICE_UNAVAILABLE);
+    }
 }

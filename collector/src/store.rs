@@ -12,8 +12,10 @@
 //!   names) come from validated config or from [`Table`], never from requests.
 //! - INSERTs are Native blocks ([`native`]: columns named and typed as `system.columns`
 //!   describes them) where every column type has a Native encoding, else RowBinary; reads
-//!   are RowBinary with validation off (needed for ClickHouse 18.16). The row structs in
-//!   [`rows`] must match the columns exactly; tests round-trip every table.
+//!   go through [`Store::read`] ([`sql`]): plain RowBinary on ClickHouse 18.16, which
+//!   cannot report result types, `RowBinaryWithNamesAndTypes` checked against the Rust
+//!   row on 22.x and later (a type difference is an error naming the query file). The
+//!   row structs in [`rows`] must match the columns exactly; tests round-trip every table.
 //! - All tables are partitioned by the UTC day of their event time; retention drops
 //!   whole partitions.
 //! - With a cluster ([`Store::with_cluster`]) the same table names are `Distributed`
@@ -33,13 +35,14 @@ mod read;
 mod recover;
 mod retention;
 pub mod rows;
+pub mod sql;
 pub mod telemetry;
 pub mod timeline;
 pub mod traces;
 mod writer;
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use hyper_util::client::legacy::connect::HttpConnector;
@@ -167,6 +170,18 @@ impl StoreError {
         move |source| StoreError::Query { what, source }
     }
 
+    /// Whether a read's result types differ from what its Rust row expects (the text
+    /// names the query file, the column and both types): a bug, not an outage.
+    pub fn is_type_mismatch(&self) -> bool {
+        matches!(
+            self,
+            StoreError::Query {
+                source: clickhouse::error::Error::SchemaMismatch(_),
+                ..
+            }
+        )
+    }
+
     /// Whether retrying later may succeed (ClickHouse down, overloaded, timing out).
     pub fn is_transient(&self) -> bool {
         match self {
@@ -279,6 +294,11 @@ impl Table {
 pub struct Store {
     /// Client whose current database is `database`.
     client: clickhouse::Client,
+    /// `client` with the crate's type validation on, for reads on servers that
+    /// report result types ([`sql`]).
+    checked: clickhouse::Client,
+    /// Whether reads use `checked`: set once by [`Store::detect_server`].
+    typed: Arc<OnceLock<bool>>,
     /// Client without a database, for `CREATE DATABASE`.
     server: clickhouse::Client,
     database: String,
@@ -333,6 +353,8 @@ impl Store {
         }
         let client = server.clone().with_database(cfg.database.as_str());
         Ok(Store {
+            checked: client.clone().with_validation(true),
+            typed: Arc::default(),
             client,
             server,
             database: cfg.database.clone(),
@@ -358,6 +380,7 @@ impl Store {
                 .with_setting("insert_distributed_sync", "1")
         };
         self.client = settings(self.client);
+        self.checked = settings(self.checked);
         self.server = settings(self.server);
         self.cluster = Some(cluster.to_string());
         Ok(self)
@@ -443,12 +466,13 @@ impl Store {
             .await
             .map_err(StoreError::query("ping"))?;
         debug_assert_eq!(one, 1);
-        Ok(())
+        self.detect_server().await
     }
 
     /// Creates the database if needed and applies pending migrations; returns the
     /// versions applied now (empty when the schema was up to date).
     pub async fn migrate(&self) -> Result<Vec<u32>, StoreError> {
+        self.detect_server().await?;
         migrate::migrate(self, MIGRATIONS).await
     }
 }

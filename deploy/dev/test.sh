@@ -14,11 +14,13 @@
 # - Time: each phase's wall time and the slowest test binaries are printed
 #   at the end.
 #
-# Environment: CARGO (default cargo), VENV (the venv `make py` built).
+# Environment: CARGO (default cargo), VENV (the venv `make py` built),
+# CHDB_VENV (the venv `make chdb` built: ClickHouse 26.x for the second tier).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 CARGO=${CARGO:-cargo}
 VENV=${VENV:-$PWD/.venv}
+export RANKSCOPE_CHDB_VENV=${CHDB_VENV:-${RANKSCOPE_CHDB_VENV:-$PWD/.venv-chdb}}
 log_dir=$(mktemp -d "${TMPDIR:-/tmp}/rankscope-test.XXXXXX")
 
 if [ -z "${RANKSCOPE_TEST_NETNS:-}" ]; then
@@ -59,6 +61,14 @@ cargo_rc=${PIPESTATUS[0]}
 echo "cargo test: $((SECONDS - t0)) s" >>"$log_dir/phases"
 
 t0=$SECONDS
+echo "== cargo test -p rankscope-collector --test store, on ClickHouse 26.x (chDB)"
+RANKSCOPE_CLICKHOUSE_ENGINE=chdb $CARGO test --locked -p rankscope-collector --test store \
+  2>&1 | tee "$log_dir/cargo-chdb.log"
+chdb_rc=${PIPESTATUS[0]}
+[ "$chdb_rc" = 0 ] || status=1
+echo "store tests on 26.x: $((SECONDS - t0)) s" >>"$log_dir/phases"
+
+t0=$SECONDS
 echo "== pytest python/tests"
 RANKSCOPE_BIN_DIR=$PWD/target/debug "$VENV/bin/python" -m pytest -q python/tests 2>&1 |
   tee "$log_dir/pytest.log"
@@ -85,6 +95,10 @@ if [ "$status" != 0 ]; then
   [ "$cargo_rc" = 0 ] || {
     echo "cargo test (exit $cargo_rc):"
     grep -E '^test .* FAILED$|^    `.*`$|^error: .*(failed|target)' "$log_dir/cargo.log" | sed 's/^/  /'
+  }
+  [ "$chdb_rc" = 0 ] || {
+    echo "store tests on ClickHouse 26.x (exit $chdb_rc):"
+    grep -E '^test .* FAILED$' "$log_dir/cargo-chdb.log" | sed 's/^/  /'
   }
   [ "$py_rc" = 0 ] || echo "pytest (exit $py_rc): see $log_dir/pytest.log"
   echo "logs: $log_dir"

@@ -9,6 +9,7 @@
 //! its directory. [`ClickHouse::shared`] gives one server per test process, torn down at
 //! process exit.
 
+pub mod chdb;
 pub(crate) mod process;
 
 use std::path::PathBuf;
@@ -18,10 +19,14 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use crate::http::{self, Endpoint};
 use crate::TestkitError;
+use chdb::Launcher;
 use process::{Keeper, ServerBinary};
 
 /// Environment variable naming an existing server to use instead of a private one.
 pub const URL_ENV: &str = "RANKSCOPE_CLICKHOUSE_URL";
+/// Environment variable choosing the private engine: `server` (default: the
+/// `clickhouse-server` binary, Debian's 18.16) or `chdb` (ClickHouse 26.x, [`chdb`]).
+pub const ENGINE_ENV: &str = "RANKSCOPE_CLICKHOUSE_ENGINE";
 
 /// How long a private server may take to answer `/ping`.
 pub(crate) const START_DEADLINE: Duration = Duration::from_secs(30);
@@ -48,7 +53,7 @@ pub struct ClickHouse {
 /// The parts of a server this handle started itself.
 struct Private {
     keeper: Option<Keeper>,
-    binary: ServerBinary,
+    launcher: Launcher,
     /// Dropped after the keeper, so the directory is removed once the server is dead.
     dir: tempfile::TempDir,
 }
@@ -57,11 +62,18 @@ static SHARED: OnceLock<Result<ClickHouse, String>> = OnceLock::new();
 static DATABASE_COUNTER: AtomicU64 = AtomicU64::new(0);
 
 impl ClickHouse {
-    /// Uses `RANKSCOPE_CLICKHOUSE_URL` when set, otherwise starts a private server.
+    /// Uses `RANKSCOPE_CLICKHOUSE_URL` when set, otherwise starts a private server
+    /// (chDB when `RANKSCOPE_CLICKHOUSE_ENGINE=chdb`).
     pub fn start() -> Result<ClickHouse, TestkitError> {
         match std::env::var(URL_ENV) {
             Ok(url) if !url.trim().is_empty() => Self::external(url.trim()),
-            _ => Self::start_private(),
+            _ => match std::env::var(ENGINE_ENV).unwrap_or_default().trim() {
+                "" | "server" => Self::start_private(),
+                "chdb" => Self::start_chdb(),
+                other => Err(TestkitError::NotInstalled(format!(
+                    "{ENGINE_ENV}={other:?}: the engines are `server` and `chdb`"
+                ))),
+            },
         }
     }
 
@@ -155,7 +167,7 @@ impl ClickHouse {
             tcp_port,
             private: Mutex::new(Some(Private {
                 keeper: None,
-                binary: binary.clone(),
+                launcher: Launcher::Server(binary.clone()),
                 dir,
             })),
         };
@@ -170,7 +182,7 @@ impl ClickHouse {
             .as_mut()
             .ok_or(TestkitError::NotPrivate("starting a server"))?;
         let root = private.dir.path().to_path_buf();
-        let keeper = Keeper::spawn(&private.binary, &root)?;
+        let keeper = private.launcher.spawn(&root)?;
         let deadline = Instant::now() + START_DEADLINE;
         let result = loop {
             if let Some(status) = keeper.exit_status() {
@@ -192,7 +204,7 @@ impl ClickHouse {
             Err(reason) => {
                 drop(keeper); // kill it before reading the final log
                 Err(TestkitError::StartFailed {
-                    reason: format!("{reason}; binary {:?}, dir {root:?}", private.binary.path),
+                    reason: format!("{reason}; {}, dir {root:?}", private.launcher),
                     log_tail: process::log_tail(&root, 30),
                 })
             }

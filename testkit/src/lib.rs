@@ -23,6 +23,7 @@ mod http;
 use std::fmt;
 use std::net::TcpListener;
 
+pub use clickhouse::chdb::{chdb_python, VENV_ENV as CHDB_VENV_ENV};
 pub use clickhouse::ClickHouse;
 pub use cluster::{ClickHouseCluster, ZooKeeper};
 
@@ -33,6 +34,8 @@ pub enum TestkitError {
     NotInstalled(String),
     /// No ZooKeeper (for [`ClickHouseCluster`]): the message names the install command.
     ZooKeeperNotInstalled(String),
+    /// No chDB venv (for [`ClickHouse::start_chdb`]): the message names the step making it.
+    ChdbNotInstalled(String),
     /// The server did not come up; `log_tail` holds the end of its error log.
     StartFailed { reason: String, log_tail: String },
     /// A file or process operation failed.
@@ -68,6 +71,7 @@ impl fmt::Display for TestkitError {
             TestkitError::ZooKeeperNotInstalled(msg) => {
                 write!(f, "ZooKeeper is not installed: {msg}")
             }
+            TestkitError::ChdbNotInstalled(msg) => write!(f, "chDB is not installed: {msg}"),
             TestkitError::StartFailed { reason, log_tail } => {
                 write!(f, "ClickHouse did not start: {reason}\n{log_tail}")
             }

@@ -17,18 +17,19 @@ use rankscope_analysis::{
 };
 use serde::{Deserialize, Serialize};
 
+use super::sql::{query_file, QueryFile};
 use super::{Store, StoreError};
 
-const BREAKDOWN_SQL: &str = include_str!("../../queries/breakdown.sql");
-const RANK_GPU_EVENTS_SQL: &str = include_str!("../../queries/rank_gpu_events.sql");
-const RANK_KERNEL_NAMES_SQL: &str = include_str!("../../queries/rank_kernel_names.sql");
-const JOB_COLLECTIVE_CALLS_SQL: &str = include_str!("../../queries/job_collective_calls.sql");
-const JOB_COLLECTIVES_MIXED_SQL: &str = include_str!("../../queries/job_collectives_mixed.sql");
-const RANK_COLLECTIVES_SQL: &str = include_str!("../../queries/rank_collectives.sql");
-const STRAGGLERS_SQL: &str = include_str!("../../queries/stragglers.sql");
-const STEP_PEERS_SQL: &str = include_str!("../../queries/step_peers.sql");
-const STEP_WAITS_OF_SQL: &str = include_str!("../../queries/step_waits_of.sql");
-const HANGS_SQL: &str = include_str!("../../queries/hangs.sql");
+const BREAKDOWN_SQL: QueryFile = query_file!("breakdown");
+const RANK_GPU_EVENTS_SQL: QueryFile = query_file!("rank_gpu_events");
+const RANK_KERNEL_NAMES_SQL: QueryFile = query_file!("rank_kernel_names");
+const JOB_COLLECTIVE_CALLS_SQL: QueryFile = query_file!("job_collective_calls");
+const JOB_COLLECTIVES_MIXED_SQL: QueryFile = query_file!("job_collectives_mixed");
+const RANK_COLLECTIVES_SQL: QueryFile = query_file!("rank_collectives");
+const STRAGGLERS_SQL: QueryFile = query_file!("stragglers");
+const STEP_PEERS_SQL: QueryFile = query_file!("step_peers");
+const STEP_WAITS_OF_SQL: QueryFile = query_file!("step_waits_of");
+const HANGS_SQL: QueryFile = query_file!("hangs");
 
 /// One row of `step_peers.sql`.
 #[derive(Debug, Clone, Row, Deserialize)]
@@ -227,7 +228,7 @@ pub struct HangSuspectRow {
     pub detected_ns: u64,
 }
 
-const BREAKDOWN_PROGRESS_SQL: &str = include_str!("../../queries/breakdown_progress.sql");
+const BREAKDOWN_PROGRESS_SQL: QueryFile = query_file!("breakdown_progress");
 
 #[derive(Debug, Row, Deserialize)]
 struct ProgressRow {
@@ -248,8 +249,7 @@ impl Store {
     /// step (`None` when none is).
     pub async fn analytics_progress(&self, job: &str) -> Result<(u64, Option<u64>), StoreError> {
         let r: ProgressRow = self
-            .client()
-            .query(BREAKDOWN_PROGRESS_SQL)
+            .read(BREAKDOWN_PROGRESS_SQL)
             .bind(job)
             .fetch_one()
             .await
@@ -273,8 +273,7 @@ impl Store {
             to = to.min(max);
             from = from.max(max.saturating_sub(k.saturating_sub(1)));
         }
-        self.client()
-            .query(BREAKDOWN_SQL)
+        self.read(BREAKDOWN_SQL)
             .bind(job)
             .bind(from)
             .bind(to)
@@ -290,8 +289,7 @@ impl Store {
     /// name here and mapped by ClickHouse, so rows carry a code, not a name.
     pub async fn rank_summaries(&self, job: &str) -> Result<Vec<RankSummary>, StoreError> {
         let names: Vec<String> = self
-            .client()
-            .query(RANK_KERNEL_NAMES_SQL)
+            .read(RANK_KERNEL_NAMES_SQL)
             .bind(job)
             .fetch_all()
             .await
@@ -314,8 +312,7 @@ impl Store {
         names.push(String::new());
         codes.push(0);
         let mut cursor = self
-            .client()
-            .query(RANK_GPU_EVENTS_SQL)
+            .read(RANK_GPU_EVENTS_SQL)
             .bind(&names)
             .bind(&codes)
             .bind(job)
@@ -370,8 +367,7 @@ impl Store {
         let own = async {
             match rank {
                 Some(r) => self
-                    .client()
-                    .query(RANK_COLLECTIVES_SQL)
+                    .read(RANK_COLLECTIVES_SQL)
                     .bind(job)
                     .bind(r)
                     .fetch_all::<CollectiveReadRow>()
@@ -382,8 +378,7 @@ impl Store {
             }
         };
         let calls = async {
-            self.client()
-                .query(JOB_COLLECTIVE_CALLS_SQL)
+            self.read(JOB_COLLECTIVE_CALLS_SQL)
                 .bind(job)
                 .fetch_all::<CollectiveCallRow>()
                 .await
@@ -395,8 +390,7 @@ impl Store {
         let mut rest: Vec<CollectiveObs> = Vec::new();
         if !mixed.is_empty() {
             let rows: Vec<CollectiveReadRow> = self
-                .client()
-                .query(JOB_COLLECTIVES_MIXED_SQL)
+                .read(JOB_COLLECTIVES_MIXED_SQL)
                 .bind(job)
                 .bind(job)
                 .fetch_all()
@@ -439,8 +433,7 @@ impl Store {
         first: u64,
         last: u64,
     ) -> Result<Vec<StepPeersRow>, StoreError> {
-        self.client()
-            .query(STEP_PEERS_SQL)
+        self.read(STEP_PEERS_SQL)
             .bind(job)
             .bind(first)
             .bind(last)
@@ -457,8 +450,7 @@ impl Store {
         last: u64,
         ranks: &[u32],
     ) -> Result<Vec<StepWaitRow>, StoreError> {
-        self.client()
-            .query(STEP_WAITS_OF_SQL)
+        self.read(STEP_WAITS_OF_SQL)
             .bind(job)
             .bind(first)
             .bind(last)
@@ -469,8 +461,7 @@ impl Store {
     }
 
     pub async fn stragglers(&self, job: &str) -> Result<Vec<StragglerRow>, StoreError> {
-        self.client()
-            .query(STRAGGLERS_SQL)
+        self.read(STRAGGLERS_SQL)
             .bind(job)
             .fetch_all()
             .await
@@ -479,8 +470,7 @@ impl Store {
 
     /// Suspected hangs of the job.
     pub async fn hangs(&self, job: &str) -> Result<Vec<HangSuspectRow>, StoreError> {
-        self.client()
-            .query(HANGS_SQL)
+        self.read(HANGS_SQL)
             .bind(job)
             .fetch_all()
             .await
@@ -496,7 +486,7 @@ fn summary(rank: u32, node: String, events: &[GpuEvent]) -> RankSummary {
     }
 }
 
-const ALERTS_SQL: &str = include_str!("../../queries/alerts.sql");
+const ALERTS_SQL: QueryFile = query_file!("alerts");
 
 /// An alert with its latest transition.
 #[derive(Debug, Clone, PartialEq, Eq, Row, Serialize, Deserialize)]
@@ -523,8 +513,7 @@ impl Store {
         active: bool,
     ) -> Result<Vec<AlertReadRow>, StoreError> {
         let job = job.unwrap_or("");
-        self.client()
-            .query(ALERTS_SQL)
+        self.read(ALERTS_SQL)
             .bind(job)
             .bind(job)
             .bind(u8::from(active))

@@ -50,9 +50,10 @@ use clickhouse::Row;
 use lex::{column_names, depth_zero, lex, Parser};
 use serde::Deserialize;
 
+use super::sql::{query_file, QueryFile};
 use super::{Store, StoreError, Table};
 
-const TABLE_ENGINES_SQL: &str = include_str!("../../queries/table_engines.sql");
+const TABLE_ENGINES_SQL: QueryFile = query_file!("table_engines");
 
 /// Sharding keys of tables the column rules do not cover.
 pub const SHARDING_OVERRIDES: &[(&str, &str)] = &[("schema_migrations", "version")];
@@ -367,8 +368,7 @@ pub(super) async fn check_layout(store: &Store) -> Result<(), StoreError> {
     let mut names: Vec<&str> = Table::ALL.iter().map(|t| t.name()).collect();
     names.push("schema_migrations");
     let rows: Vec<EngineRow> = store
-        .client()
-        .query(TABLE_ENGINES_SQL)
+        .read(TABLE_ENGINES_SQL)
         .bind(store.database())
         .bind(&names)
         .fetch_all()

@@ -3,10 +3,11 @@
 use clickhouse::Row;
 use serde::Deserialize;
 
+use super::sql::{query_file, QueryFile};
 use super::{Store, StoreError};
 
-const DIFF_KERNELS_SQL: &str = include_str!("../../queries/diff_kernels.sql");
-const DIFF_STEPS_SQL: &str = include_str!("../../queries/diff_steps.sql");
+const DIFF_KERNELS_SQL: QueryFile = query_file!("diff_kernels");
+const DIFF_STEPS_SQL: QueryFile = query_file!("diff_steps");
 
 /// One kernel name of one side.
 #[derive(Debug, Clone, PartialEq, Row, Deserialize)]
@@ -34,8 +35,7 @@ impl Store {
         first: u64,
         last: u64,
     ) -> Result<StepWindow, StoreError> {
-        self.client()
-            .query(DIFF_STEPS_SQL)
+        self.read(DIFF_STEPS_SQL)
             .bind(job)
             .bind(rank)
             .bind(first)
@@ -53,8 +53,7 @@ impl Store {
         from_ns: u64,
         to_ns: u64,
     ) -> Result<Vec<DiffKernel>, StoreError> {
-        self.client()
-            .query(DIFF_KERNELS_SQL)
+        self.read(DIFF_KERNELS_SQL)
             .bind(job)
             .bind(rank)
             .bind(from_ns)

@@ -3,12 +3,13 @@
 use clickhouse::Row;
 use serde::Deserialize;
 
+use super::sql::{query_file, QueryFile};
 use super::{Store, StoreError};
 
-const GOODPUT_STEPS_SQL: &str = include_str!("../../queries/goodput_steps.sql");
-const GOODPUT_JOB_SQL: &str = include_str!("../../queries/goodput_job.sql");
-const JOB_GPU_NAME_SQL: &str = include_str!("../../queries/job_gpu_name.sql");
-const JOB_GPU_NAME_NVML_SQL: &str = include_str!("../../queries/job_gpu_name_nvml.sql");
+const GOODPUT_STEPS_SQL: QueryFile = query_file!("goodput_steps");
+const GOODPUT_JOB_SQL: QueryFile = query_file!("goodput_job");
+const JOB_GPU_NAME_SQL: QueryFile = query_file!("job_gpu_name");
+const JOB_GPU_NAME_NVML_SQL: QueryFile = query_file!("job_gpu_name_nvml");
 
 /// One finalized step's figures.
 #[derive(Debug, Clone, PartialEq, Row, Deserialize)]
@@ -37,8 +38,7 @@ struct Name {
 impl Store {
     /// Per-step figures of `job`, by step.
     pub async fn goodput_steps(&self, job: &str) -> Result<Vec<GoodputStep>, StoreError> {
-        self.client()
-            .query(GOODPUT_STEPS_SQL)
+        self.read(GOODPUT_STEPS_SQL)
             .bind(job)
             .fetch_all()
             .await
@@ -47,8 +47,7 @@ impl Store {
 
     /// Wall time, devices and longest hang of `job`.
     pub async fn goodput_job(&self, job: &str) -> Result<GoodputJob, StoreError> {
-        self.client()
-            .query(GOODPUT_JOB_SQL)
+        self.read(GOODPUT_JOB_SQL)
             .bind(job)
             .bind(job)
             .bind(job)
@@ -63,8 +62,7 @@ impl Store {
     pub async fn job_gpu_name(&self, job: &str) -> Result<Option<String>, StoreError> {
         for sql in [JOB_GPU_NAME_SQL, JOB_GPU_NAME_NVML_SQL] {
             let rows: Vec<Name> = self
-                .client()
-                .query(sql)
+                .read(sql)
                 .bind(job)
                 .fetch_all()
                 .await

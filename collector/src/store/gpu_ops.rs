@@ -15,10 +15,11 @@ use clickhouse::Row;
 use rankscope_analysis::{is_enqueue_launch, GpuEventKind, GpuOp, LaunchCall};
 use serde::Deserialize;
 
+use super::sql::{query_file, QueryFile};
 use super::{Store, StoreError};
 
-const JOB_GPU_OPS_SQL: &str = include_str!("../../queries/job_gpu_ops.sql");
-const JOB_KERNEL_LAUNCHES_SQL: &str = include_str!("../../queries/job_kernel_launches.sql");
+const JOB_GPU_OPS_SQL: QueryFile = query_file!("job_gpu_ops");
+const JOB_KERNEL_LAUNCHES_SQL: QueryFile = query_file!("job_kernel_launches");
 
 #[derive(Debug, Row, Deserialize)]
 struct OpRow {
@@ -83,8 +84,7 @@ impl Store {
     /// Every GPU activity of `job` with its launch call, per rank.
     pub async fn gpu_ops(&self, job: &str) -> Result<Vec<RankOps>, StoreError> {
         let launch_rows: Vec<LaunchReadRow> = self
-            .client()
-            .query(JOB_KERNEL_LAUNCHES_SQL)
+            .read(JOB_KERNEL_LAUNCHES_SQL)
             .bind(job)
             .fetch_all()
             .await
@@ -111,8 +111,7 @@ impl Store {
             })
             .collect();
         let mut cursor = self
-            .client()
-            .query(JOB_GPU_OPS_SQL)
+            .read(JOB_GPU_OPS_SQL)
             .bind(job)
             .fetch::<OpRow>()
             .map_err(StoreError::query("GPU activities"))?;

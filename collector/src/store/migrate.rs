@@ -28,6 +28,7 @@ use clickhouse::Row;
 use serde::{Deserialize, Serialize};
 
 use super::cluster::ClusterSchema;
+use super::sql::{query_file, QueryFile};
 use super::{Store, StoreError};
 
 /// One migration file.
@@ -88,7 +89,7 @@ pub const MIGRATIONS: &[Migration] = &[
 ];
 
 const CREATE_TABLE_SQL: &str = include_str!("../../queries/schema_migrations.sql");
-const APPLIED_SQL: &str = include_str!("../../queries/applied_migrations.sql");
+const APPLIED_SQL: QueryFile = query_file!("applied_migrations");
 
 impl Migration {
     /// Hex FNV-1a 64 of the file text: cheap, dependency-free, enough to detect edits.
@@ -243,8 +244,8 @@ pub(super) async fn migrate(
             .await
             .map_err(StoreError::query("create schema_migrations"))?;
     }
-    let applied: Vec<AppliedRow> = client
-        .query(APPLIED_SQL)
+    let applied: Vec<AppliedRow> = store
+        .read(APPLIED_SQL)
         .fetch_all()
         .await
         .map_err(StoreError::query("read schema_migrations"))?;

@@ -19,12 +19,13 @@ use rankscope_analysis::{collective_stats, CollectiveObs, CollectiveStats};
 use serde::Deserialize;
 
 use super::analytics::CollectiveReadRow;
+use super::sql::{query_file, QueryFile};
 use super::telemetry::StepWindow;
 use super::{Store, StoreError};
 
-const BREAKDOWN_MAX_STEP_SQL: &str = include_str!("../../queries/breakdown_max_step.sql");
-const STEP_WINDOWS_SQL: &str = include_str!("../../queries/step_windows.sql");
-const COLLECTIVES_WINDOW_SQL: &str = include_str!("../../queries/job_collectives_window.sql");
+const BREAKDOWN_MAX_STEP_SQL: QueryFile = query_file!("breakdown_max_step");
+const STEP_WINDOWS_SQL: QueryFile = query_file!("step_windows");
+const COLLECTIVES_WINDOW_SQL: QueryFile = query_file!("job_collectives_window");
 
 #[derive(Debug, Row, Deserialize)]
 struct MaxStep {
@@ -36,8 +37,7 @@ impl Store {
     /// The highest step with a stored breakdown; `None` when the job has none.
     pub async fn last_breakdown_step(&self, job: &str) -> Result<Option<u64>, StoreError> {
         let rows: Vec<MaxStep> = self
-            .client()
-            .query(BREAKDOWN_MAX_STEP_SQL)
+            .read(BREAKDOWN_MAX_STEP_SQL)
             .bind(job)
             .fetch_all()
             .await
@@ -52,8 +52,7 @@ impl Store {
         from_step: u64,
         to_step: u64,
     ) -> Result<Vec<StepWindow>, StoreError> {
-        self.client()
-            .query(STEP_WINDOWS_SQL)
+        self.read(STEP_WINDOWS_SQL)
             .bind(job)
             .bind(from_step)
             .bind(to_step)
@@ -78,8 +77,7 @@ impl Store {
             return Ok(Vec::new());
         };
         let rows: Vec<CollectiveReadRow> = self
-            .client()
-            .query(COLLECTIVES_WINDOW_SQL)
+            .read(COLLECTIVES_WINDOW_SQL)
             .bind(job)
             .bind(lo)
             .bind(hi)

@@ -12,18 +12,19 @@ use clickhouse::sql::Identifier;
 use clickhouse::Row;
 use serde::{Deserialize, Serialize};
 
+use super::sql::{query_file, QueryFile};
 use super::{Store, StoreError, Table};
 
 pub mod split;
 
-const JOBS_RANKS_SQL: &str = include_str!("../../queries/jobs_ranks.sql");
-const JOBS_STEPS_SQL: &str = include_str!("../../queries/jobs_steps.sql");
-const JOB_EXISTS_SQL: &str = include_str!("../../queries/job_exists.sql");
-const STEP_TIMES_SQL: &str = include_str!("../../queries/step_times.sql");
-const LAST_STEPS_SQL: &str = include_str!("../../queries/last_steps.sql");
-const ACKED_BATCHES_SQL: &str = include_str!("../../queries/acked_batches.sql");
-const COUNT_ROWS_SQL: &str = include_str!("../../queries/count_rows.sql");
-const COUNT_ALL_ROWS_SQL: &str = include_str!("../../queries/count_all_rows.sql");
+const JOBS_RANKS_SQL: QueryFile = query_file!("jobs_ranks");
+const JOBS_STEPS_SQL: QueryFile = query_file!("jobs_steps");
+const JOB_EXISTS_SQL: QueryFile = query_file!("job_exists");
+const STEP_TIMES_SQL: QueryFile = query_file!("step_times");
+const LAST_STEPS_SQL: QueryFile = query_file!("last_steps");
+const ACKED_BATCHES_SQL: QueryFile = query_file!("acked_batches");
+const COUNT_ROWS_SQL: QueryFile = query_file!("count_rows");
+const COUNT_ALL_ROWS_SQL: QueryFile = query_file!("count_all_rows");
 
 /// One job (and run) as listed by `GET /api/v1/jobs`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -97,14 +98,12 @@ impl Store {
     /// Every job and run with rank identities or step markers, most recently seen first.
     pub async fn jobs(&self) -> Result<Vec<JobRow>, StoreError> {
         let ranks: Vec<JobRanksRow> = self
-            .client()
-            .query(JOBS_RANKS_SQL)
+            .read(JOBS_RANKS_SQL)
             .fetch_all()
             .await
             .map_err(StoreError::query("list jobs"))?;
         let steps: Vec<JobStepsRow> = self
-            .client()
-            .query(JOBS_STEPS_SQL)
+            .read(JOBS_STEPS_SQL)
             .fetch_all()
             .await
             .map_err(StoreError::query("list jobs"))?;
@@ -156,8 +155,7 @@ impl Store {
     /// Whether anything of `job` is stored.
     pub async fn job_exists(&self, job: &str) -> Result<bool, StoreError> {
         let found: u64 = self
-            .client()
-            .query(JOB_EXISTS_SQL)
+            .read(JOB_EXISTS_SQL)
             .bind(job)
             .bind(job)
             .fetch_one()
@@ -186,8 +184,7 @@ impl Store {
                 return Ok(Vec::new());
             }
             let window: LastStepsRow = self
-                .client()
-                .query(LAST_STEPS_SQL)
+                .read(LAST_STEPS_SQL)
                 .bind(job)
                 .bind(from)
                 .bind(to)
@@ -200,8 +197,7 @@ impl Store {
             }
             from = from.max(window.first_step);
         }
-        self.client()
-            .query(STEP_TIMES_SQL)
+        self.read(STEP_TIMES_SQL)
             .bind(job)
             .bind(from)
             .bind(to)
@@ -218,8 +214,7 @@ impl Store {
         agent_session: u64,
     ) -> Result<Vec<u64>, StoreError> {
         let rows: Vec<AckedRow> = self
-            .client()
-            .query(ACKED_BATCHES_SQL)
+            .read(ACKED_BATCHES_SQL)
             .bind(agent_id)
             .bind(agent_session)
             .fetch_all()
@@ -232,14 +227,11 @@ impl Store {
     /// (`ingest_batches`, samples) count all their rows; `job` is then ignored.
     pub async fn count_rows(&self, table: Table, job: &str) -> Result<u64, StoreError> {
         let query = if table.has_job_id() {
-            self.client()
-                .query(COUNT_ROWS_SQL)
+            self.read(COUNT_ROWS_SQL)
                 .bind(Identifier(table.name()))
                 .bind(job)
         } else {
-            self.client()
-                .query(COUNT_ALL_ROWS_SQL)
-                .bind(Identifier(table.name()))
+            self.read(COUNT_ALL_ROWS_SQL).bind(Identifier(table.name()))
         };
         query
             .fetch_one()

@@ -11,18 +11,19 @@
 use clickhouse::Row;
 use serde::Deserialize;
 
+use super::sql::{query_file, QueryFile};
 use super::{Store, StoreError};
 
-const JOBS_SQL: &str = include_str!("../../queries/recover_jobs.sql");
-const RANKS_SQL: &str = include_str!("../../queries/recover_ranks.sql");
-const MARKERS_SQL: &str = include_str!("../../queries/recover_markers.sql");
-const KERNELS_SQL: &str = include_str!("../../queries/recover_kernels.sql");
-const SPANS_SQL: &str = include_str!("../../queries/recover_spans.sql");
-const COLLECTIVES_SQL: &str = include_str!("../../queries/recover_collectives.sql");
-const BREAKDOWNS_SQL: &str = include_str!("../../queries/recover_breakdowns.sql");
-const VERDICTS_SQL: &str = include_str!("../../queries/recover_verdicts.sql");
-const MAX_STEP_SQL: &str = include_str!("../../queries/breakdown_max_step.sql");
-const UNCOMMITTED_SQL: &str = include_str!("../../queries/uncommitted_batches.sql");
+const JOBS_SQL: QueryFile = query_file!("recover_jobs");
+const RANKS_SQL: QueryFile = query_file!("recover_ranks");
+const MARKERS_SQL: QueryFile = query_file!("recover_markers");
+const KERNELS_SQL: QueryFile = query_file!("recover_kernels");
+const SPANS_SQL: QueryFile = query_file!("recover_spans");
+const COLLECTIVES_SQL: QueryFile = query_file!("recover_collectives");
+const BREAKDOWNS_SQL: QueryFile = query_file!("recover_breakdowns");
+const VERDICTS_SQL: QueryFile = query_file!("recover_verdicts");
+const MAX_STEP_SQL: QueryFile = query_file!("breakdown_max_step");
+const UNCOMMITTED_SQL: QueryFile = query_file!("uncommitted_batches");
 const BATCH_ROWS_IN_SQL: &str = include_str!("../../queries/batch_rows_in.sql");
 
 /// An agent batch: (agent id, session, seq).
@@ -146,8 +147,7 @@ impl Store {
     /// `since_ns` and no `ingest_batches` row.
     pub async fn uncommitted_batches(&self, since_ns: u64) -> Result<Vec<BatchKey>, StoreError> {
         let rows: Vec<KeyRow> = self
-            .client()
-            .query(UNCOMMITTED_SQL)
+            .read(UNCOMMITTED_SQL)
             .bind(since_ns)
             .bind(since_ns)
             .fetch_all()
@@ -173,8 +173,7 @@ impl Store {
                 .replace("{table}", table.name())
                 .replace("{ts}", ts);
             let n: u64 = self
-                .client()
-                .query(&sql)
+                .read_sql("batch_rows_in.sql", &sql)
                 .bind(&key.0)
                 .bind(key.1)
                 .bind(key.2)
@@ -192,8 +191,7 @@ impl Store {
 
     /// Jobs with a step marker at or after `since_ns`.
     pub async fn recover_jobs(&self, since_ns: u64) -> Result<Vec<RecoverJob>, StoreError> {
-        self.client()
-            .query(JOBS_SQL)
+        self.read(JOBS_SQL)
             .bind(since_ns)
             .fetch_all()
             .await
@@ -203,8 +201,7 @@ impl Store {
     /// The highest finalized step of `job`, `None` when none is.
     pub async fn last_finalized_step(&self, job: &str) -> Result<Option<u64>, StoreError> {
         let m: MaxStep = self
-            .client()
-            .query(MAX_STEP_SQL)
+            .read(MAX_STEP_SQL)
             .bind(job)
             .fetch_one()
             .await
@@ -218,8 +215,7 @@ impl Store {
         job: &str,
         finalized: u64,
     ) -> Result<Vec<RecoverRank>, StoreError> {
-        self.client()
-            .query(RANKS_SQL)
+        self.read(RANKS_SQL)
             .bind(job)
             .bind(job)
             .bind(finalized)
@@ -235,8 +231,7 @@ impl Store {
         from_step: u64,
         limit: u64,
     ) -> Result<Vec<RecoverMarker>, StoreError> {
-        self.client()
-            .query(MARKERS_SQL)
+        self.read(MARKERS_SQL)
             .bind(job)
             .bind(from_step)
             .bind(limit)
@@ -253,13 +248,7 @@ impl Store {
         since_ns: u64,
         limit: u64,
     ) -> Result<(Vec<RecoverKernel>, Vec<RecoverSpan>, Vec<RecoverCollective>), StoreError> {
-        let q = |sql: &str| {
-            self.client()
-                .query(sql)
-                .bind(job)
-                .bind(since_ns)
-                .bind(limit)
-        };
+        let q = |sql: QueryFile| self.read(sql).bind(job).bind(since_ns).bind(limit);
         let kernels = q(KERNELS_SQL)
             .fetch_all()
             .await
@@ -281,8 +270,7 @@ impl Store {
         job: &str,
         from_step: u64,
     ) -> Result<Vec<RecoverBreakdown>, StoreError> {
-        self.client()
-            .query(BREAKDOWNS_SQL)
+        self.read(BREAKDOWNS_SQL)
             .bind(job)
             .bind(from_step)
             .fetch_all()
@@ -292,8 +280,7 @@ impl Store {
 
     /// Active straggler verdicts of `job` and when each was first seen.
     pub async fn recover_verdicts(&self, job: &str) -> Result<Vec<RecoverVerdict>, StoreError> {
-        self.client()
-            .query(VERDICTS_SQL)
+        self.read(VERDICTS_SQL)
             .bind(job)
             .fetch_all()
             .await

@@ -21,13 +21,13 @@ use clickhouse::Row;
 use serde::Deserialize;
 
 use super::cluster::local_name;
+use super::sql::{query_file, QueryFile};
 use super::{Store, StoreError, Table};
 
-const EXPIRED_PARTITIONS_SQL: &str = include_str!("../../queries/expired_partitions.sql");
-const DROP_PARTITION_SQL: &str = include_str!("../../queries/drop_partition.sql");
-const EXPIRED_PARTITIONS_CLUSTER_SQL: &str =
-    include_str!("../../queries/expired_partitions_cluster.sql");
-const DROP_PARTITION_CLUSTER_SQL: &str = include_str!("../../queries/drop_partition_cluster.sql");
+const EXPIRED_PARTITIONS_SQL: QueryFile = query_file!("expired_partitions");
+const DROP_PARTITION_SQL: QueryFile = query_file!("drop_partition");
+const EXPIRED_PARTITIONS_CLUSTER_SQL: QueryFile = query_file!("expired_partitions_cluster");
+const DROP_PARTITION_CLUSTER_SQL: QueryFile = query_file!("drop_partition_cluster");
 
 const NS_PER_DAY: u64 = 86_400 * 1_000_000_000;
 
@@ -59,11 +59,8 @@ impl Store {
         };
         let tables: Vec<String> = Table::ALL.iter().map(|t| physical(*t)).collect();
         let query = match self.cluster() {
-            None => self.client().query(EXPIRED_PARTITIONS_SQL),
-            Some(cluster) => self
-                .client()
-                .query(EXPIRED_PARTITIONS_CLUSTER_SQL)
-                .bind(cluster),
+            None => self.read(EXPIRED_PARTITIONS_SQL),
+            Some(cluster) => self.read(EXPIRED_PARTITIONS_CLUSTER_SQL).bind(cluster),
         };
         let parts: Vec<PartRow> = query
             .bind(self.database())
@@ -90,13 +87,9 @@ impl Store {
                 continue;
             }
             let drop = match self.cluster() {
-                None => self
-                    .client()
-                    .query(DROP_PARTITION_SQL)
-                    .bind(Identifier(table.name())),
+                None => self.read(DROP_PARTITION_SQL).bind(Identifier(table.name())),
                 Some(cluster) => self
-                    .client()
-                    .query(DROP_PARTITION_CLUSTER_SQL)
+                    .read(DROP_PARTITION_CLUSTER_SQL)
                     .bind(Identifier(self.database()))
                     .bind(Identifier(&physical(table)))
                     .bind(Identifier(cluster))

@@ -19,14 +19,15 @@ use std::collections::{BTreeSet, HashMap};
 use clickhouse::Row;
 use serde::{Deserialize, Serialize};
 
+use super::sql::{query_file, QueryFile};
 use super::{Store, StoreError};
 use rows::GpuSampleRow;
 
-const GPUS_LATEST_SQL: &str = include_str!("../../queries/gpus_latest.sql");
-const GPUS_LATEST_JOB_SQL: &str = include_str!("../../queries/gpus_latest_job.sql");
-const STEP_WINDOWS_SQL: &str = include_str!("../../queries/step_windows.sql");
-const RANK_GPU_WINDOW_SQL: &str = include_str!("../../queries/rank_gpu_window.sql");
-const EVIDENCE_SQL: &str = include_str!("../../queries/straggler_evidence.sql");
+const GPUS_LATEST_SQL: QueryFile = query_file!("gpus_latest");
+const GPUS_LATEST_JOB_SQL: QueryFile = query_file!("gpus_latest_job");
+const STEP_WINDOWS_SQL: QueryFile = query_file!("step_windows");
+const RANK_GPU_WINDOW_SQL: QueryFile = query_file!("rank_gpu_window");
+const EVIDENCE_SQL: QueryFile = query_file!("straggler_evidence");
 
 /// Samples are read this far past the last step end: a sample taken after
 /// the step may cover its tail (periods are at most the sampling interval).
@@ -100,8 +101,8 @@ impl Store {
         since_ns: u64,
     ) -> Result<Vec<GpuSampleRow>, StoreError> {
         let q = match job {
-            Some(job) => self.client().query(GPUS_LATEST_JOB_SQL).bind(job),
-            None => self.client().query(GPUS_LATEST_SQL).bind(since_ns),
+            Some(job) => self.read(GPUS_LATEST_JOB_SQL).bind(job),
+            None => self.read(GPUS_LATEST_SQL).bind(since_ns),
         };
         q.bind(node)
             .bind(node)
@@ -118,8 +119,7 @@ impl Store {
         to_step: u64,
     ) -> Result<HashMap<(u64, u32), StepGpu>, StoreError> {
         let windows: Vec<StepWindow> = self
-            .client()
-            .query(STEP_WINDOWS_SQL)
+            .read(STEP_WINDOWS_SQL)
             .bind(job)
             .bind(from_step)
             .bind(to_step)
@@ -136,8 +136,7 @@ impl Store {
             return Ok(HashMap::new());
         };
         let samples: Vec<RankGpuSample> = self
-            .client()
-            .query(RANK_GPU_WINDOW_SQL)
+            .read(RANK_GPU_WINDOW_SQL)
             .bind(job)
             .bind(lo)
             .bind(hi.saturating_add(SAMPLE_LOOKAHEAD_NS))
@@ -149,8 +148,7 @@ impl Store {
 
     /// The latest evidence of every straggler verdict of `job`.
     pub async fn straggler_evidence(&self, job: &str) -> Result<Vec<EvidenceReadRow>, StoreError> {
-        self.client()
-            .query(EVIDENCE_SQL)
+        self.read(EVIDENCE_SQL)
             .bind(job)
             .fetch_all()
             .await

@@ -3,10 +3,11 @@
 use clickhouse::Row;
 use serde::Deserialize;
 
+use super::sql::{query_file, QueryFile};
 use super::{Store, StoreError};
 
-const SPANS_SQL: &str = include_str!("../../queries/timeline_spans.sql");
-const COLLECTIVES_SQL: &str = include_str!("../../queries/timeline_collectives.sql");
+const SPANS_SQL: QueryFile = query_file!("timeline_spans");
+const COLLECTIVES_SQL: QueryFile = query_file!("timeline_collectives");
 
 /// One span.
 #[derive(Debug, Clone, PartialEq, Row, Deserialize)]
@@ -42,8 +43,7 @@ impl Store {
         from_ns: u64,
         to_ns: u64,
     ) -> Result<Vec<TimelineSpan>, StoreError> {
-        self.client()
-            .query(SPANS_SQL)
+        self.read(SPANS_SQL)
             .bind(job)
             .bind(from_ns)
             .bind(to_ns)
@@ -59,8 +59,7 @@ impl Store {
         from_ns: u64,
         to_ns: u64,
     ) -> Result<Vec<TimelineCollective>, StoreError> {
-        self.client()
-            .query(COLLECTIVES_SQL)
+        self.read(COLLECTIVES_SQL)
             .bind(job)
             .bind(from_ns)
             .bind(to_ns)

@@ -4,13 +4,14 @@
 use clickhouse::Row;
 use serde::Deserialize;
 
+use super::sql::{query_file, QueryFile};
 use super::{Store, StoreError, TraceRankRow};
 
-const TRACE_RANKS_SINCE_SQL: &str = include_str!("../../queries/trace_ranks_since.sql");
-const JOB_RANK_LIST_SQL: &str = include_str!("../../queries/job_rank_list.sql");
-const JOB_MAX_STEP_SQL: &str = include_str!("../../queries/job_max_step.sql");
-const TRACE_OPS_SQL: &str = include_str!("../../queries/trace_ops.sql");
-const TRACE_OP_STEPS_SQL: &str = include_str!("../../queries/trace_op_steps.sql");
+const TRACE_RANKS_SINCE_SQL: QueryFile = query_file!("trace_ranks_since");
+const JOB_RANK_LIST_SQL: QueryFile = query_file!("job_rank_list");
+const JOB_MAX_STEP_SQL: QueryFile = query_file!("job_max_step");
+const TRACE_OPS_SQL: QueryFile = query_file!("trace_ops");
+const TRACE_OP_STEPS_SQL: QueryFile = query_file!("trace_op_steps");
 
 /// One operator of one rank of a trace, summed over the rank's steps.
 #[derive(Debug, Clone, PartialEq, Eq, Row, Deserialize)]
@@ -50,8 +51,7 @@ impl Store {
         since_ns: u64,
         limit: u64,
     ) -> Result<Vec<TraceRankRow>, StoreError> {
-        self.client()
-            .query(TRACE_RANKS_SINCE_SQL)
+        self.read(TRACE_RANKS_SINCE_SQL)
             .bind(since_ns)
             .bind(limit)
             .fetch_all()
@@ -61,8 +61,7 @@ impl Store {
 
     /// Ranks of `job` that streamed events, by rank.
     pub async fn job_rank_list(&self, job: &str) -> Result<Vec<JobRank>, StoreError> {
-        self.client()
-            .query(JOB_RANK_LIST_SQL)
+        self.read(JOB_RANK_LIST_SQL)
             .bind(job)
             .fetch_all()
             .await
@@ -76,16 +75,14 @@ impl Store {
         trace_id: &str,
     ) -> Result<(Vec<TraceOpSum>, Vec<(u32, u64)>), StoreError> {
         let ops = self
-            .client()
-            .query(TRACE_OPS_SQL)
+            .read(TRACE_OPS_SQL)
             .bind(job)
             .bind(trace_id)
             .fetch_all()
             .await
             .map_err(StoreError::query("read a trace's operators"))?;
         let steps: Vec<RankSteps> = self
-            .client()
-            .query(TRACE_OP_STEPS_SQL)
+            .read(TRACE_OP_STEPS_SQL)
             .bind(job)
             .bind(trace_id)
             .fetch_all()
@@ -97,8 +94,7 @@ impl Store {
     /// Highest step stored for `job` (None: no step at all).
     pub async fn job_max_step(&self, job: &str) -> Result<Option<u64>, StoreError> {
         let r: MaxStep = self
-            .client()
-            .query(JOB_MAX_STEP_SQL)
+            .read(JOB_MAX_STEP_SQL)
             .bind(job)
             .fetch_one()
             .await

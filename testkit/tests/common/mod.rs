@@ -97,6 +97,20 @@ impl Stack {
         tweak: impl FnOnce(&mut rankscope_collector::Config),
     ) -> Self {
         let clickhouse = ClickHouse::start().expect("ClickHouse");
+        Self::start_without_agent_on(clickhouse, tweak).await
+    }
+
+    /// A full stack over the given server (e.g. [`ClickHouse::start_chdb`]).
+    pub async fn start_on(clickhouse: ClickHouse) -> Self {
+        let mut s = Self::start_without_agent_on(clickhouse, |_| {}).await;
+        s.start_agent(&format!("http://{}", s.grpc_addr())).await;
+        s
+    }
+
+    pub async fn start_without_agent_on(
+        clickhouse: ClickHouse,
+        tweak: impl FnOnce(&mut rankscope_collector::Config),
+    ) -> Self {
         let database = clickhouse.fresh_database("e2e").expect("database");
         let mut collector_cfg = collector_config(&clickhouse.http_url, &database);
         tweak(&mut collector_cfg);
