@@ -109,3 +109,28 @@ pub(crate) fn identity(
         labels,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::scan::StepMark;
+
+    #[test]
+    fn hta_window_needs_two_step_names_and_ends_with_the_latest() {
+        let mark = |step, end| StepMark {
+            step,
+            start: 0,
+            end,
+            ordinal: 0,
+        };
+        let mut scan = Scan::default();
+        assert_eq!(hta_last_step_end(&scan), None);
+        scan.cpu_steps.push(mark(4, 100));
+        // The same name on the GPU side is still one name.
+        scan.gpu_steps.push(mark(4, 900));
+        assert_eq!(hta_last_step_end(&scan), None);
+        scan.cpu_steps.push(mark(5, 200));
+        // GPU-side annotations count, as in HTA.
+        assert_eq!(hta_last_step_end(&scan), Some(900));
+    }
+}
