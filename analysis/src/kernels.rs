@@ -12,11 +12,18 @@
 //! Definitions (HTA 0.5.0):
 //! - kernel type: [`classify_kernel`](crate::classify_kernel) (COMPUTATION,
 //!   COMMUNICATION, MEMORY; OTHER kernels are left out, as HTA does);
-//! - type time: each type's intervals are merged (union); a sweep over the
-//!   three unions gives, for every stretch of time, the set of types running;
-//!   the stretch counts for that set, named by its types in the order
-//!   COMPUTATION, COMMUNICATION, MEMORY joined by `" overlapping "` (e.g.
-//!   `"COMPUTATION overlapping COMMUNICATION"`);
+//! - type time: each type's intervals are merged as HTA's
+//!   `merge_kernel_intervals` does (sorted by start, a new group where a
+//!   start is after every earlier end, a group spans its least start to its
+//!   greatest end: the union, for intervals that do not end before they
+//!   start); a sweep over the three types' groups (+bit at a start, -bit at
+//!   an end, `1 << index` per type) gives, for every stretch of time, the
+//!   running sum; a stretch with a positive sum counts for the types of its
+//!   bits, named in the order COMPUTATION, COMMUNICATION, MEMORY joined by
+//!   `" overlapping "` (e.g. `"COMPUTATION overlapping COMMUNICATION"`).
+//!   An activity shorter than a microsecond can end before it starts once
+//!   rounded as HTA does ([`crate::hta_load`]); HTA's sweep then subtracts
+//!   its bit before adding it, and we do the same;
 //! - kernel table: per type, kernels grouped by name with sum / max / min /
 //!   mean / sample stddev (ddof = 1, 0 for one call) of their durations,
 //!   sorted by sum descending. When a type has more than `num_kernels`
@@ -33,7 +40,6 @@ use std::collections::BTreeMap;
 
 use crate::classify::{classify_kernel, GpuEventKind, KernelClass};
 use crate::describe::{quantile_linear, sample_std};
-use crate::interval::{union_vec, Interval};
 
 /// The CUDA runtime (or driver) call that launched a GPU activity.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -66,7 +72,9 @@ pub fn is_enqueue_launch(api: &str) -> bool {
     )
 }
 
-/// One GPU activity of one rank.
+/// One GPU activity of one rank. `end_ns` is before `start_ns` only for an
+/// activity shorter than a microsecond rounded inward as HTA does
+/// ([`crate::hta_load::round_inward_us`]).
 #[derive(Debug, Clone, PartialEq)]
 pub struct GpuOp<'a> {
     pub name: &'a str,
@@ -78,9 +86,33 @@ pub struct GpuOp<'a> {
 }
 
 impl GpuOp<'_> {
-    pub fn dur_ns(&self) -> u64 {
-        self.end_ns.saturating_sub(self.start_ns)
+    /// `end - start` (negative only as said on [`GpuOp`]).
+    pub fn dur_ns(&self) -> i64 {
+        signed(self.end_ns) - signed(self.start_ns)
     }
+}
+
+fn signed(t: u64) -> i64 {
+    i64::try_from(t).unwrap_or(i64::MAX)
+}
+
+/// HTA's `merge_kernel_intervals` over `(start, end)` pairs (see the module
+/// doc): the groups' `(least start, greatest end)`.
+fn hta_merge(mut spans: Vec<(u64, u64)>) -> Vec<(u64, u64)> {
+    spans.sort_by_key(|s| s.0);
+    let mut out: Vec<(u64, u64)> = Vec::new();
+    let mut max_end: Option<u64> = None;
+    for (start, end) in spans {
+        match (out.last_mut(), max_end) {
+            (Some(g), Some(m)) if start <= m => {
+                g.0 = g.0.min(start);
+                g.1 = g.1.max(end);
+            }
+            _ => out.push((start, end)),
+        }
+        max_end = Some(max_end.map_or(end, |m| m.max(end)));
+    }
+    out
 }
 
 /// HTA's upper-case type name.
@@ -115,17 +147,14 @@ fn mask_name(mask: u8) -> String {
 pub fn kernel_type_times(ops: &[GpuOp<'_>]) -> Vec<(String, u64)> {
     let mut edges: Vec<(u64, i8)> = Vec::new();
     for (i, class) in TYPES.iter().enumerate() {
-        let spans: Vec<Interval> = ops
+        let spans: Vec<(u64, u64)> = ops
             .iter()
             .filter(|o| classify_kernel(o.name, o.kind) == *class)
-            .map(|o| Interval {
-                start_ns: o.start_ns,
-                end_ns: o.end_ns.max(o.start_ns),
-            })
+            .map(|o| (o.start_ns, o.end_ns))
             .collect();
-        for iv in union_vec(spans) {
-            edges.push((iv.start_ns, 1 << i));
-            edges.push((iv.end_ns, -(1 << i)));
+        for (start, end) in hta_merge(spans) {
+            edges.push((start, 1 << i));
+            edges.push((end, -(1 << i)));
         }
     }
     edges.sort_unstable();
@@ -134,7 +163,8 @@ pub fn kernel_type_times(ops: &[GpuOp<'_>]) -> Vec<(String, u64)> {
     for pair in edges.windows(2) {
         running += pair[0].1;
         let dur = pair[1].0 - pair[0].0;
-        if running > 0 && dur > 0 {
+        // Between 1 and 7 whenever no group ends before it starts.
+        if (1..8).contains(&running) && dur > 0 {
             *per_mask.entry(running as u8).or_default() += dur;
         }
     }
@@ -153,9 +183,10 @@ pub struct KernelRow {
     /// Kernel name, or `others`.
     pub name: String,
     pub calls: u64,
-    pub sum_ns: u64,
-    pub max_ns: u64,
-    pub min_ns: u64,
+    /// Durations are signed: see [`GpuOp`].
+    pub sum_ns: i64,
+    pub max_ns: i64,
+    pub min_ns: i64,
     pub mean_ns: f64,
     pub stddev_ns: f64,
 }
@@ -169,7 +200,7 @@ pub const DEFAULT_NUM_KERNELS: usize = 10;
 pub fn kernel_table(ops: &[GpuOp<'_>], duration_ratio: f64, num_kernels: usize) -> Vec<KernelRow> {
     let mut out = Vec::new();
     for class in TYPES {
-        let mut by_name: BTreeMap<&str, Vec<u64>> = BTreeMap::new();
+        let mut by_name: BTreeMap<&str, Vec<i64>> = BTreeMap::new();
         for o in ops
             .iter()
             .filter(|o| classify_kernel(o.name, o.kind) == class)
@@ -179,7 +210,7 @@ pub fn kernel_table(ops: &[GpuOp<'_>], duration_ratio: f64, num_kernels: usize) 
         let mut rows: Vec<KernelRow> = by_name
             .into_iter()
             .map(|(name, durs)| {
-                let sum: u64 = durs.iter().sum();
+                let sum: i64 = durs.iter().sum();
                 let f: Vec<f64> = durs.iter().map(|&d| d as f64).collect();
                 KernelRow {
                     kernel_type: type_name(class),
@@ -206,13 +237,15 @@ pub fn kernel_table(ops: &[GpuOp<'_>], duration_ratio: f64, num_kernels: usize) 
 fn fold_others(rows: Vec<KernelRow>, duration_ratio: f64, num_kernels: usize) -> Vec<KernelRow> {
     let cumsum: Vec<f64> = rows
         .iter()
-        .scan(0u64, |acc, r| {
+        .scan(0i64, |acc, r| {
             *acc += r.sum_ns;
             Some(*acc as f64)
         })
         .collect();
-    // The running sums are ascending already.
-    let q = quantile_linear(&cumsum, duration_ratio).unwrap_or(f64::INFINITY);
+    // Ascending unless a name's calls sum below zero (see `GpuOp`).
+    let mut sorted = cumsum.clone();
+    sorted.sort_by(f64::total_cmp);
+    let q = quantile_linear(&sorted, duration_ratio).unwrap_or(f64::INFINITY);
     let mut kept = Vec::new();
     let mut folded: Vec<KernelRow> = Vec::new();
     for (i, r) in rows.into_iter().enumerate() {
@@ -230,7 +263,7 @@ fn fold_others(rows: Vec<KernelRow>, duration_ratio: f64, num_kernels: usize) ->
     }
     if let Some(first) = folded.first() {
         let sums: Vec<f64> = folded.iter().map(|r| r.sum_ns as f64).collect();
-        let sum: u64 = folded.iter().map(|r| r.sum_ns).sum();
+        let sum: i64 = folded.iter().map(|r| r.sum_ns).sum();
         kept.push(KernelRow {
             kernel_type: first.kernel_type,
             name: "others".to_owned(),
@@ -280,6 +313,25 @@ mod tests {
         let mut rev = ops.to_vec();
         rev.reverse();
         assert_eq!(kernel_type_times(&rev), t);
+    }
+
+    #[test]
+    fn an_interval_rounded_below_zero_counts_as_in_hta() {
+        // HTA rounds a 0.5 us memset at 5.3 us to [6, 5): alone in its
+        // group, its end comes before its start in the sweep, and the
+        // stretch between them counts for no type (COMPUTATION loses it).
+        let ops = [op("gemm", 0, 10_000), op("Memset (Device)", 6_000, 5_000)];
+        let t = kernel_type_times(&ops);
+        assert_eq!(t, vec![("COMPUTATION".to_owned(), 9_000)]);
+        // Inside a longer one of its type it merges away.
+        let ops = [
+            op("Memset (Device)", 1_000, 8_000),
+            op("Memset (Device)", 6_000, 5_000),
+        ];
+        assert_eq!(kernel_type_times(&ops), vec![("MEMORY".to_owned(), 7_000)]);
+        // Its duration is -1 us in the table, as HTA sums it.
+        let rows = kernel_table(&ops, 0.8, 10);
+        assert_eq!((rows[0].sum_ns, rows[0].min_ns), (6_000, -1_000));
     }
 
     #[test]

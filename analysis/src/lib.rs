@@ -22,6 +22,8 @@
 //!   their own types, top kernels per type with `others`);
 //! - [`idle`]: HTA idle-time breakdown (host_wait / kernel_wait / other) and
 //!   CUDA queue length per stream;
+//! - [`hta_load`]: HTA's trace-loading rules (ProfilerStep window, whole
+//!   microseconds rounded inward) applied before the HTA-defined views;
 //! - [`memcpy`]: memcpy / memset calls, bytes, time and GB/s per direction;
 //! - [`describe`]: pandas `describe()` (count, mean, std, quartiles).
 //!
@@ -36,6 +38,7 @@ pub mod classify;
 pub mod collectives;
 pub mod describe;
 pub mod goodput;
+pub mod hta_load;
 pub mod idle;
 pub mod interval;
 pub mod kernels;

@@ -3,7 +3,9 @@
 //! In: the options, `distributedInfo` / `deviceProperties` and what the
 //! scan saw. Out: a `RankIdentity`, or a [`Problem`] when rank and world
 //! size are unknown or inconsistent. Overrides win over `distributedInfo`;
-//! without `distributedInfo` both overrides are required.
+//! without `distributedInfo` both overrides are required. Labels: `source`,
+//! `trace_file`, `gpu`, `backend`, `nccl_version` and, for HTA's loading
+//! rules, `hta_last_step_end_ns` ([`hta_last_step_end`]).
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -13,6 +15,22 @@ use rankscope_proto::v1 as proto;
 use super::raw::TopMeta;
 use super::scan::Scan;
 use super::{ImportOptions, Problem};
+
+/// The label that carries HTA 0.5.0's ProfilerStep window (see
+/// [`hta_last_step_end`]).
+pub const HTA_LAST_STEP_END_LABEL: &str = "hta_last_step_end_ns";
+
+/// HTA 0.5.0's ProfilerStep window of a trace
+/// (`Trace._filter_irrelevant_gpu_kernels`, `rankscope_analysis::hta_load`):
+/// with at least two distinct `ProfilerStep#N` names, the latest end of
+/// those annotations, CPU or GPU side (HTA counts both as CPU events), in
+/// trace ns; `None` otherwise (HTA then keeps every event). The views drop
+/// GPU activities launched after it, or with no launch in the trace.
+pub(crate) fn hta_last_step_end(scan: &Scan) -> Option<u64> {
+    let marks = || scan.cpu_steps.iter().chain(&scan.gpu_steps);
+    let names: std::collections::HashSet<u64> = marks().map(|m| m.step).collect();
+    (names.len() >= 2).then(|| marks().map(|m| m.end).max())?
+}
 
 /// The rank identity from `distributedInfo`, the options and the trace.
 pub(crate) fn identity(
@@ -62,6 +80,13 @@ pub(crate) fn identity(
     if let Some(gpu) = gpu {
         labels.insert("gpu".into(), gpu.to_owned());
     }
+    if let Some(end) = hta_last_step_end(scan) {
+        let base = meta.base_time_ns.unwrap_or(0);
+        labels.insert(
+            HTA_LAST_STEP_END_LABEL.into(),
+            base.saturating_add(end).to_string(),
+        );
+    }
     for (key, value) in [
         ("backend", dist.and_then(|d| d.backend.as_str())),
         ("nccl_version", dist.and_then(|d| d.nccl_version.as_str())),
@@ -83,4 +108,29 @@ pub(crate) fn identity(
         run_id: opts.run_id.clone(),
         labels,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::scan::StepMark;
+
+    #[test]
+    fn hta_window_needs_two_step_names_and_ends_with_the_latest() {
+        let mark = |step, end| StepMark {
+            step,
+            start: 0,
+            end,
+            ordinal: 0,
+        };
+        let mut scan = Scan::default();
+        assert_eq!(hta_last_step_end(&scan), None);
+        scan.cpu_steps.push(mark(4, 100));
+        // The same name on the GPU side is still one name.
+        scan.gpu_steps.push(mark(4, 900));
+        assert_eq!(hta_last_step_end(&scan), None);
+        scan.cpu_steps.push(mark(5, 200));
+        // GPU-side annotations count, as in HTA.
+        assert_eq!(hta_last_step_end(&scan), Some(900));
+    }
 }

@@ -50,9 +50,11 @@
 //! nanosecond precision (new ones). Output times are u64 ns since the Unix
 //! epoch: `baseTimeNanoseconds` (0 when absent: old traces' `ts` are epoch
 //! microseconds already) + `ts * 1000`, rounded to the nanosecond. HTA's
-//! rounding of float timestamps to whole microseconds is not applied: the
-//! HTA numbers of the reference set are reproduced without it (integer
-//! timestamps), and newer traces keep their real precision.
+//! rounding of float timestamps to whole microseconds and its ProfilerStep
+//! window are not applied here: every GPU activity is kept at its real
+//! precision, and the collector's HTA-style views apply both at query time
+//! (`rankscope_analysis::hta_load`), with the window's end recorded as the
+//! rank label `hta_last_step_end_ns` (the `identity` module).
 //!
 //! Stream order: `StepBegin(N)`, the events of step N (by start time),
 //! `StepEnd(N)`, with out-of-step events between steps where they belong

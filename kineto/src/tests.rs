@@ -249,6 +249,11 @@ fn stream_order_with_lagging_gpu_and_warm_up() {
         "E8".into(),
     ];
     assert_eq!(render(&r), want);
+    // Two ProfilerSteps: HTA's window ends with the last one (350 us).
+    assert_eq!(
+        r.identity.labels.get("hta_last_step_end_ns"),
+        Some(&at(350).to_string())
+    );
     assert_eq!(r.stats.chunks, 4);
     assert!(r.stats.passes > 3, "max_buffered_events 2 forces passes");
     assert_eq!(r.stats.gpu_events_unlinked, 1);

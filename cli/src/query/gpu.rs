@@ -47,6 +47,12 @@ pub struct GpuArgs {
     /// `launches`: HTA launch_delay_cutoff, us (default 100).
     #[arg(long, value_name = "US")]
     pub launch_delay_cutoff_us: Option<u64>,
+    /// Every recorded GPU activity at its recorded nanosecond times, not
+    /// HTA 0.5.0's loading rules (the default: with two or more
+    /// ProfilerSteps only work launched by the last step's end, times
+    /// rounded inward to whole microseconds).
+    #[arg(long)]
+    pub exact: bool,
     /// Output format.
     #[arg(long, value_enum, default_value_t = OutputFormat::Table)]
     pub format: OutputFormat,
@@ -161,6 +167,9 @@ pub fn gpu_url(collector: &str, view: GpuView, a: &GpuArgs) -> String {
     if let Some(r) = a.rank {
         params.push(("rank", r.to_string()));
     }
+    if a.exact {
+        params.push(("exact", "true".into()));
+    }
     if view == GpuView::Kernels {
         if let Some(t) = a.top {
             params.push(("top", t.to_string()));
@@ -218,6 +227,7 @@ mod tests {
             kernel_delay_us: Some(10),
             runtime_cutoff_us: Some(20),
             launch_delay_cutoff_us: None,
+            exact: false,
             format: OutputFormat::Table,
         };
         assert_eq!(
@@ -236,6 +246,11 @@ mod tests {
         assert_eq!(
             gpu_url("http://c", GpuView::KernelTypes, &b),
             "http://c/api/v1/jobs/a%2Fb/kernel-types"
+        );
+        let c = GpuArgs { exact: true, ..b };
+        assert_eq!(
+            gpu_url("http://c", GpuView::Memcpy, &c),
+            "http://c/api/v1/jobs/a%2Fb/memcpy?exact=true"
         );
     }
 }

@@ -3,6 +3,12 @@
 //! stored kernels and their launch calls with `rankscope_analysis` (HTA 0.5.0
 //! definitions documented there: `kernels`, `idle`, `memcpy`).
 //!
+//! The activities are read as HTA 0.5.0 loads a trace
+//! ([`rankscope_analysis::hta_load`]: the ProfilerStep window, whole
+//! microseconds rounded inward), so the numbers equal HTA's on the same
+//! trace; `?exact=true` takes every recorded activity at its recorded
+//! nanosecond times instead.
+//!
 //! Each answers `{"job": J, "<route>": [rows]}`; rows are per rank
 //! (ascending), `?rank=R` keeps one rank. An unknown job is 404, an unknown
 //! rank 404 naming the ranks that have GPU activities, bad options 400. A job
@@ -28,6 +34,9 @@ use crate::store::gpu_ops::RankOps;
 #[serde(deny_unknown_fields)]
 pub struct GpuQuery {
     rank: Option<u32>,
+    /// Every recorded GPU activity at its recorded times, not HTA's
+    /// loading rules (see the module doc).
+    exact: Option<bool>,
     /// `kernels`: at most this many names per type (HTA `num_kernels`).
     top: Option<usize>,
     /// `kernels`: the share of a type's time kept by name (HTA `duration_ratio`).
@@ -88,9 +97,21 @@ fn bad(msg: impl Into<String>) -> ApiError {
     ApiError(StatusCode::BAD_REQUEST, msg.into())
 }
 
-/// The job's ranks with GPU activities, narrowed to `q.rank`.
-async fn load(st: &ApiState, job: &str, rank: Option<u32>) -> Result<Vec<RankOps>, ApiError> {
-    let all = st.store.gpu_ops(job).await?;
+/// The job's ranks with GPU activities, narrowed to `q.rank`, loaded as
+/// HTA does unless `q.exact`.
+async fn load(st: &ApiState, job: &str, q: &GpuQuery) -> Result<Vec<RankOps>, ApiError> {
+    let mut all = st.store.gpu_ops(job).await?;
+    if !q.exact.unwrap_or(false) {
+        let windows = st.store.hta_windows(job).await?;
+        all = all
+            .into_iter()
+            .map(|r| {
+                let w = windows.get(&r.rank).copied().unwrap_or_default();
+                r.hta_loaded(w)
+            })
+            .collect();
+    }
+    let rank = q.rank;
     if all.is_empty() {
         st.require_job(job, true).await?;
     }
@@ -121,7 +142,7 @@ pub(super) async fn kernel_types(
     Path(job): Path<String>,
     Query(q): Query<GpuQuery>,
 ) -> Result<Json<Value>, ApiError> {
-    let ranks = load(&st, &job, q.rank).await?;
+    let ranks = load(&st, &job, &q).await?;
     let mut rows = Vec::new();
     for r in &ranks {
         let times = kernel_type_times(&r.gpu_ops());
@@ -144,7 +165,7 @@ pub(super) async fn kernels(
     Query(q): Query<GpuQuery>,
 ) -> Result<Json<Value>, ApiError> {
     let (top, ratio) = q.kernels_args()?;
-    let ranks = load(&st, &job, q.rank).await?;
+    let ranks = load(&st, &job, &q).await?;
     let mut rows = Vec::new();
     for r in &ranks {
         for k in kernel_table(&r.gpu_ops(), ratio, top) {
@@ -188,7 +209,7 @@ pub(super) async fn idle(
     Query(q): Query<GpuQuery>,
 ) -> Result<Json<Value>, ApiError> {
     let delay_ns = q.idle_delay_ns()?;
-    let ranks = load(&st, &job, q.rank).await?;
+    let ranks = load(&st, &job, &q).await?;
     let mut rows = Vec::new();
     for r in &ranks {
         for i in idle_breakdown(&r.gpu_ops(), delay_ns) {
@@ -212,7 +233,7 @@ pub(super) async fn queue(
     Path(job): Path<String>,
     Query(q): Query<GpuQuery>,
 ) -> Result<Json<Value>, ApiError> {
-    let ranks = load(&st, &job, q.rank).await?;
+    let ranks = load(&st, &job, &q).await?;
     let mut rows = Vec::new();
     for r in &ranks {
         for s in queue_length(&r.gpu_ops()) {
@@ -229,13 +250,15 @@ pub(super) async fn memcpy(
     Path(job): Path<String>,
     Query(q): Query<GpuQuery>,
 ) -> Result<Json<Value>, ApiError> {
-    let ranks = load(&st, &job, q.rank).await?;
+    let ranks = load(&st, &job, &q).await?;
     let mut rows = Vec::new();
     for r in &ranks {
         let ops = r.ops.iter().map(|o| {
             (
                 &*o.name,
                 o.kind,
+                // An activity HTA's rounding shortened below zero
+                // counts no time.
                 o.end_ns.saturating_sub(o.start_ns),
                 o.bytes,
             )
@@ -265,7 +288,7 @@ pub(super) async fn launches(
     Query(q): Query<GpuQuery>,
 ) -> Result<Json<Value>, ApiError> {
     let (runtime_ns, delay_ns) = q.launches_cutoffs_ns()?;
-    let ranks = load(&st, &job, q.rank).await?;
+    let ranks = load(&st, &job, &q).await?;
     let mut rows = Vec::new();
     for r in &ranks {
         let obs: Vec<rankscope_analysis::LaunchObs<'_>> = r

@@ -7,11 +7,17 @@
 //! kernel start): ClickHouse 18.16 joins are avoided on purpose (see
 //! ARCHITECTURE.md). SQL in `collector/queries/job_gpu_ops.sql` and
 //! `job_kernel_launches.sql`.
+//!
+//! HTA's loading rules ([`rankscope_analysis::hta_load`]) are applied by
+//! [`RankOps::hta_loaded`] with each rank's window ([`Store::hta_windows`],
+//! `job_hta_windows.sql`: the `hta_last_step_end_ns` label the importer
+//! writes).
 
 use std::collections::HashMap;
 use std::sync::Arc;
 
 use clickhouse::Row;
+use rankscope_analysis::hta_load::{keeps, round_inward_us, HtaWindow};
 use rankscope_analysis::{is_enqueue_launch, GpuEventKind, GpuOp, LaunchCall};
 use serde::Deserialize;
 
@@ -20,6 +26,13 @@ use super::{Store, StoreError};
 
 const JOB_GPU_OPS_SQL: QueryFile = query_file!("job_gpu_ops");
 const JOB_KERNEL_LAUNCHES_SQL: QueryFile = query_file!("job_kernel_launches");
+const JOB_HTA_WINDOWS_SQL: QueryFile = query_file!("job_hta_windows");
+
+#[derive(Debug, Row, Deserialize)]
+struct WindowRow {
+    rank: u32,
+    end_ns: String,
+}
 
 #[derive(Debug, Row, Deserialize)]
 struct OpRow {
@@ -80,7 +93,46 @@ impl RankOps {
     }
 }
 
+impl RankOps {
+    /// The activities as HTA 0.5.0 loads them (module doc): those the
+    /// window keeps, with their and their launch calls' times rounded inward
+    /// to whole microseconds.
+    pub fn hta_loaded(mut self, window: HtaWindow) -> Self {
+        self.ops
+            .retain(|o| keeps(window, o.launch.as_ref().map(|l| l.0.start_ns)));
+        for o in &mut self.ops {
+            (o.start_ns, o.end_ns) = round_inward_us(o.start_ns, o.end_ns);
+            if let Some((call, _)) = o.launch.as_mut() {
+                (call.start_ns, call.end_ns) = round_inward_us(call.start_ns, call.end_ns);
+            }
+        }
+        self
+    }
+}
+
 impl Store {
+    /// The HTA step window of each rank of `job` that has one.
+    pub async fn hta_windows(&self, job: &str) -> Result<HashMap<u32, HtaWindow>, StoreError> {
+        let rows: Vec<WindowRow> = self
+            .read(JOB_HTA_WINDOWS_SQL)
+            .bind(job)
+            .fetch_all()
+            .await
+            .map_err(StoreError::query("HTA step windows"))?;
+        Ok(rows
+            .into_iter()
+            .filter_map(|r| {
+                let end = r.end_ns.parse().ok()?;
+                Some((
+                    r.rank,
+                    HtaWindow {
+                        last_step_end_ns: Some(end),
+                    },
+                ))
+            })
+            .collect())
+    }
+
     /// Every GPU activity of `job` with its launch call, per rank.
     pub async fn gpu_ops(&self, job: &str) -> Result<Vec<RankOps>, StoreError> {
         let launch_rows: Vec<LaunchReadRow> = self
