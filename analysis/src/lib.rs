@@ -71,6 +71,6 @@ pub use memcpy::{memcpy_kind, memcpy_summary, MemcpyRow};
 pub use straggler::{
     expected_gain_pct, expected_gain_pct_for, expected_gain_pct_of, gain_pct, gain_per_step,
     gain_per_step_for, gain_per_step_of, longest_gap, own_ns, peers_of_step, score_step,
-    step_peers, Gap, PolicyError, RankStepStats, RankStepWait, StepFlag, StepPeers, StragglerCause,
-    StragglerPolicy, StragglerTracker, Verdict, VerdictChange,
+    step_peers, wait_wall_ns, Gap, PolicyError, RankStepStats, RankStepWait, StepFlag, StepPeers,
+    StragglerCause, StragglerPolicy, StragglerTracker, Verdict, VerdictChange,
 };

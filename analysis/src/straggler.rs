@@ -23,9 +23,11 @@
 //!   `>= min_slowdown` and z-score `>= z_threshold` against the same
 //!   statistics of the transfer times;
 //! - otherwise, a rank is flagged by its **own time** `o = step_time_ns -
-//!   comm_wait_ns` (everything in the step not spent waiting for other
-//!   ranks; in synchronous training every rank's step is equally long, so
-//!   the rank that waits least has the most own time) when `o` has slowdown
+//!   min(comm_wait_ns, comm_ns)` (everything in the step not spent waiting
+//!   for other ranks; the wait is summed per collective, so it is capped at
+//!   the time in collectives, [`wait_wall_ns`]; in synchronous training
+//!   every rank's step is equally long, so the rank that waits least has
+//!   the most own time) when `o` has slowdown
 //!   `>= min_slowdown` and z-score `>= z_threshold` against the step's own
 //!   times, **and** its wait is the step's least (the others wait for it),
 //!   **and** it cost the step at least `min_gain_pct` of the median step
@@ -179,7 +181,7 @@ pub fn score_step(policy: &StragglerPolicy, stats: &[RankStepStats]) -> Vec<Step
     };
     // The least and second-least wait (of two different ranks): the rank
     // the others wait for, and what its next peer waited for it.
-    let mut waits: Vec<u64> = ranks.iter().map(|r| r.comm_wait_ns).collect();
+    let mut waits: Vec<u64> = ranks.iter().map(|r| wait_wall_ns(r)).collect();
     waits.sort_unstable();
     let (least_wait, next_wait) = (waits[0], waits[1]);
     let mut flags = Vec::new();
@@ -210,8 +212,9 @@ pub fn score_step(policy: &StragglerPolicy, stats: &[RankStepStats]) -> Vec<Step
             // Its own time stands out: flagged when the others wait for it
             // (least wait) and it cost the step `min_gain_pct` of its time
             // (the wait bound of the what-if gain, `gain::gain_per_step`).
-            let cost = next_wait.saturating_sub(r.comm_wait_ns) as f64;
-            if r.comm_wait_ns == least_wait && cost * 100.0 >= policy.min_gain_pct() * step.median {
+            let cost = next_wait.saturating_sub(wait_wall_ns(r)) as f64;
+            if wait_wall_ns(r) == least_wait && cost * 100.0 >= policy.min_gain_pct() * step.median
+            {
                 let explained = excess_compute.max(0.0) + excess_input.max(0.0);
                 let cause = if 2.0 * explained >= excess_ns as f64 {
                     phase_cause
@@ -226,9 +229,17 @@ pub fn score_step(policy: &StragglerPolicy, stats: &[RankStepStats]) -> Vec<Step
 }
 
 /// A rank's own time in a step: everything not spent waiting for other
-/// ranks (`step_time_ns - comm_wait_ns`).
+/// ranks (`step_time_ns - wait_wall_ns`).
 pub fn own_ns(r: &RankStepStats) -> u64 {
-    r.step_time_ns.saturating_sub(r.comm_wait_ns)
+    r.step_time_ns.saturating_sub(wait_wall_ns(r))
+}
+
+/// The wall time a rank waited for others in a step: its collective wait,
+/// at most its time in collectives. The wait is summed per collective, so
+/// collectives in flight together (DDP's gradient buckets) count their
+/// common wait once each and the sum can exceed the wall time.
+pub fn wait_wall_ns(r: &RankStepStats) -> u64 {
+    r.comm_wait_ns.min(r.comm_ns)
 }
 
 /// One entry per rank, sorted by rank; of duplicates, the smallest by

@@ -588,7 +588,8 @@ fn collect(
             rank: s.rank,
             step_time_ns: s.step_time_ns,
             work_ns: s.breakdown.compute_ns + s.dataloader_ns,
-            wait_ns: s.comm_wait_ns,
+            // At most the time in collectives (`rankscope_analysis::wait_wall_ns`).
+            wait_ns: s.comm_wait_ns.min(s.breakdown.comm_ns),
         };
         entry.recent.push(w);
     }

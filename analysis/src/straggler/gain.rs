@@ -4,7 +4,10 @@
 //! In: per (step, rank) the step time, the rank's work (compute + input
 //! time, what the straggler detector scores) and its collective wait (the
 //! PyTorch Profiler's "synchronizing" time: a collective's duration minus
-//! its shortest duration on any rank, summed over the step's collectives).
+//! its shortest duration on any rank, summed over the step's collectives),
+//! which callers cap at the rank's time in collectives
+//! ([`super::wait_wall_ns`]: waits of collectives in flight together, e.g.
+//! DDP's gradient buckets, would count the same wall time once each).
 //! Out: `expected_gain_pct`.
 //!
 //! In a synchronous job every rank's step ends together, gated by the last
@@ -43,6 +46,7 @@ pub struct RankStepWait {
     pub step_time_ns: u64,
     /// Compute + input time (the straggler detector's work).
     pub work_ns: u64,
+    /// Collective wait, at most the time in collectives (ns).
     pub wait_ns: u64,
 }
 

@@ -332,7 +332,17 @@ fn an_own_time_outlier_needs_the_least_wait_and_the_minimum_gain() {
     // Not the least wait: someone else holds the job.
     let mut s = stats.clone();
     s[2].comm_wait_ns = 200 * MS;
+    s[2].comm_ns = 250 * MS;
     assert!(score_step(&p, &s).is_empty());
+    // Waits summed over collectives in flight together count at most the
+    // time in collectives: 900 ms "waited" in a 540 ms step is the 220 ms
+    // the others spent in collectives (their transfer included).
+    let mut s = stats.clone();
+    for r in s.iter_mut().filter(|r| r.rank != 2) {
+        r.comm_wait_ns = 900 * MS;
+    }
+    let flags = score_step(&p, &s);
+    assert_eq!((flags[0].rank, flags[0].excess_ns), (2, 220 * MS), "{flags:?}");
     // Order and duplicates do not matter.
     let want = score_step(&p, &stats);
     let mut rng = Rng::new(9);

@@ -245,7 +245,7 @@ pub fn replay(policy: StragglerPolicy, rows: &[RecoverBreakdown], recent: usize)
                 rank: r.rank,
                 step_time_ns: r.step_time_ns,
                 work_ns: r.compute_ns + r.dataloader_ns,
-                wait_ns: r.comm_wait_ns,
+                wait_ns: r.comm_wait_ns.min(r.comm_ns),
             });
         }
         for r in chunk {

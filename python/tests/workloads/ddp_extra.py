@@ -4,8 +4,8 @@ one rank does extra tensor work between ``loss.backward()`` and
 computation, an EMA update or logging done on one rank.
 
 Run by torchrun. Options (argv): --steps N, --extra-rank R, --extra-ms M
-(rank R multiplies matrices for M ms of wall time each step, after backward
-and before the optimizer step; 0: none).
+(rank R does M ms of wall time of tensor work each step, after backward and
+before the optimizer step, see `extra_work`; 0: none).
 """
 
 import argparse
@@ -26,16 +26,23 @@ class Batches(Dataset):
 
     def __getitem__(self, i: int):
         g = torch.Generator().manual_seed(i)
-        return torch.randn(64, 256, generator=g), torch.randn(64, 16, generator=g)
+        return torch.randn(1024, 256, generator=g), torch.randn(1024, 16, generator=g)
 
 
 def extra_work(ms: float, a: torch.Tensor) -> float:
-    """Tensor work for `ms` of wall time (a metric over the gradients, say)."""
+    """`ms` of wall time of tensor work the host waits on, as for a metric
+    read back from a GPU (`.item()`): a small product, then the wait for
+    "the device" (a sleep stands in for it: this runs on CPUs, 4 ranks on as
+    few as 2 cores, where host-bound extra work would also slow the other
+    ranks by taking their CPU time, which a real job's GPUs do not do)."""
     total = 0.0
     end = time.perf_counter() + ms / 1000
-    while time.perf_counter() < end:
+    while True:
         total += float((a @ a).norm())
-    return total
+        left = end - time.perf_counter()
+        if left <= 0:
+            return total
+        time.sleep(min(left, 0.005))
 
 
 def main() -> None:
@@ -48,13 +55,10 @@ def main() -> None:
     dist.init_process_group("gloo")
     rank = dist.get_rank()
     extra_ms = a.extra_ms if rank == a.extra_rank else 0.0
-    # The size of ddp_train.py's model: ~10x the host's scheduling noise.
+    # A small model (0.5 MB of gradients: short all-reduces) on large
+    # batches (compute well above the host's scheduling noise).
     net = torch.nn.Sequential(
-        torch.nn.Linear(256, 1024),
-        torch.nn.ReLU(),
-        torch.nn.Linear(1024, 1024),
-        torch.nn.ReLU(),
-        torch.nn.Linear(1024, 16),
+        torch.nn.Linear(256, 512), torch.nn.ReLU(), torch.nn.Linear(512, 16)
     )
     model = DDP(net, bucket_cap_mb=1)
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
