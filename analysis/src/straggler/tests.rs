@@ -342,7 +342,11 @@ fn an_own_time_outlier_needs_the_least_wait_and_the_minimum_gain() {
         r.comm_wait_ns = 900 * MS;
     }
     let flags = score_step(&p, &s);
-    assert_eq!((flags[0].rank, flags[0].excess_ns), (2, 220 * MS), "{flags:?}");
+    assert_eq!(
+        (flags[0].rank, flags[0].excess_ns),
+        (2, 220 * MS),
+        "{flags:?}"
+    );
     // Order and duplicates do not matter.
     let want = score_step(&p, &stats);
     let mut rng = Rng::new(9);
