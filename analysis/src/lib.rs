@@ -16,7 +16,7 @@
 //!   transfer vs synchronizing (wait) split, grouped statistics;
 //! - [`straggler`]: median/MAD (Iglewicz–Hoaglin modified z-score) straggler
 //!   flags per step and a persistence tracker (K of the last N steps) that
-//!   issues verdicts with a cause (compute, input, communication);
+//!   issues verdicts with a cause (compute, input, communication, other);
 //! - [`stats`]: median, MAD, modified z-score, nearest-rank percentiles;
 //! - [`kernels`]: HTA kernel breakdown (time per kernel type with overlaps as
 //!   their own types, top kernels per type with `others`);
@@ -72,7 +72,8 @@ pub use kernels::{
 pub use launches::{launch_stats, LaunchObs, LaunchStats, HTA_LAUNCH_APIS};
 pub use memcpy::{memcpy_kind, memcpy_summary, MemcpyRow};
 pub use straggler::{
-    expected_gain_pct, expected_gain_pct_of, gain_pct, gain_per_step, gain_per_step_of,
-    peers_of_step, score_step, step_peers, PolicyError, RankStepStats, RankStepWait, StepFlag,
-    StepPeers, StragglerCause, StragglerPolicy, StragglerTracker, Verdict, VerdictChange,
+    expected_gain_pct, expected_gain_pct_for, expected_gain_pct_of, gain_pct, gain_per_step,
+    gain_per_step_for, gain_per_step_of, longest_gap, own_ns, peers_of_step, score_step,
+    step_peers, wait_wall_ns, Gap, PolicyError, RankStepStats, RankStepWait, StepFlag, StepPeers,
+    StragglerCause, StragglerPolicy, StragglerTracker, Verdict, VerdictChange,
 };

@@ -21,7 +21,28 @@
 //!   `communication` when its own transfer time `comm_ns - comm_wait_ns`
 //!   (collective time not spent waiting for other ranks) has slowdown
 //!   `>= min_slowdown` and z-score `>= z_threshold` against the same
-//!   statistics of the transfer times.
+//!   statistics of the transfer times;
+//! - otherwise, a rank is flagged by its **own time** `o = step_time_ns -
+//!   min(comm_wait_ns, comm_ns)` (everything in the step not spent waiting
+//!   for other ranks; the wait is summed per collective, so it is capped at
+//!   the time in collectives, [`wait_wall_ns`]; in synchronous training
+//!   every rank's step is equally long, so the rank that waits least has
+//!   the most own time) when `o` has slowdown
+//!   `>= min_slowdown` and z-score `>= z_threshold` against the step's own
+//!   times, **and** its wait is the step's least (the others wait for it),
+//!   **and** it cost the step at least `min_gain_pct` of the median step
+//!   time: the least wait of the other ranks minus its own, the wait bound
+//!   of the what-if gain ([`gain`]). Cause: `compute` / `input` (as above)
+//!   when the rank's compute and input excess over the medians make up at
+//!   least half of its own-time excess, `other` otherwise: host or device
+//!   time outside forward / backward / optimizer / input, e.g. work between
+//!   `backward()` and `optimizer.step()` that the phases do not see. The
+//!   flag carries the own-time excess over the median (`excess_ns`), and
+//!   [`place::longest_gap`] says where in the step such time sits.
+//!
+//! A balanced job where some rank is last by a hair in every step gives no
+//! flag: its own time is within `min_slowdown` of the median and its cost is
+//! under `min_gain_pct`.
 //!
 //! Invariants: no flags for steps with fewer than `min_ranks` ranks or a
 //! zero median; results do not depend on the order of the input ranks
@@ -30,164 +51,21 @@
 //! if half the job slows down together, no rank stands out.
 
 pub mod gain;
+pub mod place;
+pub mod policy;
 pub mod tracker;
 
 pub use gain::{
-    expected_gain_pct, expected_gain_pct_of, gain_pct, gain_per_step, gain_per_step_of,
-    peers_of_step, step_peers, RankStepWait, StepPeers,
+    expected_gain_pct, expected_gain_pct_for, expected_gain_pct_of, gain_pct, gain_per_step,
+    gain_per_step_for, gain_per_step_of, peers_of_step, step_peers, RankStepWait, StepPeers,
 };
+pub use place::{longest_gap, Gap};
+pub use policy::{PolicyError, StragglerPolicy, DEFAULT_MIN_GAIN_PCT, MAX_WINDOW_STEPS};
 pub use tracker::{StragglerTracker, Verdict, VerdictChange};
 
 use std::fmt;
 
 use crate::stats::RobustStats;
-
-/// Most steps a [`StragglerPolicy`] window may hold (bounds tracker memory).
-pub const MAX_WINDOW_STEPS: u32 = 1024;
-
-/// Thresholds of the straggler detector; build with [`StragglerPolicy::try_new`]
-/// or take the [`Default`].
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct StragglerPolicy {
-    z_threshold: f64,
-    min_slowdown: f64,
-    window_steps: u32,
-    min_flagged: u32,
-    min_ranks: u32,
-    mad_floor_frac: f64,
-}
-
-impl Default for StragglerPolicy {
-    /// z >= 3.5 (Iglewicz & Hoaglin), >= 10% slower than the median, flagged
-    /// in 3 of the last 5 steps, at least 4 ranks, MAD floored at 1% of the
-    /// median.
-    fn default() -> Self {
-        Self {
-            z_threshold: 3.5,
-            min_slowdown: 1.10,
-            window_steps: 5,
-            min_flagged: 3,
-            min_ranks: 4,
-            mad_floor_frac: 0.01,
-        }
-    }
-}
-
-/// An invalid [`StragglerPolicy`] value.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub enum PolicyError {
-    /// `z_threshold` must be finite and > 0.
-    ZThreshold(f64),
-    /// `min_slowdown` must be finite and >= 1.
-    MinSlowdown(f64),
-    /// `window_steps` must be in `1..=MAX_WINDOW_STEPS`.
-    WindowSteps(u32),
-    /// `min_flagged` must be in `1..=window_steps`.
-    MinFlagged {
-        /// The value given.
-        min_flagged: u32,
-        /// The window it must fit in.
-        window_steps: u32,
-    },
-    /// `min_ranks` must be >= 3 (a median/MAD of 2 ranks flags nobody).
-    MinRanks(u32),
-    /// `mad_floor_frac` must be finite, > 0 and <= 1.
-    MadFloorFrac(f64),
-}
-
-impl fmt::Display for PolicyError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Self::ZThreshold(v) => write!(f, "z_threshold must be finite and > 0, got {v}"),
-            Self::MinSlowdown(v) => write!(f, "min_slowdown must be finite and >= 1, got {v}"),
-            Self::WindowSteps(v) => {
-                write!(f, "window_steps must be in 1..={MAX_WINDOW_STEPS}, got {v}")
-            }
-            Self::MinFlagged {
-                min_flagged,
-                window_steps,
-            } => {
-                write!(
-                    f,
-                    "min_flagged must be in 1..={window_steps} (window_steps), got {min_flagged}"
-                )
-            }
-            Self::MinRanks(v) => write!(f, "min_ranks must be >= 3, got {v}"),
-            Self::MadFloorFrac(v) => {
-                write!(f, "mad_floor_frac must be finite, > 0 and <= 1, got {v}")
-            }
-        }
-    }
-}
-
-impl std::error::Error for PolicyError {}
-
-impl StragglerPolicy {
-    /// Validated policy (see [`PolicyError`] for the rules).
-    pub fn try_new(
-        z_threshold: f64,
-        min_slowdown: f64,
-        window_steps: u32,
-        min_flagged: u32,
-        min_ranks: u32,
-        mad_floor_frac: f64,
-    ) -> Result<Self, PolicyError> {
-        if !(z_threshold.is_finite() && z_threshold > 0.0) {
-            return Err(PolicyError::ZThreshold(z_threshold));
-        }
-        if !(min_slowdown.is_finite() && min_slowdown >= 1.0) {
-            return Err(PolicyError::MinSlowdown(min_slowdown));
-        }
-        if !(1..=MAX_WINDOW_STEPS).contains(&window_steps) {
-            return Err(PolicyError::WindowSteps(window_steps));
-        }
-        if !(1..=window_steps).contains(&min_flagged) {
-            return Err(PolicyError::MinFlagged {
-                min_flagged,
-                window_steps,
-            });
-        }
-        if min_ranks < 3 {
-            return Err(PolicyError::MinRanks(min_ranks));
-        }
-        if !(mad_floor_frac.is_finite() && mad_floor_frac > 0.0 && mad_floor_frac <= 1.0) {
-            return Err(PolicyError::MadFloorFrac(mad_floor_frac));
-        }
-        Ok(Self {
-            z_threshold,
-            min_slowdown,
-            window_steps,
-            min_flagged,
-            min_ranks,
-            mad_floor_frac,
-        })
-    }
-
-    /// Modified z-score a rank must reach.
-    pub fn z_threshold(&self) -> f64 {
-        self.z_threshold
-    }
-    /// Ratio to the median a rank must reach (1.10 = 10% slower).
-    pub fn min_slowdown(&self) -> f64 {
-        self.min_slowdown
-    }
-    /// N: steps in the persistence window.
-    pub fn window_steps(&self) -> u32 {
-        self.window_steps
-    }
-    /// K: flagged steps within the window that make a verdict.
-    pub fn min_flagged(&self) -> u32 {
-        self.min_flagged
-    }
-    /// Fewest ranks a step needs to be scored.
-    pub fn min_ranks(&self) -> u32 {
-        self.min_ranks
-    }
-    /// MAD floor as a fraction of the median.
-    pub fn mad_floor_frac(&self) -> f64 {
-        self.mad_floor_frac
-    }
-}
 
 /// One rank's durations in one step.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -220,16 +98,30 @@ pub enum StragglerCause {
     Input,
     /// Its own collective transfers take longer while its compute is normal.
     Communication,
+    /// Its own time (step time minus collective wait) is longer while its
+    /// compute and input do not explain it: host or device time outside
+    /// forward / backward / optimizer / input (e.g. work between
+    /// `backward()` and `optimizer.step()`).
+    Other,
 }
 
 impl StragglerCause {
-    /// `compute`, `input` or `communication`.
+    /// Every cause, in the tracker's tie order.
+    pub const ALL: [Self; 4] = [Self::Compute, Self::Input, Self::Communication, Self::Other];
+
+    /// `compute`, `input`, `communication` or `other`.
     pub const fn as_str(self) -> &'static str {
         match self {
             Self::Compute => "compute",
             Self::Input => "input",
             Self::Communication => "communication",
+            Self::Other => "other",
         }
+    }
+
+    /// The cause named `s` (as [`StragglerCause::as_str`] writes it).
+    pub fn parse(s: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|c| c.as_str() == s)
     }
 }
 
@@ -252,24 +144,30 @@ pub struct StepFlag {
     pub score: f64,
     /// Cause.
     pub cause: StragglerCause,
+    /// The rank's own time (step time minus collective wait) over the
+    /// step's median own time, ns (0 when not above it).
+    pub excess_ns: u64,
 }
 
 /// Flag the ranks of one step (rules in the module doc), sorted by rank.
 pub fn score_step(policy: &StragglerPolicy, stats: &[RankStepStats]) -> Vec<StepFlag> {
     let ranks = canonical_ranks(stats);
-    if ranks.len() < policy.min_ranks as usize {
+    if ranks.len() < policy.min_ranks() as usize {
         return Vec::new();
     }
     let col =
         |f: fn(&RankStepStats) -> u64| ranks.iter().map(|r| f(r) as f64).collect::<Vec<f64>>();
     let work = col(|r| r.compute_ns.saturating_add(r.dataloader_ns));
     let transfer = col(|r| r.comm_ns.saturating_sub(r.comm_wait_ns));
-    let (Some(w), Some(t), Some(wait), Some(c), Some(d)) = (
+    let own = col(own_ns);
+    let (Some(w), Some(t), Some(o), Some(wait), Some(c), Some(d), Some(step)) = (
         RobustStats::of(&work),
         RobustStats::of(&transfer),
+        RobustStats::of(&own),
         RobustStats::of(&col(|r| r.comm_wait_ns)),
         RobustStats::of(&col(|r| r.compute_ns)),
         RobustStats::of(&col(|r| r.dataloader_ns)),
+        RobustStats::of(&col(|r| r.step_time_ns)),
     ) else {
         return Vec::new();
     };
@@ -278,34 +176,70 @@ pub fn score_step(policy: &StragglerPolicy, stats: &[RankStepStats]) -> Vec<Step
             return None;
         }
         let slowdown = x / s.median;
-        let z = s.z(x, policy.mad_floor_frac * s.median);
-        (slowdown >= policy.min_slowdown && z >= policy.z_threshold).then_some((slowdown, z))
+        let z = s.z(x, policy.mad_floor_frac() * s.median);
+        (slowdown >= policy.min_slowdown() && z >= policy.z_threshold()).then_some((slowdown, z))
     };
+    // The least and second-least wait (of two different ranks): the rank
+    // the others wait for, and what its next peer waited for it.
+    let mut waits: Vec<u64> = ranks.iter().map(|r| wait_wall_ns(r)).collect();
+    waits.sort_unstable();
+    let (least_wait, next_wait) = (waits[0], waits[1]);
     let mut flags = Vec::new();
     for (i, r) in ranks.iter().enumerate() {
+        let excess_ns = (own[i] - o.median).max(0.0) as u64;
         let base = |(slowdown, score), cause| StepFlag {
             rank: r.rank,
             step: r.step,
             slowdown,
             score,
             cause,
+            excess_ns,
+        };
+        let excess_compute = r.compute_ns as f64 - c.median;
+        let excess_input = r.dataloader_ns as f64 - d.median;
+        let phase_cause = if excess_input > excess_compute {
+            StragglerCause::Input
+        } else {
+            StragglerCause::Compute
         };
         if let Some(hit) = outlier(&w, work[i]) {
             if r.comm_wait_ns as f64 <= wait.median {
-                let excess_compute = r.compute_ns as f64 - c.median;
-                let excess_input = r.dataloader_ns as f64 - d.median;
-                let cause = if excess_input > excess_compute {
-                    StragglerCause::Input
-                } else {
-                    StragglerCause::Compute
-                };
-                flags.push(base(hit, cause));
+                flags.push(base(hit, phase_cause));
             }
         } else if let Some(hit) = outlier(&t, transfer[i]) {
             flags.push(base(hit, StragglerCause::Communication));
+        } else if let Some(hit) = outlier(&o, own[i]) {
+            // Its own time stands out: flagged when the others wait for it
+            // (least wait) and it cost the step `min_gain_pct` of its time
+            // (the wait bound of the what-if gain, `gain::gain_per_step`).
+            let cost = next_wait.saturating_sub(wait_wall_ns(r)) as f64;
+            if wait_wall_ns(r) == least_wait && cost * 100.0 >= policy.min_gain_pct() * step.median
+            {
+                let explained = excess_compute.max(0.0) + excess_input.max(0.0);
+                let cause = if 2.0 * explained >= excess_ns as f64 {
+                    phase_cause
+                } else {
+                    StragglerCause::Other
+                };
+                flags.push(base(hit, cause));
+            }
         }
     }
     flags
+}
+
+/// A rank's own time in a step: everything not spent waiting for other
+/// ranks (`step_time_ns - wait_wall_ns`).
+pub fn own_ns(r: &RankStepStats) -> u64 {
+    r.step_time_ns.saturating_sub(wait_wall_ns(r))
+}
+
+/// The wall time a rank waited for others in a step: its collective wait,
+/// at most its time in collectives. The wait is summed per collective, so
+/// collectives in flight together (DDP's gradient buckets) count their
+/// common wait once each and the sum can exceed the wall time.
+pub fn wait_wall_ns(r: &RankStepStats) -> u64 {
+    r.comm_wait_ns.min(r.comm_ns)
 }
 
 /// One entry per rank, sorted by rank; of duplicates, the smallest by

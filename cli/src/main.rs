@@ -88,7 +88,8 @@ enum Command {
     Ranks(JobArgs),
     /// NCCL collective statistics (calls, bytes, latency, algbw/busbw, wait).
     Collectives(CollectivesArgs),
-    /// Straggler verdicts.
+    /// Straggler verdicts (cause compute, input, communication or other:
+    /// time outside forward/backward/optimizer/input).
     Stragglers(JobArgs),
     /// GPU time per kernel type, overlaps as their own types (HTA kernel breakdown).
     KernelTypes(GpuArgs),

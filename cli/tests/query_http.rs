@@ -76,7 +76,7 @@ async fn jobs_are_decoded_including_null_last_step() {
     );
     assert_eq!((jobs[1].run_id.as_str(), jobs[1].last_step), ("r", None));
     let csv = format::render_jobs(&jobs, OutputFormat::Csv);
-    assert!(csv.ends_with("new,r,2,1,1,3,4,\n"), "{csv}");
+    assert!(csv.ends_with("new,r,2,1,1,3,4,,\n"), "{csv}");
 }
 
 #[tokio::test]

@@ -337,10 +337,11 @@ pub fn stream_input(batch: &proto::AgentBatch) -> StreamInput {
                 }
                 Some(Kind::Span(s)) if is_compute_span(s.category) => {
                     let iv = Interval::new(s.start_ns, s.end_ns);
+                    let phase = phase_label(s.category);
                     if s.device < 0 {
-                        StreamEvent::HostCompute(iv)
+                        StreamEvent::HostCompute(iv, phase)
                     } else {
-                        StreamEvent::DeviceCompute(iv)
+                        StreamEvent::DeviceCompute(iv, phase)
                     }
                 }
                 Some(Kind::Kernel(k)) => {
@@ -413,6 +414,17 @@ fn is_compute_span(category: i32) -> bool {
     [C::Forward, C::Backward, C::Optimizer, C::Compute]
         .iter()
         .any(|c| *c as i32 == category)
+}
+
+/// The phase a compute span's category names (`is_compute_span` ones).
+fn phase_label(category: i32) -> &'static str {
+    use proto::SpanCategory as C;
+    match C::try_from(category) {
+        Ok(C::Forward) => "forward",
+        Ok(C::Backward) => "backward",
+        Ok(C::Optimizer) => "optimizer",
+        _ => "compute",
+    }
 }
 
 /// The analysis op of a proto collective op.

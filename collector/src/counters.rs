@@ -171,7 +171,7 @@ impl Counters {
             ),
             Family::plain(
                 "rankscope_collector_stream_verdict_evidence_total",
-                "Straggler verdict versions that carried GPU evidence.",
+                "Straggler verdict versions that carried evidence (GPU, or where an `other` straggler's time sits).",
                 &s.verdict_evidence,
             ),
             Family::plain(

@@ -23,6 +23,7 @@
 pub mod evidence;
 pub mod job;
 pub mod live;
+pub mod outside;
 pub mod recent;
 pub mod recover;
 pub mod reorder;
@@ -58,11 +59,13 @@ pub enum StreamEvent {
     /// A dataloader span (input time).
     Dataloader(Interval),
     /// A forward / backward / optimizer / compute span timed on the host
-    /// (`device` < 0): the rank's compute when it has no GPU kernels.
-    HostCompute(Interval),
+    /// (`device` < 0): the rank's compute when it has no GPU kernels. The
+    /// label names the phase (`forward`, `backward`, `optimizer`,
+    /// `compute`): where a straggler's unexplained time sits.
+    HostCompute(Interval, &'static str),
     /// The same timed on a GPU with CUDA events (`device` >= 0): the rank's
     /// compute when it sends no kernel records.
-    DeviceCompute(Interval),
+    DeviceCompute(Interval, &'static str),
     /// An NCCL collective.
     Collective(CollectiveObs),
 }
@@ -104,6 +107,9 @@ pub struct StragglerConfig {
     pub min_ranks: u32,
     /// MAD floor as a fraction of the median.
     pub mad_floor_frac: f64,
+    /// Least what-if cost (% of the step time) of a rank flagged by its own
+    /// time (step time - collective wait) alone: cause `other`.
+    pub min_gain_pct: f64,
 }
 
 impl Default for StragglerConfig {
@@ -116,6 +122,7 @@ impl Default for StragglerConfig {
             min_flagged: p.min_flagged(),
             min_ranks: p.min_ranks(),
             mad_floor_frac: p.mad_floor_frac(),
+            min_gain_pct: p.min_gain_pct(),
         }
     }
 }
@@ -131,6 +138,7 @@ impl StragglerConfig {
             self.min_ranks,
             self.mad_floor_frac,
         )
+        .and_then(|p| p.with_min_gain_pct(self.min_gain_pct))
         .map_err(|e| format!("straggler: {e}"))
     }
 }
@@ -202,7 +210,7 @@ pub struct StreamMetrics {
     pub verdict_changes: AtomicU64,
     pub hang_suspects: AtomicU64,
     pub result_write_failures: AtomicU64,
-    /// Straggler verdict versions that carried GPU evidence.
+    /// Straggler verdict versions that carried evidence (GPU or `other`).
     pub verdict_evidence: AtomicU64,
     /// New verdicts the API could not serve before storing them
     /// (`live::MAX_VERSIONS` held).
@@ -326,6 +334,9 @@ struct JobEntry {
     /// Per-rank figures of the last [`RECENT_STEPS`] finalized steps (the
     /// what-if gain of a straggler verdict as it is raised).
     recent: recent::RecentSteps,
+    /// Per rank, its latest finalized step and that step's longest stretch
+    /// outside its spans (where an `other` straggler's time sits).
+    gaps: HashMap<u32, (u64, rankscope_analysis::Gap)>,
 }
 
 /// Finalized steps whose per-rank figures a job keeps for what-if gains.
@@ -430,6 +441,7 @@ impl Stream {
                     spans,
                     partial_steps_counted: 0,
                     recent: replayed.recent,
+                    gaps: HashMap::new(),
                 },
             );
         }
@@ -454,6 +466,7 @@ impl Stream {
                     spans: evidence::StepSpans::default(),
                     partial_steps_counted: 0,
                     recent: recent::RecentSteps::new(RECENT_STEPS),
+                    gaps: HashMap::new(),
                 });
                 entry.last_input_ns = now;
                 let mut out = JobOutput::default();
@@ -575,11 +588,16 @@ fn collect(
             rank: s.rank,
             step_time_ns: s.step_time_ns,
             work_ns: s.breakdown.compute_ns + s.dataloader_ns,
-            wait_ns: s.comm_wait_ns,
+            // At most the time in collectives (`rankscope_analysis::wait_wall_ns`).
+            wait_ns: s.comm_wait_ns.min(s.breakdown.comm_ns),
         };
         entry.recent.push(w);
     }
     for s in out.steps {
+        match s.gap {
+            Some(g) => entry.gaps.insert(s.rank, (s.step, g)),
+            None => entry.gaps.remove(&s.rank),
+        };
         let end = s.step_start_ns.saturating_add(s.step_time_ns);
         entry.spans.record(s.step, s.step_start_ns, end);
         if let Some(util) = gpus.mean_util(job, s.rank, s.step_start_ns, end) {
@@ -643,7 +661,9 @@ fn collect(
             entry.first_seen.remove(&key);
         }
         // The gain of this version (its sums end when the verdict clears).
-        let gain = entry.recent.gain(v.rank, v.first_step, v.last_step);
+        let gain = entry
+            .recent
+            .gain(v.rank, v.first_step, v.last_step, v.cause);
         if cleared {
             entry.recent.forget(v.rank, v.first_step);
         }
@@ -672,6 +692,12 @@ fn collect(
         if let Some(row) =
             evidence::verdict_evidence(job, v, &entry.spans, gpus, first_seen_ns, now)
         {
+            metrics.verdict_evidence.fetch_add(1, Relaxed);
+            hardware = row.evidence.clone();
+            rows.telemetry.evidence.push(row);
+        }
+        let gap = entry.gaps.get(&v.rank).copied();
+        if let Some(row) = outside::outside_evidence(job, v, gap, first_seen_ns, now) {
             metrics.verdict_evidence.fetch_add(1, Relaxed);
             hardware = row.evidence.clone();
             rows.telemetry.evidence.push(row);

@@ -78,7 +78,7 @@ async fn the_expected_gain_of_a_planted_straggler_matches_the_simulators_truth()
                     rank: n("rank") as u32,
                     step_time_ns: n("step_time_ns"),
                     work_ns: n("compute_ns") + n("dataloader_ns"),
-                    wait_ns: n("comm_wait_ns"),
+                    wait_ns: n("comm_wait_ns").min(n("comm_ns")),
                 }
             })
             .filter(|r| (first..=last).contains(&r.step))

@@ -11,6 +11,13 @@ import { segments } from './bars.js';
 import { activeFlags, loadCollectives, loadGpus, loadRanks } from './tabs.js';
 
 const LIVE_NS = 60e9;
+// What each straggler cause means (the verdict table's tooltips).
+const CAUSES = {
+  compute: 'its compute (forward, backward, optimizer) takes longer',
+  input: 'its dataloader / input time takes longer',
+  communication: 'its own collective transfers take longer',
+  other: 'its own time (step time minus collective wait) is longer outside forward, backward, optimizer and input',
+};
 const TABS = ['overview', 'ranks', 'collectives', 'gpus'];
 const TAB_LABELS = { overview: 'Overview', ranks: 'Ranks', collectives: 'Collectives', gpus: 'GPUs' };
 
@@ -224,12 +231,12 @@ export function jobView(job) {
       },
       el('td', {}, el('span', { class: 'badge straggler' }, 'r' + v.rank)),
       el('td', {}, v.node),
-      el('td', {}, el('span', { class: 'cause ' + v.cause }, v.cause)),
+      el('td', {}, el('span', { class: 'cause ' + v.cause, title: CAUSES[v.cause] || '' }, v.cause)),
       el('td', { class: 'num' }, v.slowdown.toFixed(2) + 'x'),
       el('td', { class: 'num' }, `${v.first_step}–${v.last_step}`, el('div', { class: 'muted small' }, `${v.steps_flagged} flagged`)),
       el('td', {}, spanBar(v)),
       el('td', {}, v.active ? el('span', { class: 'badge hot' }, 'active') : el('span', { class: 'badge' }, 'resolved')),
-      el('td', { class: 'evidence' }, v.evidence || el('span', { class: 'muted' }, 'no GPU evidence')))))));
+      el('td', { class: 'evidence' }, v.evidence || el('span', { class: 'muted' }, v.cause === 'other' ? 'no evidence yet' : 'no GPU evidence')))))));
   }
 
   function renderHangs(hangs) {

@@ -15,7 +15,7 @@ function card(title, ...body) {
 export function activeFlags(stragglers) {
   const m = new Map();
   for (const v of stragglers) {
-    if (v.active) m.set(v.rank, `straggler: ${v.cause}, ${v.slowdown.toFixed(2)}x slower, steps ${v.first_step}-${v.last_step}`);
+    if (v.active) m.set(v.rank, `straggler: ${v.cause}, ${v.slowdown.toFixed(2)}x ${v.cause === 'other' ? 'the median own time' : 'slower'}, steps ${v.first_step}-${v.last_step}`);
   }
   return m;
 }

@@ -25,6 +25,27 @@ pub(crate) fn step_stats(step: u64, work: &[(u64, u64)], transfer: &[u64]) -> Ve
         .collect()
 }
 
+/// Ranks of equal work (300 ms compute, 20 ms input, 50 ms transfer) where
+/// rank r also spends `extra[r]` outside its phases before the step-end
+/// collective: wait = the slowest rank's time - own.
+pub(crate) fn outside_stats(step: u64, extra: &[u64]) -> Vec<RankStepStats> {
+    let max = extra.iter().max().copied().unwrap_or(0);
+    extra
+        .iter()
+        .enumerate()
+        .map(|(rank, &e)| RankStepStats {
+            rank: rank as u32,
+            node: format!("node{}", rank / 8),
+            step,
+            compute_ns: 300 * MS,
+            dataloader_ns: 20 * MS,
+            step_time_ns: 320 * MS + max + 50 * MS,
+            comm_wait_ns: max - e,
+            comm_ns: max - e + 50 * MS,
+        })
+        .collect()
+}
+
 fn balanced(n: usize) -> (Vec<(u64, u64)>, Vec<u64>) {
     (vec![(300 * MS, 20 * MS); n], vec![50 * MS; n])
 }
@@ -96,6 +117,12 @@ fn policy_validation() {
         assert_eq!(got, Err(want));
     }
     assert!(StragglerPolicy::try_new(3.5, f64::NAN, 5, 3, 4, 0.01).is_err());
+    assert_eq!(d.min_gain_pct(), 2.0);
+    assert_eq!(d.with_min_gain_pct(0.0).map(|p| p.min_gain_pct()), Ok(0.0));
+    for bad in [-1.0, 100.0, f64::NAN, f64::INFINITY] {
+        let got = d.with_min_gain_pct(bad).unwrap_err();
+        assert!(got.to_string().contains("min_gain_pct"), "{got}");
+    }
     assert!(PolicyError::MinRanks(2).to_string().contains("min_ranks"));
 }
 
@@ -206,13 +233,127 @@ fn duplicates_and_order_do_not_matter() {
 
 #[test]
 fn cause_names() {
-    let names: Vec<String> = [
-        StragglerCause::Compute,
-        StragglerCause::Input,
-        StragglerCause::Communication,
-    ]
-    .iter()
-    .map(|c| c.to_string())
-    .collect();
-    assert_eq!(names, ["compute", "input", "communication"]);
+    let names: Vec<String> = StragglerCause::ALL.iter().map(|c| c.to_string()).collect();
+    assert_eq!(names, ["compute", "input", "communication", "other"]);
+    for c in StragglerCause::ALL {
+        assert_eq!(StragglerCause::parse(c.as_str()), Some(c));
+    }
+    assert_eq!(StragglerCause::parse("gpu"), None);
+}
+
+#[test]
+fn time_outside_the_phases_is_cause_other_with_its_amount() {
+    let p = StragglerPolicy::default();
+    // (description, extra ms per rank, expected (rank, cause, excess ms))
+    type Case = (&'static str, Vec<u64>, Vec<(u32, StragglerCause, u64)>);
+    let cases: Vec<Case> = vec![
+        ("balanced", vec![0; 8], vec![]),
+        (
+            "last by a hair (1 ms of 370)",
+            vec![0, 0, 0, 0, 0, 1, 0, 0],
+            vec![],
+        ),
+        (
+            "last by a little more (5 ms: 1.4% of the step)",
+            vec![0, 0, 5, 0, 0, 0, 0, 0],
+            vec![],
+        ),
+        (
+            "170 ms between backward and the optimizer",
+            vec![0, 0, 170, 0, 0, 0, 0, 0],
+            vec![(2, StragglerCause::Other, 170)],
+        ),
+        (
+            "with some jitter on the others",
+            vec![3, 0, 2, 1, 0, 90, 2, 1],
+            vec![(5, StragglerCause::Other, 89)],
+        ),
+    ];
+    for (name, extra, want) in cases {
+        let extra: Vec<u64> = extra.iter().map(|e| e * MS).collect();
+        let got: Vec<(u32, StragglerCause, u64)> = score_step(&p, &outside_stats(3, &extra))
+            .iter()
+            .map(|f| (f.rank, f.cause, f.excess_ns.div_ceil(MS)))
+            .collect();
+        assert_eq!(got, want, "{name}");
+    }
+}
+
+#[test]
+fn own_time_explained_by_compute_keeps_cause_compute() {
+    let p = StragglerPolicy::default();
+    // Small steps: compute 100 ms, transfer 10 ms. Rank 1 computes 9 ms more
+    // (1.09x: below min_slowdown) and spends 6 ms elsewhere: its own time
+    // is 1.14x the median, 60% of the excess is compute.
+    let mut stats: Vec<RankStepStats> = (0..6)
+        .map(|rank| RankStepStats {
+            rank,
+            node: "n".into(),
+            step: 0,
+            compute_ns: 100 * MS,
+            dataloader_ns: 0,
+            step_time_ns: 125 * MS,
+            comm_wait_ns: 15 * MS,
+            comm_ns: 25 * MS,
+        })
+        .collect();
+    stats[1].compute_ns = 109 * MS;
+    stats[1].comm_wait_ns = 0;
+    stats[1].comm_ns = 10 * MS;
+    let flags = score_step(&p, &stats);
+    assert_eq!(flags.len(), 1, "{flags:?}");
+    assert_eq!(
+        (flags[0].rank, flags[0].cause),
+        (1, StragglerCause::Compute)
+    );
+    assert_eq!(flags[0].excess_ns, 15 * MS);
+    // 9 ms of compute no longer explains 25 ms of own time: `other`.
+    stats[1].step_time_ns = 135 * MS;
+    for s in stats.iter_mut().filter(|s| s.rank != 1) {
+        s.step_time_ns = 135 * MS;
+        s.comm_wait_ns = 25 * MS;
+        s.comm_ns = 35 * MS;
+    }
+    let flags = score_step(&p, &stats);
+    assert_eq!((flags[0].rank, flags[0].cause), (1, StragglerCause::Other));
+}
+
+#[test]
+fn an_own_time_outlier_needs_the_least_wait_and_the_minimum_gain() {
+    let extra: Vec<u64> = [0, 0, 170, 0, 0, 0].iter().map(|e| e * MS).collect();
+    let stats = outside_stats(0, &extra);
+    // The others waited 170 ms of a 540 ms step: 31%.
+    let p = StragglerPolicy::default();
+    assert_eq!(score_step(&p, &stats).len(), 1);
+    let strict = p.with_min_gain_pct(32.0).unwrap();
+    assert!(score_step(&strict, &stats).is_empty());
+    let loose = p.with_min_gain_pct(31.0).unwrap();
+    assert_eq!(score_step(&loose, &stats).len(), 1);
+    // Not the least wait: someone else holds the job.
+    let mut s = stats.clone();
+    s[2].comm_wait_ns = 200 * MS;
+    s[2].comm_ns = 250 * MS;
+    assert!(score_step(&p, &s).is_empty());
+    // Waits summed over collectives in flight together count at most the
+    // time in collectives: 900 ms "waited" in a 540 ms step is the 220 ms
+    // the others spent in collectives (their transfer included).
+    let mut s = stats.clone();
+    for r in s.iter_mut().filter(|r| r.rank != 2) {
+        r.comm_wait_ns = 900 * MS;
+    }
+    let flags = score_step(&p, &s);
+    assert_eq!(
+        (flags[0].rank, flags[0].excess_ns),
+        (2, 220 * MS),
+        "{flags:?}"
+    );
+    // Order and duplicates do not matter.
+    let want = score_step(&p, &stats);
+    let mut rng = Rng::new(9);
+    for _ in 0..20 {
+        let mut s = stats.clone();
+        s.push(stats[4].clone());
+        rng.shuffle(&mut s);
+        assert_eq!(score_step(&p, &s), want);
+    }
 }

@@ -14,7 +14,8 @@
 //!   `last_step`, `steps_flagged`, `slowdown` = mean over its flagged steps,
 //!   `score` = mean modified z-score over its flagged steps (a mean, not a
 //!   max, so one extreme step does not dominate), `cause` = the most
-//!   frequent cause (ties: compute, then input, then communication);
+//!   frequent cause (ties: compute, then input, then communication, then
+//!   other), `excess_ns` = mean own-time excess over the flagged steps;
 //! - it clears (`active = false`, kept in the history) once the rank has not
 //!   been flagged in any of the last N steps. A later episode is a new verdict.
 //!
@@ -50,6 +51,10 @@ pub struct Verdict {
     pub score: f64,
     /// Most frequent cause over the flagged steps.
     pub cause: StragglerCause,
+    /// Mean over the flagged steps of the rank's own time (step time minus
+    /// collective wait) above the step's median, ns: the amount per step
+    /// (for cause `other`, the time no phase explains).
+    pub excess_ns: u64,
     /// True while the rank is still a straggler.
     pub active: bool,
 }
@@ -82,15 +87,12 @@ struct Episode {
     steps_flagged: u64,
     sum_slowdown: f64,
     sum_score: f64,
+    sum_excess_ns: u128,
     /// Indexed like `CAUSES`.
-    cause_counts: [u64; 3],
+    cause_counts: [u64; CAUSES.len()],
 }
 
-const CAUSES: [StragglerCause; 3] = [
-    StragglerCause::Compute,
-    StragglerCause::Input,
-    StragglerCause::Communication,
-];
+const CAUSES: [StragglerCause; 4] = StragglerCause::ALL;
 
 impl Episode {
     fn new(node: &str, first_step: u64) -> Self {
@@ -101,7 +103,8 @@ impl Episode {
             steps_flagged: 0,
             sum_slowdown: 0.0,
             sum_score: 0.0,
-            cause_counts: [0; 3],
+            sum_excess_ns: 0,
+            cause_counts: [0; CAUSES.len()],
         }
     }
 
@@ -111,6 +114,7 @@ impl Episode {
         self.steps_flagged += 1;
         self.sum_slowdown += flag.slowdown;
         self.sum_score += flag.score;
+        self.sum_excess_ns += u128::from(flag.excess_ns);
         let idx = CAUSES.iter().position(|c| *c == flag.cause).unwrap_or(0);
         self.cause_counts[idx] += 1;
     }
@@ -133,6 +137,7 @@ impl Episode {
             slowdown: self.sum_slowdown / n,
             score: self.sum_score / n,
             cause: CAUSES[best],
+            excess_ns: (self.sum_excess_ns / u128::from(self.steps_flagged.max(1))) as u64,
             active,
         }
     }

@@ -284,8 +284,15 @@ impl Rules {
                         .filter(|g| *g >= 0.5)
                         .map(|g| format!("; job ~{g:.0}% faster without rank {rank}"))
                         .unwrap_or_default();
+                    // Cause `other` is flagged by its own time (step time
+                    // minus collective wait), not by its work.
+                    let what = if cause == "other" {
+                        "more own time (step time minus collective wait) than"
+                    } else {
+                        "slower than"
+                    };
                     let summary = format!(
-                        "rank {rank} on {node} is a straggler ({cause}): {:.0}% slower than the median rank, flagged in {steps_flagged} steps since step {first_step}{gain}{}{}",
+                        "rank {rank} on {node} is a straggler ({cause}): {:.0}% {what} the median rank, flagged in {steps_flagged} steps since step {first_step}{gain}{}{}",
                         (slowdown - 1.0) * 100.0,
                         if evidence.is_empty() { "" } else { "; " },
                         evidence

@@ -50,6 +50,49 @@ fn straggler_fires_and_resolves_with_evidence() {
 }
 
 #[test]
+fn an_other_straggler_says_own_time_and_where() {
+    let mut rules = Rules::new(RulesConfig::default());
+    let mut e = Engine::new(0, 0);
+    let input = match straggler(true) {
+        AlertInput::Straggler {
+            job,
+            rank,
+            node,
+            active,
+            first_step,
+            last_step,
+            steps_flagged,
+            score,
+            expected_gain_pct,
+            ..
+        } => AlertInput::Straggler {
+            job,
+            rank,
+            node,
+            active,
+            first_step,
+            last_step,
+            steps_flagged,
+            slowdown: 5.0,
+            score,
+            cause: "other".into(),
+            evidence: "170.0 ms per step ...; after backward, before optimizer".into(),
+            expected_gain_pct,
+        },
+        _ => unreachable!(),
+    };
+    let t = rules.apply(input, &mut e, 1);
+    let s = &t[0].alert().evidence.summary;
+    assert!(
+        s.contains(
+            "(other): 400% more own time (step time minus collective wait) than the median rank"
+        ),
+        "{s}"
+    );
+    assert!(s.ends_with("after backward, before optimizer"), "{s}");
+}
+
+#[test]
 fn hang_per_rank_and_per_job() {
     let mut rules = Rules::new(RulesConfig::default());
     let mut e = Engine::new(0, 0);

@@ -234,6 +234,8 @@ pub struct StragglerOut {
     steps_flagged: u64,
     slowdown: f64,
     score: f64,
+    /// `compute`, `input`, `communication` or `other` (time outside the
+    /// rank's phases; `rankscope_analysis::StragglerCause`).
     cause: String,
     active: bool,
     updated_ns: u64,
@@ -244,7 +246,9 @@ pub struct StragglerOut {
     /// The automatic Kineto trace requested when the verdict appeared
     /// (`[traces.auto]`); null without.
     trace_id: Option<String>,
-    /// Hardware evidence of a compute straggler; null fields without.
+    /// Hardware evidence of a compute straggler, or for cause `other` the
+    /// amount and where in the step it sits (`evidence` text only); null
+    /// fields without.
     #[serde(flatten)]
     evidence: EvidenceOut,
 }
@@ -307,8 +311,9 @@ pub(super) async fn stragglers(
         .into_iter()
         .map(
             |crate::stream::live::Version { row: v, gain }| StragglerOut {
-                expected_gain_pct: gain
-                    .unwrap_or_else(|| what_if.pct(v.rank, v.first_step, v.last_step)),
+                expected_gain_pct: gain.unwrap_or_else(|| {
+                    what_if.pct(v.rank, v.first_step, v.last_step, cause_of(&v.cause))
+                }),
                 evidence: evidence
                     .remove(&(v.rank, v.first_step))
                     .map(EvidenceOut::from)
@@ -393,9 +398,20 @@ impl VerdictGains {
             .filter(move |r| (first..=last).contains(&r.step))
     }
 
-    /// `expected_gain_pct` of the verdict (rank, first..=last).
-    pub(super) fn pct(&self, rank: u32, first: u64, last: u64) -> Option<f64> {
-        rankscope_analysis::expected_gain_pct_of(&self.peers, self.own(rank, first, last), rank)
+    /// `expected_gain_pct` of the verdict (rank, first..=last, cause).
+    pub(super) fn pct(
+        &self,
+        rank: u32,
+        first: u64,
+        last: u64,
+        cause: rankscope_analysis::StragglerCause,
+    ) -> Option<f64> {
+        rankscope_analysis::expected_gain_pct_for(
+            &self.peers,
+            self.own(rank, first, last),
+            rank,
+            cause,
+        )
     }
 
     /// Per step of the verdict: (what the rank cost the step, median step time).
@@ -404,9 +420,17 @@ impl VerdictGains {
         rank: u32,
         first: u64,
         last: u64,
+        cause: rankscope_analysis::StragglerCause,
     ) -> std::collections::BTreeMap<u64, (u64, u64)> {
-        rankscope_analysis::gain_per_step_of(&self.peers, self.own(rank, first, last), rank)
+        rankscope_analysis::gain_per_step_for(&self.peers, self.own(rank, first, last), rank, cause)
     }
+}
+
+/// The cause a stored verdict names (`compute` for a name this build does
+/// not know: the work-bounded gain).
+pub(super) fn cause_of(name: &str) -> rankscope_analysis::StragglerCause {
+    rankscope_analysis::StragglerCause::parse(name)
+        .unwrap_or(rankscope_analysis::StragglerCause::Compute)
 }
 
 pub(super) async fn hangs(

@@ -59,19 +59,28 @@ pub(super) async fn goodput(
     let steps = st.store.goodput_steps(&job).await?;
     st.require_job(&job, steps.is_empty()).await?;
     let facts = st.store.goodput_job(&job).await?;
-    // Time lost to stragglers, per step: each verdict's what-if gain.
-    let mut wait: BTreeMap<u64, u64> = BTreeMap::new();
-    let spans: Vec<(u32, u64, u64)> = st
+    // Time lost to stragglers, per step: each verdict's what-if gain (and
+    // the part of it outside the stragglers' phases: cause `other`).
+    let mut wait: BTreeMap<u64, (u64, u64)> = BTreeMap::new();
+    let verdicts: Vec<(u32, u64, u64, rankscope_analysis::StragglerCause)> = st
         .store
         .stragglers(&job)
         .await?
         .into_iter()
-        .map(|v| (v.rank, v.first_step, v.last_step))
+        .map(|v| {
+            let cause = super::analytics::cause_of(&v.cause);
+            (v.rank, v.first_step, v.last_step, cause)
+        })
         .collect();
+    let spans: Vec<(u32, u64, u64)> = verdicts.iter().map(|v| (v.0, v.1, v.2)).collect();
     let what_if = super::analytics::VerdictGains::load(&st, &job, &spans).await?;
-    for &(rank, first, last) in &spans {
-        for (step, (gain, _)) in what_if.per_step(rank, first, last) {
-            *wait.entry(step).or_default() += gain;
+    for &(rank, first, last, cause) in &verdicts {
+        for (step, (gain, _)) in what_if.per_step(rank, first, last, cause) {
+            let w = wait.entry(step).or_default();
+            w.0 += gain;
+            if cause == rankscope_analysis::StragglerCause::Other {
+                w.1 += gain;
+            }
         }
     }
     let input: Vec<rankscope_analysis::StepTime> = steps
@@ -81,7 +90,8 @@ pub(super) async fn goodput(
             compute_ns: s.compute_ns,
             input_ns: s.input_ns,
             exposed_comm_ns: s.exposed_comm_ns,
-            straggler_wait_ns: wait.get(&s.step).copied().unwrap_or(0) as f64,
+            straggler_wait_ns: wait.get(&s.step).map_or(0, |w| w.0) as f64,
+            straggler_other_ns: wait.get(&s.step).map_or(0, |w| w.1) as f64,
         })
         .collect();
     let wall = facts.last_ns.saturating_sub(facts.first_ns);

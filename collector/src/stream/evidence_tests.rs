@@ -138,6 +138,7 @@ fn only_active_compute_verdicts_get_evidence_rows() {
         slowdown: 1.3,
         score: 9.0,
         cause: StragglerCause::Compute,
+        excess_ns: 0,
         active: true,
     };
     let row = verdict_evidence("j", &v, &spans, &h, 11, 22).expect("row");

@@ -36,8 +36,8 @@
 use std::collections::{BTreeMap, HashMap};
 
 use rankscope_analysis::{
-    breakdown, interval, match_collectives, Breakdown, CollectiveObs, GpuEvent, Interval,
-    RankStepStats, StragglerPolicy, StragglerTracker, VerdictChange,
+    breakdown, interval, longest_gap, match_collectives, Breakdown, CollectiveObs, Gap, GpuEvent,
+    Interval, RankStepStats, StragglerPolicy, StragglerTracker, VerdictChange,
 };
 
 use super::{RankInput, StreamEvent};
@@ -66,6 +66,7 @@ struct RankStepDone {
     gpu_events: u64,
     dataloader_ns: u64,
     collectives: Vec<CollectiveObs>,
+    gap: Option<Gap>,
 }
 
 #[derive(Debug, Default)]
@@ -83,6 +84,8 @@ struct OpenStep {
     collectives: Vec<CollectiveObs>,
     host_compute: Vec<Interval>,
     device_compute: Vec<Interval>,
+    /// Phase and input spans with their labels (where unexplained time sits).
+    phases: Vec<(u64, u64, &'static str)>,
 }
 
 impl OpenStep {
@@ -95,6 +98,7 @@ impl OpenStep {
             collectives: Vec::new(),
             host_compute: Vec::new(),
             device_compute: Vec::new(),
+            phases: Vec::new(),
         }
     }
 
@@ -133,6 +137,9 @@ pub struct RankStepResult {
     pub comm_wait_ns: u64,
     pub comm_transfer_ns: u64,
     pub gpu_events: u64,
+    /// The longest stretch of the step outside the rank's phase, input and
+    /// collective spans (`rankscope_analysis::longest_gap`).
+    pub gap: Option<Gap>,
 }
 
 /// A rank that stopped ending steps while others went on.
@@ -299,19 +306,23 @@ impl JobAssembler {
                         }
                     }
                 }
-                StreamEvent::HostCompute(iv) | StreamEvent::DeviceCompute(iv) => {
+                StreamEvent::HostCompute(iv, phase) | StreamEvent::DeviceCompute(iv, phase) => {
                     if let Some(o) = state.open.as_mut() {
                         if o.held() >= max_events {
                             self.dropped_events += 1;
-                        } else if matches!(ev, StreamEvent::HostCompute(_)) {
-                            o.host_compute.push(iv);
                         } else {
-                            o.device_compute.push(iv);
+                            o.phases.push((iv.start_ns, iv.end_ns, phase));
+                            if matches!(ev, StreamEvent::HostCompute(..)) {
+                                o.host_compute.push(iv);
+                            } else {
+                                o.device_compute.push(iv);
+                            }
                         }
                     }
                 }
                 StreamEvent::Dataloader(iv) => {
                     if let Some(o) = state.open.as_mut() {
+                        o.phases.push((iv.start_ns, iv.end_ns, "input"));
                         o.dataloader.push(iv);
                     }
                 }
@@ -357,6 +368,15 @@ impl JobAssembler {
             self.late_rank_steps += 1;
             return;
         }
+        // Where the rank's time outside its spans sits (phases, input and
+        // collectives; kernels run asynchronously and do not say).
+        let mut marks = open.phases;
+        marks.extend(
+            open.collectives
+                .iter()
+                .map(|c| (c.start_ns, c.end_ns, c.op.as_str())),
+        );
+        let gap = longest_gap(open.begin_ns, end_ns, &marks);
         // Collectives are communication GPU time too (a trace may carry only
         // the collective, not its NCCL kernel; duplicates merge in the union).
         let mut gpu = open.gpu;
@@ -382,6 +402,7 @@ impl JobAssembler {
             gpu_events: gpu.len() as u64,
             dataloader_ns: interval::total_len(&interval::union_vec(open.dataloader)),
             collectives: open.collectives,
+            gap,
         };
         let p = self.pending.entry(open.step).or_default();
         if p.ranks.is_empty() {
@@ -481,6 +502,7 @@ impl JobAssembler {
                 comm_wait_ns,
                 comm_transfer_ns: transfer.get(&rank).copied().unwrap_or(0),
                 gpu_events: r.gpu_events,
+                gap: r.gap,
             });
         }
         out.verdicts.extend(self.tracker.observe(step, &stats));

@@ -216,8 +216,8 @@ fn cpu_rank_step(rank: u32, step: u64, fwd_ms: u64, sync_end_ms: u64) -> RankInp
         closed: false,
         events: vec![
             StreamEvent::StepBegin { step, ts_ns: t0 },
-            StreamEvent::HostCompute(Interval::new(t0, bwd)),
-            StreamEvent::HostCompute(Interval::new(bwd, end)),
+            StreamEvent::HostCompute(Interval::new(t0, bwd), "forward"),
+            StreamEvent::HostCompute(Interval::new(bwd, end), "backward"),
             StreamEvent::Collective(CollectiveObs {
                 rank,
                 process_group: "0".into(),
@@ -281,4 +281,75 @@ fn kernels_win_over_compute_spans() {
     );
     job.push(input, 0, &mut out);
     assert_eq!(out.steps[0].breakdown.compute_ns, 3 * MS);
+}
+
+/// A CPU rank-step of forward 10 ms, backward 20 ms, `extra_ms` outside any
+/// span, optimizer 5 ms, then an all-reduce that ends at 215 ms on every
+/// rank (the others wait there for the rank with extra time).
+fn outside_rank_step(rank: u32, step: u64, extra_ms: u64) -> RankInput {
+    let t0 = 1_000_000 * MS + step * 1_000 * MS;
+    let at = |ms: u64| t0 + ms * MS;
+    let opt = 30 + extra_ms;
+    let end = at(215);
+    RankInput {
+        job: "j".into(),
+        run_id: String::new(),
+        rank,
+        world_size: 4,
+        node: "n".into(),
+        closed: false,
+        events: vec![
+            StreamEvent::StepBegin { step, ts_ns: t0 },
+            StreamEvent::HostCompute(Interval::new(at(0), at(10)), "forward"),
+            StreamEvent::HostCompute(Interval::new(at(10), at(30)), "backward"),
+            StreamEvent::HostCompute(Interval::new(at(opt), at(opt + 5)), "optimizer"),
+            StreamEvent::Collective(CollectiveObs {
+                rank,
+                process_group: "0".into(),
+                seq: step,
+                op: CollOp::AllReduce,
+                dtype: "float32".into(),
+                group_size: 4,
+                bytes: 4 << 20,
+                start_ns: at(opt + 5),
+                end_ns: end,
+            }),
+            StreamEvent::StepEnd { step, ts_ns: end },
+        ],
+    }
+}
+
+#[test]
+fn time_outside_the_phases_is_named_other_with_where_it_sits() {
+    let mut job = JobAssembler::new(4, StragglerPolicy::default(), limits());
+    let mut out = JobOutput::default();
+    for step in 0..4 {
+        for rank in 0..4 {
+            let extra = if rank == 2 { 170 } else { 0 };
+            job.push(outside_rank_step(rank, step, extra), 0, &mut out);
+        }
+    }
+    let slow = out.steps.iter().find(|s| s.rank == 2).unwrap();
+    // Its compute is the others': the phases do not see the 170 ms.
+    assert_eq!(slow.breakdown.compute_ns, 35 * MS);
+    assert_eq!(slow.comm_wait_ns, 0);
+    let gap = slow.gap.expect("a gap");
+    assert_eq!(gap.len_ns, 170 * MS);
+    assert_eq!(gap.describe(), "after backward, before optimizer");
+    let healthy = out.steps.iter().find(|s| s.rank == 0).unwrap();
+    assert_eq!(healthy.comm_wait_ns, 170 * MS);
+    assert_eq!(healthy.gap, None, "covered from begin to end");
+    let v = out
+        .verdicts
+        .iter()
+        .find_map(|c| match c {
+            VerdictChange::Activated(v) => Some(v),
+            _ => None,
+        })
+        .expect("a verdict for rank 2");
+    assert_eq!(
+        (v.rank, v.cause),
+        (2, rankscope_analysis::StragglerCause::Other)
+    );
+    assert_eq!(v.excess_ns, 170 * MS);
 }

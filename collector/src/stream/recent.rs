@@ -24,7 +24,7 @@
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 
-use rankscope_analysis::{RankStepWait, StepPeers};
+use rankscope_analysis::{RankStepWait, StepPeers, StragglerCause};
 
 /// The last finalized steps of one job.
 #[derive(Debug)]
@@ -44,6 +44,9 @@ struct Sums {
     through: u64,
     /// No step of the verdict was missed.
     complete: bool,
+    /// The cause the sums were computed for (a verdict of cause `other`
+    /// takes the wait bound alone, `gain_per_step_for`).
+    cause: StragglerCause,
 }
 
 impl Sums {
@@ -129,22 +132,25 @@ impl RecentSteps {
         self.steps.back().map(|s| s.step)
     }
 
-    /// The what-if gain of the verdict version (`rank`, `first..=last`):
-    /// its sums so far plus the steps after them, which must be held; a
-    /// verdict seen for the first time sums the steps held. Complete when no
+    /// The what-if gain of the verdict version (`rank`, `first..=last`,
+    /// `cause`): its sums so far plus the steps after them, which must be
+    /// held; a verdict seen for the first time, or whose cause changed,
+    /// sums the steps held. Complete when no
     /// step of the verdict was missed: the oldest step held was at or before
     /// each step to add (steps are finalized in order, so every finalized
     /// step since then is held; after a restart the steps before the first
     /// one replayed may have been finalized by the previous process).
-    pub fn gain(&mut self, rank: u32, first: u64, last: u64) -> Gain {
+    pub fn gain(&mut self, rank: u32, first: u64, last: u64, cause: StragglerCause) -> Gain {
         let sums = match self.verdicts.get(&(rank, first)) {
-            Some(s) if s.through <= last => *s,
-            // New, or a version that went back (none does): from scratch.
+            Some(s) if s.through <= last && s.cause == cause => *s,
+            // New, a version that went back (none does) or a new cause:
+            // from scratch.
             _ => Sums {
                 gain: 0,
                 time: 0,
                 through: first.wrapping_sub(1),
                 complete: true,
+                cause,
             },
         };
         let from = sums.through.wrapping_add(1);
@@ -166,7 +172,8 @@ impl RecentSteps {
                 }
                 own.extend(s.own(rank).copied());
             }
-            for (cost, time) in rankscope_analysis::gain_per_step_of(&peers, &own, rank).values() {
+            let per_step = rankscope_analysis::gain_per_step_for(&peers, &own, rank, cause);
+            for (cost, time) in per_step.values() {
                 sums.gain += u128::from(*cost);
                 sums.time += u128::from(*time);
             }
@@ -252,7 +259,7 @@ mod tests {
         steps(|recent, step, all| {
             for rank in 0..7 {
                 for first in 10..=step {
-                    let g = recent.gain(rank, first, step);
+                    let g = recent.gain(rank, first, step, StragglerCause::Compute);
                     assert!(g.complete, "rank {rank} steps {first}..={step}");
                     let want = defined(all, rank, first..=step);
                     match (g.pct, want) {
@@ -270,23 +277,26 @@ mod tests {
             let oldest = step.saturating_sub(3).max(10);
             if step == 12 {
                 // A version of rank 2's verdict now, the next at step 19.
-                assert!(recent.gain(2, 11, 12).complete);
+                assert!(recent.gain(2, 11, 12, StragglerCause::Compute).complete);
             }
             if step == 19 {
                 // First seen with steps already gone.
-                let g = recent.gain(1, 10, 19);
+                let g = recent.gain(1, 10, 19, StragglerCause::Compute);
                 assert!(!g.complete);
                 assert_eq!(g.pct, defined(all, 1, oldest..=19));
                 // Steps 13..15 left before its next version.
-                assert!(!recent.gain(2, 11, 19).complete);
+                assert!(!recent.gain(2, 11, 19, StragglerCause::Compute).complete);
                 // Once incomplete, always.
-                assert!(!recent.gain(1, 10, 19).complete);
+                assert!(!recent.gain(1, 10, 19, StragglerCause::Compute).complete);
                 // A cleared verdict starts over.
                 recent.forget(1, 10);
-                assert!(!recent.gain(1, 10, 19).complete);
+                assert!(!recent.gain(1, 10, 19, StragglerCause::Compute).complete);
                 recent.forget(1, 16);
-                assert!(recent.gain(1, 16, 19).complete);
-                assert_eq!(recent.gain(1, 16, 19).pct, defined(all, 1, 16..=19));
+                assert!(recent.gain(1, 16, 19, StragglerCause::Compute).complete);
+                assert_eq!(
+                    recent.gain(1, 16, 19, StragglerCause::Compute).pct,
+                    defined(all, 1, 16..=19)
+                );
             }
         });
     }
@@ -297,13 +307,42 @@ mod tests {
         recent.push(row(0, 0, 300));
         recent.push(row(0, 3, 0));
         // Rank 0 alone waited 300 for rank 3.
-        assert_eq!(recent.gain(3, 0, 0).pct, Some(30.0));
+        assert_eq!(
+            recent.gain(3, 0, 0, StragglerCause::Compute).pct,
+            Some(30.0)
+        );
         // Rank 1 waited only 100: rank 3 cost the step 100 (for a verdict
         // summed afresh: a step's rows all come before its verdicts).
         recent.push(row(0, 1, 100));
         recent.forget(3, 0);
-        assert_eq!(recent.gain(3, 0, 0).pct, Some(10.0));
-        assert_eq!(recent.gain(9, 0, 0).pct, None);
-        assert!(!RecentSteps::new(2).gain(3, 0, 0).complete);
+        assert_eq!(
+            recent.gain(3, 0, 0, StragglerCause::Compute).pct,
+            Some(10.0)
+        );
+        assert_eq!(recent.gain(9, 0, 0, StragglerCause::Compute).pct, None);
+        assert!(
+            !RecentSteps::new(2)
+                .gain(3, 0, 0, StragglerCause::Compute)
+                .complete
+        );
+    }
+
+    #[test]
+    fn an_other_verdict_takes_the_wait_bound_and_a_new_cause_sums_afresh() {
+        let mut recent = RecentSteps::new(4);
+        for (rank, work_ns, wait_ns) in [(0, 500, 300), (1, 520, 320), (3, 100, 0)] {
+            recent.push(RankStepWait {
+                step: 0,
+                rank,
+                step_time_ns: 1000,
+                work_ns,
+                wait_ns,
+            });
+        }
+        // Its work is the smallest: no gain by the work bound.
+        assert_eq!(recent.gain(3, 0, 0, StragglerCause::Compute).pct, Some(0.0));
+        // The same verdict now of cause `other`: 300 of 1000.
+        let g = recent.gain(3, 0, 0, StragglerCause::Other);
+        assert_eq!((g.pct, g.complete), (Some(30.0), true));
     }
 }

@@ -245,7 +245,7 @@ pub fn replay(policy: StragglerPolicy, rows: &[RecoverBreakdown], recent: usize)
                 rank: r.rank,
                 step_time_ns: r.step_time_ns,
                 work_ns: r.compute_ns + r.dataloader_ns,
-                wait_ns: r.comm_wait_ns,
+                wait_ns: r.comm_wait_ns.min(r.comm_ns),
             });
         }
         for r in chunk {
@@ -320,9 +320,11 @@ pub fn rank_inputs(snap: &JobSnapshot) -> Vec<RankInput> {
         let ev = if s.dataloader != 0 {
             StreamEvent::Dataloader(iv)
         } else if s.device < 0 {
-            StreamEvent::HostCompute(iv)
+            // The stored category is not read back: replayed steps name
+            // their phases `compute`.
+            StreamEvent::HostCompute(iv, "compute")
         } else {
-            StreamEvent::DeviceCompute(iv)
+            StreamEvent::DeviceCompute(iv, "compute")
         };
         add(s.rank, s.start_ns, ev);
     }

@@ -248,3 +248,87 @@ fn missing_rank_steps_count_as_not_flagged() {
         matches!(&c[..], [VerdictChange::Cleared(v)] if v.rank == 7 && !v.active && v.last_step == 1)
     );
 }
+
+/// `job` with `extra_ns` of time outside the phases on `rank` in every
+/// step (before the step-end collective: it moves the others' waits).
+fn with_outside_time(
+    mut job: Vec<Vec<RankStepStats>>,
+    rank: u32,
+    extra_ns: u64,
+) -> Vec<Vec<RankStepStats>> {
+    for step in &mut job {
+        // Arrival at the collective: work (= step time - transfer - wait).
+        let arrive = |r: &RankStepStats| {
+            r.step_time_ns - (r.comm_ns - r.comm_wait_ns) - r.comm_wait_ns
+                + if r.rank == rank { extra_ns } else { 0 }
+        };
+        let last = step.iter().map(arrive).max().unwrap_or(0);
+        let arrivals: Vec<u64> = step.iter().map(arrive).collect();
+        for (r, a) in step.iter_mut().zip(arrivals) {
+            let transfer = r.comm_ns - r.comm_wait_ns;
+            r.comm_wait_ns = last - a;
+            r.comm_ns = r.comm_wait_ns + transfer;
+            r.step_time_ns = last + transfer;
+        }
+    }
+    job
+}
+
+#[test]
+fn time_outside_the_phases_is_found_with_cause_other() {
+    let job = with_outside_time(simulate(4, 16, 40, normal), 7, 120 * MS);
+    let mut t = StragglerTracker::new(StragglerPolicy::default());
+    let changes = run(&mut t, &job);
+    let (step, first) = &changes[0];
+    assert_eq!(*step, 2, "{changes:?}");
+    let VerdictChange::Activated(v) = first else {
+        panic!("{first:?}")
+    };
+    assert_eq!((v.rank, v.cause), (7, StragglerCause::Other));
+    assert!(changes.iter().all(|(_, c)| c.verdict().rank == 7));
+    let v = &t.active_verdicts()[0];
+    assert_eq!(v.steps_flagged, 40);
+    // ~120 ms above the median own time (less the jitter it absorbs).
+    let excess_ms = v.excess_ns as f64 / MS as f64;
+    assert!((100.0..=125.0).contains(&excess_ms), "{excess_ms}");
+}
+
+#[test]
+fn a_rank_last_by_a_hair_in_every_step_gives_no_verdict() {
+    for seed in 0..5 {
+        // 1.5 ms outside the phases on rank 3 every step: it is (almost
+        // always) the one the others wait for, by 0.4% of the step.
+        let job = with_outside_time(simulate(seed, 16, 200, normal), 3, 3 * MS / 2);
+        let mut t = StragglerTracker::new(StragglerPolicy::default());
+        let changes = run(&mut t, &job);
+        assert!(changes.is_empty(), "seed {seed}: {changes:?}");
+        // And exactly last, with no jitter at all: still none.
+        let exact: Vec<Vec<RankStepStats>> = (0..50)
+            .map(|s| {
+                let mut extra = vec![0; 8];
+                extra[3] = MS;
+                crate::straggler::tests::outside_stats(s, &extra)
+            })
+            .collect();
+        let mut t = StragglerTracker::new(StragglerPolicy::default());
+        assert!(run(&mut t, &exact).is_empty());
+    }
+}
+
+#[test]
+fn an_other_verdict_does_not_depend_on_rank_order() {
+    let job = with_outside_time(simulate(6, 12, 20, normal), 4, 80 * MS);
+    let mut rng = Rng::new(3);
+    let mut a = StragglerTracker::new(StragglerPolicy::default());
+    let mut b = StragglerTracker::new(StragglerPolicy::default());
+    for (step, stats) in job.iter().enumerate() {
+        let mut shuffled = stats.clone();
+        rng.shuffle(&mut shuffled);
+        assert_eq!(
+            a.observe(step as u64, stats),
+            b.observe(step as u64, &shuffled)
+        );
+    }
+    assert_eq!(a.verdicts(), b.verdicts());
+    assert_eq!(a.verdicts()[0].cause, StragglerCause::Other);
+}
