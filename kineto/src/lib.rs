@@ -82,6 +82,7 @@ mod event;
 #[cfg(test)]
 mod fixtures;
 mod flat;
+mod format;
 mod frame;
 mod identity;
 mod names;
@@ -106,6 +107,7 @@ use rankscope_proto::v1 as proto;
 pub use digest::Digest;
 pub use discover::discover;
 pub use error::{ImportError, Problem};
+pub use format::{Format, FORMATS_READ};
 pub use ops::{op_summary, OpStat};
 pub use parse::{parse_trace_file, MAX_GZIP_EXPANSION};
 pub use stats::{EventCounts, ImportStats, StepSource, MAX_WARNINGS};
