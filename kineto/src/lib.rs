@@ -5,7 +5,10 @@
 //! parsing: files in, proto values out; no network, no async runtime.
 //!
 //! In: a `.json` or `.json.gz` trace (gzip is recognised by its magic
-//! bytes), [`ImportOptions`]. Out: [`Chunk`]s of `rankscope.v1` events for
+//! bytes) of one of the [`Format`]s, told apart by content: Kineto's, a
+//! PaddlePaddle profiler trace or an ONNX Runtime profile (the `format`
+//! module rewrites the last two into Kineto's vocabulary as they are read;
+//! their rank is `--rank` or `rank<N>` in the file name), [`ImportOptions`]. Out: [`Chunk`]s of `rankscope.v1` events for
 //! one rank, each a self-contained `RankEvents` group (identity, the
 //! definitions of every name id it references, at most `chunk_events`
 //! events), handed to a sink in stream order; then an [`ImportSummary`]
