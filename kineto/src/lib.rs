@@ -438,6 +438,13 @@ fn check_events(meta: &TopMeta, scan: &Scan) -> Result<(), Problem> {
     if meta.event_count == 0 {
         return Err(Problem::EmptyTrace);
     }
+    if scan.usable == 0 && scan.stats.skipped_bad_events == 0 {
+        // Not one complete event: an array or object of something else.
+        return Err(Problem::NotKinetoTrace(format!(
+            "none of its {} events is a complete (\"ph\": \"X\") trace event",
+            meta.event_count
+        )));
+    }
     if scan.usable == 0 {
         return Err(Problem::NoUsableEvents {
             events: meta.event_count,

@@ -245,6 +245,12 @@ fn truncated_paddle_and_ort_files_and_unknown_formats_fail_clearly() {
         assert!(matches!(e.problem, Problem::Truncated { .. }), "{e}");
         assert!(e.to_string().contains(name), "{e}");
     }
+    // A JSON array of something else is no trace either.
+    let list = dir.path().join("list.json");
+    std::fs::write(&list, br#"[{"id": 1}, {"id": 2}]"#).expect("write");
+    let e = import_to_memory(&list, &ImportOptions::new("j")).expect_err("unknown");
+    assert!(matches!(e.problem, Problem::NotKinetoTrace(_)), "{e}");
+    assert!(e.to_string().contains("ONNX Runtime"), "{e}");
     let odd = dir.path().join("results.json");
     std::fs::write(&odd, br#"{"model": "resnet", "images_per_s": 1234}"#).expect("write");
     let e = import_to_memory(&odd, &ImportOptions::new("j")).expect_err("unknown");
