@@ -4,7 +4,7 @@ CARGO ?= cargo
 BIN := target/release
 DEMO_JOB ?= demo-$(shell date +%s)
 
-.PHONY: deps build demo up down status test lint fmt clean-state bench bench-sdk py chdb fuzz soak
+.PHONY: deps build demo up down status test lint fmt clean-state bench bench-sdk py chdb producers fuzz soak
 
 ## The Python environment of the rank SDK: a venv (RANKSCOPE_VENV, default .venv)
 ## with PyPI torch (CPU is enough), pytest, maturin and the `rankscope` package
@@ -77,14 +77,30 @@ chdb:
 		{ echo "installing chdb (ClickHouse 26.x) into $(CHDB_VENV) (once)"; \
 		  $(CHDB_VENV)/bin/pip install -q --disable-pip-version-check 'chdb>=4.4,<5'; }
 
+## The trace producers the import tests run (kineto/tests/producers.rs): PyPI
+## paddlepaddle (CPU), onnxruntime and onnx in their own venv
+## (RANKSCOPE_PRODUCERS_VENV, default .venv-producers); torch is `make py`'s, made
+## visible through a .pth file (read-only, not installed twice).
+PRODUCERS_VENV ?= $(or $(RANKSCOPE_PRODUCERS_VENV),$(CURDIR)/.venv-producers)
+producers: py
+	@mkdir -p $(dir $(PRODUCERS_VENV)); exec 9>"$(PRODUCERS_VENV).lock"; \
+	if ! flock -n 9; then echo "another run is building $(PRODUCERS_VENV); waiting for it"; flock 9; fi; \
+	set -e; \
+	test -x $(PRODUCERS_VENV)/bin/python || python3 -m venv $(PRODUCERS_VENV); \
+	$(VENV)/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])' > \
+		"$$($(PRODUCERS_VENV)/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/_rankscope_torch.pth"; \
+	$(PRODUCERS_VENV)/bin/python -c 'import paddle, onnxruntime, onnx, torch' 2>/dev/null || \
+		{ echo "installing paddlepaddle onnxruntime onnx into $(PRODUCERS_VENV) (once)"; \
+		  $(PRODUCERS_VENV)/bin/pip install -q --disable-pip-version-check 'paddlepaddle>=3,<4' onnxruntime onnx; }
+
 ## Every test, against real ClickHouse servers the suite starts itself (Debian's
 ## 18.16, and 26.x through chDB: modern_clickhouse.rs, and the store tests again),
 ## real PyTorch processes (the venv of `make py`) and a C program over the C ABI.
 ## deploy/dev/test.sh runs them in a private network namespace, runs every
 ## binary and the Python tests whatever fails, then prints the time of each
 ## phase, the slowest binaries and every failure (exit non-zero).
-test: deps py chdb
-	CARGO=$(CARGO) VENV=$(VENV) CHDB_VENV=$(CHDB_VENV) deploy/dev/test.sh
+test: deps py chdb producers
+	CARGO=$(CARGO) VENV=$(VENV) CHDB_VENV=$(CHDB_VENV) PRODUCERS_VENV=$(PRODUCERS_VENV) deploy/dev/test.sh
 
 lint:
 	$(CARGO) fmt --all -- --check

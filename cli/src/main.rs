@@ -752,7 +752,20 @@ async fn import_cmd(
         tls: tls.any().then_some(tls),
     };
     let started = std::time::Instant::now();
-    let reports = send::import_and_send(files, &opts, &send_opts).await?;
+    let results = send::import_and_send_each(files, &opts, &send_opts).await?;
+    // A file that failed does not stop the others: each failure is
+    // reported, and the command fails after the rest were imported.
+    let mut failed = Vec::new();
+    let mut reports = Vec::new();
+    for r in results {
+        match r {
+            Ok(r) => reports.push(r),
+            Err(e) => {
+                eprintln!("error: {e}");
+                failed.push(e.to_string());
+            }
+        }
+    }
     let mut bytes = 0;
     for r in &reports {
         let st = &r.summary.stats;
@@ -779,6 +792,15 @@ async fn import_cmd(
         a.job,
         bytes as f64 / 1e6
     );
+    if !failed.is_empty() {
+        // Without the failed ranks the job's steps never finalize: no wait.
+        bail!(
+            "{} of {} file(s) failed (the others were imported): {}",
+            failed.len(),
+            failed.len() + reports.len(),
+            failed.join("; ")
+        );
+    }
     if a.wait_secs > 0 {
         let want: u64 = reports
             .iter()

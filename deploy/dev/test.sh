@@ -21,6 +21,9 @@ cd "$(dirname "$0")/../.."
 CARGO=${CARGO:-cargo}
 VENV=${VENV:-$PWD/.venv}
 export RANKSCOPE_CHDB_VENV=${CHDB_VENV:-${RANKSCOPE_CHDB_VENV:-$PWD/.venv-chdb}}
+# PRODUCERS_VENV: `make producers`' venv (PaddlePaddle, ONNX Runtime) for
+# kineto/tests/producers.rs.
+export RANKSCOPE_PRODUCERS_VENV=${PRODUCERS_VENV:-${RANKSCOPE_PRODUCERS_VENV:-$PWD/.venv-producers}}
 log_dir=$(mktemp -d "${TMPDIR:-/tmp}/rankscope-test.XXXXXX")
 
 if [ -z "${RANKSCOPE_TEST_NETNS:-}" ]; then

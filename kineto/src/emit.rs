@@ -252,7 +252,9 @@ impl Pending {
                 nccl: kind == proto::KernelKind::Kernel && event::is_nccl_kernel(name),
             },
             Class::CpuAnnotation | Class::CpuOp => {
-                let span = event::span_category(class, name).map(|c| (c, names.intern(name)));
+                let span = event::span_category(class, name)
+                    .or_else(|| ev.cat.as_str().and_then(event::paddle_phase))
+                    .map(|c| (c, names.intern(name)));
                 if span.is_none() && !host_comm {
                     return None;
                 }

@@ -45,8 +45,8 @@ pub enum Problem {
         line: usize,
         column: usize,
     },
-    /// Valid JSON, but not shaped like a Kineto trace.
-    #[error("not a Kineto trace: {0}")]
+    /// Valid JSON, but not shaped like any trace format rankscope reads.
+    #[error("not a trace rankscope reads ({formats}): {0}", formats = crate::FORMATS_READ)]
     NotKinetoTrace(String),
     /// `traceEvents` has no elements.
     #[error("traceEvents is empty: nothing to import")]
@@ -57,6 +57,13 @@ pub enum Problem {
          pass --rank and --world-size to import it anyway"
     )]
     MissingDistributedInfo,
+    /// A format that records no rank (PaddlePaddle, ONNX Runtime) and no
+    /// rank or world size from the caller or the file name.
+    #[error(
+        "a {0} trace records no rank or world size: pass --world-size, and --rank or a \
+         file name with rank<N> in it (e.g. rank3_time_....paddle_trace.json)"
+    )]
+    NoRank(&'static str),
     /// `distributedInfo` is present but unusable.
     #[error("bad distributedInfo: {0}")]
     BadDistributedInfo(String),

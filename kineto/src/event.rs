@@ -51,7 +51,7 @@ pub(crate) fn classify(ev: &RawEvent) -> Class {
         Class::Gpu(proto::KernelKind::Memset)
     } else if is("cuda_runtime") || is("cuda_driver") || is("runtime") || is("driver") {
         Class::Launch
-    } else if is("user_annotation") {
+    } else if is("user_annotation") || paddle_phase(cat).is_some() {
         Class::CpuAnnotation
     } else if is("gpu_user_annotation") {
         Class::GpuAnnotation
@@ -116,6 +116,20 @@ pub(crate) fn span_category(class: Class, name: &str) -> Option<proto::SpanCateg
         n if n.starts_with("Optimizer.step#") || n.starts_with("Optimizer.zero_grad#") => {
             Some(C::Optimizer)
         }
+        _ => None,
+    }
+}
+
+/// The phase of a PaddlePaddle phase event, by its category
+/// (`TracerEventType` `Forward`, `Backward`, `Optimization`, `Dataloader`;
+/// Paddle 3.x `paddle/phi/api/profiler/trace_event.h`).
+pub(crate) fn paddle_phase(cat: &str) -> Option<proto::SpanCategory> {
+    use proto::SpanCategory as C;
+    match cat {
+        "Forward" => Some(C::Forward),
+        "Backward" => Some(C::Backward),
+        "Optimization" => Some(C::Optimizer),
+        "Dataloader" => Some(C::Dataloader),
         _ => None,
     }
 }

@@ -156,6 +156,10 @@ impl<R: Read> Frame<R> {
                 1 if read_meta => meta.dist = Some(self.value::<DistInfo>()?),
                 2 if read_meta => meta.devices = self.value::<LenientVec<DeviceProp>>()?.0,
                 3 if read_meta => meta.base_time_ns = self.value::<Scalar>()?.as_u64(),
+                4 => {
+                    meta.format.paddle_key();
+                    self.value::<IgnoredAny>()?;
+                }
                 _ => {
                     self.value::<IgnoredAny>()?;
                 }
@@ -191,6 +195,7 @@ impl<R: Read> Frame<R> {
                     Some(n) if self.pos + n < self.len || self.eof => self.pos += n,
                     _ => self.parse(|de| EventSeed(&mut ev).deserialize(de))?,
                 }
+                meta.format.apply(&mut ev);
                 handler.event(ordinal, &ev);
                 ordinal += 1;
                 match self.peek()? {

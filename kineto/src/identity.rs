@@ -12,6 +12,7 @@ use std::path::Path;
 
 use rankscope_proto::v1 as proto;
 
+use super::format::Format;
 use super::raw::TopMeta;
 use super::scan::Scan;
 use super::{ImportOptions, Problem};
@@ -40,6 +41,29 @@ pub(crate) fn identity(
     scan: &Scan,
 ) -> Result<proto::RankIdentity, Problem> {
     let dist = meta.dist.as_ref();
+    let format = meta.format.format();
+    let mut opts = opts.clone();
+    if dist.is_none() && format != Format::Kineto {
+        // Paddle and ORT files record no rank: the caller's, the file
+        // name's `rank<N>`, or (ORT: one inference process) rank 0 of 1.
+        let named = path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .and_then(rank_in_name);
+        let single = format == Format::OnnxRuntime;
+        let rank = opts
+            .rank_override
+            .or(named)
+            .or(single.then_some(0))
+            .ok_or(Problem::NoRank(format.label()))?;
+        let world = opts
+            .world_size_override
+            .or((single && rank == 0).then_some(1))
+            .ok_or(Problem::NoRank(format.label()))?;
+        opts.rank_override = Some(rank);
+        opts.world_size_override = Some(world);
+    }
+    let opts = &opts;
     if dist.is_none() && (opts.rank_override.is_none() || opts.world_size_override.is_none()) {
         return Err(Problem::MissingDistributedInfo);
     }
@@ -66,7 +90,15 @@ pub(crate) fn identity(
             "rank {rank} is not below world_size {world_size}"
         )));
     }
-    let mut labels = HashMap::from([("source".to_owned(), "kineto".to_owned())]);
+    let mut labels = HashMap::from([("source".to_owned(), format.label().to_owned())]);
+    let f = &meta.format;
+    if let Some(peak) = f.peak_allocated {
+        labels.insert("peak_allocated_bytes".into(), peak.to_string());
+    }
+    if !f.providers.is_empty() {
+        let providers: Vec<&str> = f.providers.iter().map(String::as_str).collect();
+        labels.insert("providers".into(), providers.join(","));
+    }
     if let Some(name) = path.file_name().and_then(|n| n.to_str()) {
         labels.insert("trace_file".into(), name.to_owned());
     }
@@ -110,9 +142,32 @@ pub(crate) fn identity(
     })
 }
 
+/// `N` of the first `rank<N>` (also `rank_N`, `rank-N`, any case) in a
+/// file name: PaddlePaddle names its files after the worker
+/// (`export_chrome_tracing(dir, worker_name="rank3")` writes
+/// `rank3_time_<date>.paddle_trace.json`).
+pub(crate) fn rank_in_name(name: &str) -> Option<u32> {
+    let lower = name.to_ascii_lowercase();
+    lower.match_indices("rank").find_map(|(i, _)| {
+        let rest = lower[i + 4..].trim_start_matches(['_', '-']);
+        let end = rest
+            .find(|c: char| !c.is_ascii_digit())
+            .unwrap_or(rest.len());
+        rest[..end].parse().ok()
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn ranks_in_file_names() {
+        assert_eq!(rank_in_name("rank3_time_2026.paddle_trace.json"), Some(3));
+        assert_eq!(rank_in_name("job_RANK-12.json"), Some(12));
+        assert_eq!(rank_in_name("ranking_rank_1.json"), Some(1));
+        assert_eq!(rank_in_name("host_xpid_42.paddle_trace.json"), None);
+    }
     use crate::scan::StepMark;
 
     #[test]

@@ -5,7 +5,10 @@
 //! parsing: files in, proto values out; no network, no async runtime.
 //!
 //! In: a `.json` or `.json.gz` trace (gzip is recognised by its magic
-//! bytes), [`ImportOptions`]. Out: [`Chunk`]s of `rankscope.v1` events for
+//! bytes) of one of the [`Format`]s, told apart by content: Kineto's, a
+//! PaddlePaddle profiler trace or an ONNX Runtime profile (the `format`
+//! module rewrites the last two into Kineto's vocabulary as they are read;
+//! their rank is `--rank` or `rank<N>` in the file name), [`ImportOptions`]. Out: [`Chunk`]s of `rankscope.v1` events for
 //! one rank, each a self-contained `RankEvents` group (identity, the
 //! definitions of every name id it references, at most `chunk_events`
 //! events), handed to a sink in stream order; then an [`ImportSummary`]
@@ -82,6 +85,7 @@ mod event;
 #[cfg(test)]
 mod fixtures;
 mod flat;
+mod format;
 mod frame;
 mod identity;
 mod names;
@@ -106,6 +110,7 @@ use rankscope_proto::v1 as proto;
 pub use digest::Digest;
 pub use discover::discover;
 pub use error::{ImportError, Problem};
+pub use format::{Format, FORMATS_READ};
 pub use ops::{op_summary, OpStat};
 pub use parse::{parse_trace_file, MAX_GZIP_EXPANSION};
 pub use stats::{EventCounts, ImportStats, StepSource, MAX_WARNINGS};
@@ -432,6 +437,13 @@ fn check_events(meta: &TopMeta, scan: &Scan) -> Result<(), Problem> {
     }
     if meta.event_count == 0 {
         return Err(Problem::EmptyTrace);
+    }
+    if scan.usable == 0 && scan.stats.skipped_bad_events == 0 {
+        // Not one complete event: an array or object of something else.
+        return Err(Problem::NotKinetoTrace(format!(
+            "none of its {} events is a complete (\"ph\": \"X\") trace event",
+            meta.event_count
+        )));
     }
     if scan.usable == 0 {
         return Err(Problem::NoUsableEvents {

@@ -12,6 +12,10 @@
 //! "Self CPU" of `key_averages()`). An event belongs to the iteration its
 //! start falls in; events outside every window are left out.
 //!
+//! Every format the importer reads goes through here the same way:
+//! PaddlePaddle `Operator` events and ONNX Runtime nodes (named by their
+//! op type) are `CPU_OP`s (see the `format` module).
+//!
 //! Memory: one compact record per event inside the windows.
 
 use std::collections::HashMap;
@@ -33,6 +37,11 @@ pub struct OpStat {
     pub name: String,
     pub calls: u64,
     pub self_ns: u64,
+    /// Inclusive time: the events' durations summed (for `CPU_OP`, the
+    /// nested operators included: PaddlePaddle's Operator Summary "CPU
+    /// Total", the PyTorch Profiler's "CPU total"; equals `self_ns` for
+    /// kernels).
+    pub total_ns: u64,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -134,7 +143,7 @@ pub fn op_summary(path: &Path, windows: &[(u64, u64)]) -> Result<Vec<OpStat>, Im
     for (n, id) in c.names {
         names[id as usize] = n;
     }
-    let mut agg: HashMap<(usize, &'static str, u32), (u64, u64)> = HashMap::new();
+    let mut agg: HashMap<(usize, &'static str, u32), (u64, u64, u64)> = HashMap::new();
     for (i, r) in c.recs.iter().enumerate() {
         let Some(w) = window_of(base.saturating_add(r.start)) else {
             continue;
@@ -142,16 +151,20 @@ pub fn op_summary(path: &Path, windows: &[(u64, u64)]) -> Result<Vec<OpStat>, Im
         let e = agg.entry((w, r.category, r.name)).or_default();
         e.0 += 1;
         e.1 += self_ns[i];
+        e.2 += r.end - r.start;
     }
     let mut out: Vec<OpStat> = agg
         .into_iter()
-        .map(|((iteration, category, name), (calls, self_ns))| OpStat {
-            iteration,
-            category,
-            name: names[name as usize].clone(),
-            calls,
-            self_ns,
-        })
+        .map(
+            |((iteration, category, name), (calls, self_ns, total_ns))| OpStat {
+                iteration,
+                category,
+                name: names[name as usize].clone(),
+                calls,
+                self_ns,
+                total_ns,
+            },
+        )
         .collect();
     out.sort_by(|a, b| (a.iteration, a.category, &a.name).cmp(&(b.iteration, b.category, &b.name)));
     Ok(out)

@@ -73,6 +73,11 @@ pub(crate) struct RawArgs {
     pub dtype: Scalar,
     pub pg_name: Scalar,
     pub pg_ranks: Scalar,
+    /// ONNX Runtime `Node` events: the operator type and execution provider.
+    pub op_name: Scalar,
+    pub provider: Scalar,
+    /// PaddlePaddle `[memory]` events: the process's peak allocated bytes.
+    pub peak_allocated: Scalar,
     pub input_dims: InputDims,
     pub input_types: InputTypes,
 }
@@ -148,8 +153,8 @@ pub(crate) fn event_scalar(e: &mut RawEvent, k: usize) -> Option<&mut Scalar> {
 
 /// [`arg_key`] indexes of the two shapes; the keys below them are
 /// [`arg_scalar`]s.
-pub(crate) const ARG_INPUT_DIMS: usize = 13;
-pub(crate) const ARG_INPUT_TYPES: usize = 14;
+pub(crate) const ARG_INPUT_DIMS: usize = 16;
+pub(crate) const ARG_INPUT_TYPES: usize = 17;
 
 /// The scalar field of [`arg_key`] index `k` (`None`: a shape or skipped).
 pub(crate) fn arg_scalar(a: &mut RawArgs, k: usize) -> Option<&mut Scalar> {
@@ -167,13 +172,17 @@ pub(crate) fn arg_scalar(a: &mut RawArgs, k: usize) -> Option<&mut Scalar> {
         10 => &mut a.dtype,
         11 => &mut a.pg_name,
         12 => &mut a.pg_ranks,
+        13 => &mut a.op_name,
+        14 => &mut a.provider,
+        15 => &mut a.peak_allocated,
         _ => return None,
     })
 }
 
 pub(crate) fn arg_key(k: &[u8]) -> usize {
     match k {
-        b"correlation" => 0,
+        // PaddlePaddle writes `correlation id`.
+        b"correlation" | b"correlation id" => 0,
         b"External id" => 1,
         b"device" => 2,
         b"stream" => 3,
@@ -186,8 +195,11 @@ pub(crate) fn arg_key(k: &[u8]) -> usize {
         b"dtype" => 10,
         b"Process Group Name" => 11,
         b"Process Group Ranks" => 12,
-        b"Input Dims" => 13,
-        b"Input type" => 14,
+        b"op_name" => 13,
+        b"provider" => 14,
+        b"peak_allocated" => 15,
+        b"Input Dims" => ARG_INPUT_DIMS,
+        b"Input type" => ARG_INPUT_TYPES,
         _ => usize::MAX,
     }
 }
@@ -340,6 +352,8 @@ pub(crate) struct TopMeta {
     pub has_events: bool,
     /// Number of elements of `traceEvents`.
     pub event_count: u64,
+    /// The producer the content shows, and its per-event rewriting.
+    pub format: super::format::Normaliser,
 }
 
 /// Receives the events of `traceEvents`, in order.
@@ -374,6 +388,8 @@ fn top_key(k: &[u8]) -> usize {
         b"distributedInfo" => 1,
         b"deviceProperties" => 2,
         b"baseTimeNanoseconds" => 3,
+        // Only PaddlePaddle's exporter writes these (older ones misspelt it).
+        b"span_index" | b"span_indx" | b"ExtraInfo" => 4,
         _ => usize::MAX,
     }
 }
@@ -407,6 +423,10 @@ impl<'de, H: EventHandler> Visitor<'de> for TopSeed<'_, H> {
                 }
                 3 if self.read_meta => {
                     self.meta.base_time_ns = map.next_value::<Scalar>()?.as_u64();
+                }
+                4 => {
+                    self.meta.format.paddle_key();
+                    map.next_value::<IgnoredAny>()?;
                 }
                 _ => {
                     map.next_value::<IgnoredAny>()?;
@@ -448,7 +468,8 @@ impl<'de, H: EventHandler> Visitor<'de> for EventsSeed<'_, H> {
     }
     fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
         let mut ordinal = 0u64;
-        while let Some(ev) = seq.next_element::<RawEvent>()? {
+        while let Some(mut ev) = seq.next_element::<RawEvent>()? {
+            self.meta.format.apply(&mut ev);
             self.handler.event(ordinal, &ev);
             ordinal += 1;
         }

@@ -99,12 +99,29 @@ pub enum SendError {
     Task { path: PathBuf, reason: String },
 }
 
-/// Imports every file and sends it to the collector.
+/// Imports every file and sends it to the collector; the first file that
+/// failed fails the whole call, after the other files were imported (see
+/// [`import_and_send_each`]).
 pub async fn import_and_send(
     files: Vec<PathBuf>,
     opts: &ImportOptions,
     send: &SendOptions,
 ) -> Result<Vec<FileReport>, SendError> {
+    import_and_send_each(files, opts, send)
+        .await?
+        .into_iter()
+        .collect()
+}
+
+/// Imports every file and sends it to the collector: one result per file,
+/// in the order given. A file that fails (unreadable, truncated, of a
+/// format rankscope does not read, refused) does not stop the others;
+/// `Err` only for what fails every file (the collector URL, TLS).
+pub async fn import_and_send_each(
+    files: Vec<PathBuf>,
+    opts: &ImportOptions,
+    send: &SendOptions,
+) -> Result<Vec<Result<FileReport, SendError>>, SendError> {
     let channel = tonic::transport::Endpoint::from_shared(send.ingest_url.clone())
         .map_err(|e| SendError::Url {
             url: send.ingest_url.clone(),
@@ -136,7 +153,7 @@ pub async fn import_and_send(
     // A sliding window of files: the next one starts as soon as one is done.
     let mut pending = files.into_iter().enumerate();
     let mut tasks = tokio::task::JoinSet::new();
-    let mut done: Vec<(usize, FileReport)> = Vec::new();
+    let mut done: Vec<(usize, Result<FileReport, SendError>)> = Vec::new();
     loop {
         while tasks.len() < send.parallel_files.max(1) {
             let Some((i, path)) = pending.next() else {
@@ -160,7 +177,7 @@ pub async fn import_and_send(
             path: PathBuf::from("?"),
             reason: e.to_string(),
         })?;
-        done.push((i, result?));
+        done.push((i, result));
     }
     done.sort_by_key(|(i, _)| *i);
     Ok(done.into_iter().map(|(_, r)| r).collect())
