@@ -340,7 +340,8 @@ impl Config {
             return Err(ConfigError::Invalid {
                 field: "dump_dir",
                 value: self.dump_dir.clone(),
-                problem: "cannot be used with spool_dir (the dump already keeps every batch on disk)",
+                problem:
+                    "cannot be used with spool_dir (the dump already keeps every batch on disk)",
             });
         }
         self.listen_socket_addr()?;

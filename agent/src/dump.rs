@@ -185,9 +185,14 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let d = dir.path().join("dump");
         let dump = open(d.to_str().unwrap()).unwrap();
-        let ack = write(Arc::clone(&dump), 0xab, 3, bytes::Bytes::from_static(b"xyz"))
-            .await
-            .unwrap();
+        let ack = write(
+            Arc::clone(&dump),
+            0xab,
+            3,
+            bytes::Bytes::from_static(b"xyz"),
+        )
+        .await
+        .unwrap();
         assert!(!ack.duplicate);
         let name = "00000000000000ab-00000000000000000003.batch";
         assert_eq!(std::fs::read(d.join(name)).unwrap(), b"xyz");

@@ -184,6 +184,8 @@ pub async fn start(config: Config) -> Result<AgentHandle, AgentError> {
             error: e.to_string(),
         })?)
     };
+    let progress = (config.trace_on_start_iterations > 0)
+        .then(|| Arc::new(kineto::local::Progress::default()));
     let (chunk_tx, chunk_rx) = mpsc::unbounded_channel();
     let (backlog_tx, backlog_rx) = mpsc::channel(config.backlog_max_batches);
     let budget = batch::Budget::new(config.backlog_max_bytes);
@@ -227,7 +229,8 @@ pub async fn start(config: Config) -> Result<AgentHandle, AgentError> {
         budget.clone(),
     )
     .with_spool(spool.clone())
-    .with_step_end_flush(config.flush_at_step_end);
+    .with_step_end_flush(config.flush_at_step_end)
+    .with_progress(progress.clone());
     let (sample_tx, sample_rx) = mpsc::channel(sample::QUEUE_SETS);
     let batcher = tokio::spawn(batcher.run(chunk_rx, sample_rx, backlog_tx, flush_rx));
 
@@ -302,9 +305,10 @@ pub async fn start(config: Config) -> Result<AgentHandle, AgentError> {
         drop(control);
         tokio::spawn(async {})
     };
-    if config.trace_on_start_iterations > 0 {
+    if let Some(progress) = progress {
         tokio::spawn(kineto::local::trace_on_start(
             Arc::clone(&kineto),
+            progress,
             config.trace_on_start_iterations,
             stop_rx.clone(),
         ));

@@ -135,7 +135,11 @@ impl Uplink {
 
     /// Writes every batch to `dump` (named with `session`) instead of
     /// calling the collector.
-    pub(crate) fn with_dump(mut self, dump: Option<Arc<crate::spool::Spool>>, session: u64) -> Self {
+    pub(crate) fn with_dump(
+        mut self,
+        dump: Option<Arc<crate::spool::Spool>>,
+        session: u64,
+    ) -> Self {
         self.dump = dump;
         self.session = session;
         self
