@@ -12,8 +12,9 @@
 //!
 //! In (replay, `rankscope-agent replay DIR`): a dump (or a spool) folder and
 //! the agent's collector settings (URL, token, TLS). Out: every batch sent to
-//! `CollectorIngest.Ingest` oldest first (session, then seq), each stamped
-//! with the time it is sent, as the live uplink does; transient failures are
+//! `CollectorIngest.Ingest`, started oldest first (session, then seq), up
+//! to `max_in_flight_batches` at once, each stamped with the time it is
+//! sent, as the live uplink does; transient failures are
 //! retried with the uplink's backoff, a rejection stops the replay with the
 //! collector's answer. The batches keep their agent id, session and seq, so
 //! a second replay of the same dump is stored once (the collector's
@@ -129,9 +130,16 @@ pub async fn replay(config: &Config, dir: &Path) -> Result<ReplayReport, DumpErr
                     })?,
             )
         };
-    let mut rng = rand::rngs::SmallRng::seed_from_u64(crate::uplink::now_ns());
+    // Up to max_in_flight_batches calls at once, started oldest first (the
+    // live uplink's window; the collector deduplicates and orders by time).
+    let window = config.max_in_flight_batches.max(1);
     let mut report = ReplayReport::default();
+    let mut calls = tokio::task::JoinSet::new();
+    let mut seed = crate::uplink::now_ns();
     for b in batches {
+        if calls.len() >= window {
+            settle(&mut calls, &mut report).await?;
+        }
         let path = b.path.display().to_string();
         let body = std::fs::read(&b.path)
             .map(bytes::Bytes::from)
@@ -139,18 +147,65 @@ pub async fn replay(config: &Config, dir: &Path) -> Result<ReplayReport, DumpErr
                 path: path.clone(),
                 error,
             })?;
+        seed = seed.wrapping_add(1);
+        let send = Send {
+            channel: channel.clone(),
+            auth: auth.clone(),
+            backoff: backoff.clone(),
+            rng: rand::rngs::SmallRng::seed_from_u64(seed),
+        };
+        calls.spawn(send.run(path, body));
+    }
+    while !calls.is_empty() {
+        settle(&mut calls, &mut report).await?;
+    }
+    Ok(report)
+}
+
+type Sent = Result<(proto::IngestAck, u64), DumpError>;
+
+/// Waits for one call of the window and counts it.
+async fn settle(
+    calls: &mut tokio::task::JoinSet<Sent>,
+    report: &mut ReplayReport,
+) -> Result<(), DumpError> {
+    let Some(done) = calls.join_next().await else {
+        return Ok(());
+    };
+    let (ack, bytes) = done.map_err(|e| DumpError::Unavailable {
+        path: String::new(),
+        attempts: 0,
+        code: tonic::Code::Internal,
+        message: format!("replay task failed: {e}"),
+    })??;
+    report.batches += 1;
+    report.duplicates += u64::from(ack.duplicate);
+    report.bytes += bytes;
+    Ok(())
+}
+
+/// One batch file's delivery, with the uplink's retry policy.
+struct Send {
+    channel: tonic::transport::Channel,
+    auth: Option<tonic::metadata::MetadataValue<tonic::metadata::Ascii>>,
+    backoff: crate::backoff::Backoff,
+    rng: rand::rngs::SmallRng,
+}
+
+impl Send {
+    async fn run(mut self, path: String, body: bytes::Bytes) -> Sent {
         let mut attempts = 0u32;
-        let ack = loop {
+        loop {
             attempts += 1;
             let mut request = tonic::Request::new(StampedBatch {
                 body: body.clone(),
                 sent_at_ns: crate::uplink::now_ns(),
             });
-            if let Some(v) = &auth {
+            if let Some(v) = &self.auth {
                 request.metadata_mut().insert("authorization", v.clone());
             }
-            match crate::uplink::ingest(channel.clone(), request).await {
-                Ok(ack) => break ack,
+            match crate::uplink::ingest(self.channel.clone(), request).await {
+                Ok(ack) => return Ok((ack, body.len() as u64)),
                 Err(s) if crate::uplink::classify(&s) == crate::uplink::Outcome::Drop => {
                     return Err(DumpError::Rejected {
                         path,
@@ -166,14 +221,12 @@ pub async fn replay(config: &Config, dir: &Path) -> Result<ReplayReport, DumpErr
                         message: s.message().to_owned(),
                     });
                 }
-                Err(_) => tokio::time::sleep(backoff.delay(attempts - 1, &mut rng)).await,
+                Err(_) => {
+                    tokio::time::sleep(self.backoff.delay(attempts - 1, &mut self.rng)).await;
+                }
             }
-        };
-        report.batches += 1;
-        report.duplicates += u64::from(ack.duplicate);
-        report.bytes += body.len() as u64;
+        }
     }
-    Ok(report)
 }
 
 #[cfg(test)]

@@ -7,7 +7,7 @@
 #   dump/                every batch the agent would have sent (--dump-dir):
 #                        replay here with `make gpu-replay DIR=OUT_DIR`
 #   agent.log            the agent's log (RUST_LOG=info)
-#   traces/              daemon-mode Kineto traces (--trace-on-start), gzipped
+#   traces/<job>/        daemon-mode Kineto traces (--trace-on-start), gzipped
 #   job-*.log, job-*.json  each workload's output and its facts (backend, device)
 #   nvidia-smi-q.txt     `nvidia-smi -q` (when present)
 #   versions.txt         kit, OS, Python, torch, CUDA, NCCL, driver
@@ -155,8 +155,14 @@ for f in "$OUT"/traces/*.json; do
     [ -e "$f" ] || continue
     gzip -9 "$f" && n=$((n + 1))
 done
-if [ $n -gt 0 ]; then ran "traces: $n captured (gzipped)"; else failed "traces" "none captured; see agent.log"; fi
-grep -q '"ph": *"X", *"cat": *"kernel"\|"cat": *"kernel"' <(zcat "$OUT"/traces/*.gz 2>/dev/null) ||
+# traces/<job>/: the agent's log names the job of each local trace id.
+grep -o 'local trigger: tracing a new job job=[^ ]* .*trace_id=local-[0-9]*' "$OUT/agent.log" |
+    sed 's/.* job=\([^ ]*\) .*trace_id=\(local-[0-9]*\)/\1 \2/' | while read -r jobname tid; do
+    mkdir -p "$OUT/traces/$jobname"
+    mv "$OUT"/traces/"$tid"-r*.json.gz "$OUT/traces/$jobname/" 2>/dev/null
+done
+if [ $n -gt 0 ]; then ran "traces: $n captured (gzipped): $(cd "$OUT/traces" && echo */)"; else failed "traces" "none captured; see agent.log"; fi
+grep -q '"ph": *"X", *"cat": *"kernel"\|"cat": *"kernel"' <(zcat "$OUT"/traces/*/*.gz 2>/dev/null) ||
     skipped "CUDA kernels in traces" "no kernel events (no CUDA device, or CUPTI unavailable)"
 rm -rf "$OUT/run" "$OUT/cache" "$OUT/py"  # py/: a copy of the kit's wheel
 note "took $(($(date +%s) - started)) s"

@@ -12,6 +12,7 @@ rank 0 writes it with the device and versions as JSON to --info.
 
 --slow-rank R plants a compute straggler: rank R runs its hidden layer
 --slow-factor x 8 more times per forward (extra matmuls on its device).
+Sizes (--width, --batch) default to what makes compute dominate on the device.
 """
 
 import argparse
@@ -67,14 +68,17 @@ def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--steps", type=int, default=120)
     p.add_argument("--slow-rank", type=int, default=-1)
-    p.add_argument("--slow-factor", type=float, default=2.0)
-    p.add_argument("--width", type=int, default=1024)
-    p.add_argument("--batch", type=int, default=64)
+    p.add_argument("--slow-factor", type=float, default=1.0)
+    p.add_argument("--width", type=int, default=0, help="default: 4096 on CUDA, 1024 on CPU")
+    p.add_argument("--batch", type=int, default=0, help="default: 2048 on CUDA, 64 on CPU")
     p.add_argument("--step-ms", type=float, default=20.0, help="input wait per step, every rank")
     p.add_argument("--backend", default="auto", choices=["auto", "nccl", "gloo"])
     p.add_argument("--info", default="")
     a = p.parse_args()
     cuda = torch.cuda.is_available()
+    # Big enough on a GPU that compute, not kernel launches, sets the step time.
+    a.width = a.width or (4096 if cuda else 1024)
+    a.batch = a.batch or (2048 if cuda else 64)
     local = int(os.environ.get("LOCAL_RANK", "0"))
     device = torch.device(f"cuda:{local % torch.cuda.device_count()}") if cuda else torch.device("cpu")
     if cuda:
@@ -108,6 +112,7 @@ def main() -> None:
             "why": why,
             "device": torch.cuda.get_device_name(device) if cuda else "cpu",
             "world_size": dist.get_world_size(),
+            "steps": a.steps,
             "slow_rank": a.slow_rank,
             "torch": torch.__version__,
             "cuda": torch.version.cuda,
