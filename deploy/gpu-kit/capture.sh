@@ -49,8 +49,10 @@ wheel=$(ls "$KIT"/wheels/rankscope-*.whl 2>/dev/null | head -1)
 if [ -n "$wheel" ] && "$PYTHON" -m zipfile -e "$wheel" "$OUT/py" >/dev/null; then
     export PYTHONPATH="$OUT/py${PYTHONPATH:+:$PYTHONPATH}"
     ran "wheel $(basename "$wheel") unpacked into py/"
+elif [ -z "$wheel" ] && "$PYTHON" -c 'import rankscope' 2>/dev/null; then
+    ran "rankscope package: $PYTHON's own (the kit has no wheel: build.sh --prebuilt)"
 else
-    failed "wheel" "no rankscope wheel in $KIT/wheels or $PYTHON cannot unpack it"
+    failed "wheel" "no usable rankscope wheel in $KIT/wheels and $PYTHON has no rankscope package"
 fi
 
 # --- hardware and versions
