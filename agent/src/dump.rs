@@ -151,7 +151,7 @@ pub async fn replay(config: &Config, dir: &Path) -> Result<ReplayReport, DumpErr
         let send = Send {
             channel: channel.clone(),
             auth: auth.clone(),
-            backoff: backoff.clone(),
+            backoff,
             rng: rand::rngs::SmallRng::seed_from_u64(seed),
         };
         calls.spawn(send.run(path, body));

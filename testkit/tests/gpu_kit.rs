@@ -29,7 +29,11 @@ fn dir_bytes(p: &Path) -> u64 {
     for e in std::fs::read_dir(p).unwrap() {
         let e = e.unwrap();
         let m = e.metadata().unwrap();
-        n += if m.is_dir() { dir_bytes(&e.path()) } else { m.len() };
+        n += if m.is_dir() {
+            dir_bytes(&e.path())
+        } else {
+            m.len()
+        };
     }
     n
 }
@@ -64,9 +68,18 @@ fn the_make_target_builds_the_release_kit_with_the_wheel() {
     assert_eq!(recipe.len(), 1, "{recipe:?}");
     let r = recipe[0];
     assert!(r.contains("deploy/gpu-kit/build.sh target/gpu-kit "), "{r}");
-    assert!(!r.contains("--debug") && !r.contains("--prebuilt"), "release: {r}");
+    assert!(
+        !r.contains("--debug") && !r.contains("--prebuilt"),
+        "release: {r}"
+    );
     let script = std::fs::read_to_string(root().join("deploy/gpu-kit/build.sh")).unwrap();
-    for needle in ["--release", "maturin build", "strip", "64 * 1024 * 1024", "abi3"] {
+    for needle in [
+        "--release",
+        "maturin build",
+        "strip",
+        "64 * 1024 * 1024",
+        "abi3",
+    ] {
         assert!(script.contains(needle), "build.sh lacks {needle:?}");
     }
 }
@@ -87,7 +100,10 @@ fn the_kit_fits_and_its_capture_runs_the_cpu_variant_saying_what_it_skipped() {
     }
     let tgz = tmp.path().join("gpu-kit.tar.gz");
     let (size, packed) = (dir_bytes(&kit), std::fs::metadata(&tgz).unwrap().len());
-    assert!(size < LIMIT_BYTES && packed < LIMIT_BYTES, "{size} / {packed} bytes");
+    assert!(
+        size < LIMIT_BYTES && packed < LIMIT_BYTES,
+        "{size} / {packed} bytes"
+    );
     let help = Command::new(kit.join("bin/rankscope-agent"))
         .arg("--help")
         .output()

@@ -95,7 +95,10 @@ struct Report {
 impl Report {
     fn check(&mut self, what: &str, ok: bool, detail: impl std::fmt::Display) {
         let t = self.started.elapsed().as_secs_f64();
-        println!("{} [{t:5.1}s] {what}: {detail}", if ok { "ok  " } else { "FAIL" });
+        println!(
+            "{} [{t:5.1}s] {what}: {detail}",
+            if ok { "ok  " } else { "FAIL" }
+        );
         if !ok {
             self.failed.push(format!("{what}: {detail}"));
         }
