@@ -13,13 +13,13 @@
 #   versions.txt         kit, OS, Python, torch, CUDA, NCCL, driver
 #   summary.txt          every step: ran / SKIPPED (why) / FAILED (why)
 # Without a GPU the same steps run on CPU; summary.txt says what was skipped.
-# Bounded: each job has a time limit (JOB_TIMEOUT_S, default 180 s); the whole
-# run stays under 8 minutes.
+# Bounded: each job has a time limit (JOB_TIMEOUT_S, default 150 s; at most
+# three jobs run), so the whole run stays under 8 minutes.
 set -u
 OUT=${1:?usage: capture.sh OUT_DIR}
 KIT=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 PYTHON=${PYTHON:-python3}
-JOB_TIMEOUT_S=${JOB_TIMEOUT_S:-180}
+JOB_TIMEOUT_S=${JOB_TIMEOUT_S:-150}
 RANKS=${RANKS:-4}
 STEPS=${STEPS:-120}
 TRACE_ITERATIONS=${TRACE_ITERATIONS:-3}
@@ -137,10 +137,14 @@ job() { # name nproc args...
     else
         failed "job $name" "exit $rc; see $name.log: $(grep -v '^\s*$' "$OUT/$name.log" | tail -1)"
     fi
+    return $rc
 }
 # A planted compute straggler: rank 1 of RANKS (4: the straggler analysis
 # needs 4 ranks by default), all on the one GPU.
-job gpukit-ddp "$RANKS" --steps "$STEPS" --slow-rank 1 --backend auto
+if ! job gpukit-ddp "$RANKS" --steps "$STEPS" --slow-rank 1 --backend auto && [ "$cuda" = 1 ]; then
+    # Trying NCCL on a shared device may have killed the job: once more on gloo.
+    job gpukit-ddp-gloo "$RANKS" --steps "$STEPS" --slow-rank 1 --backend gloo
+fi
 if [ "$cuda" = 1 ]; then
     job gpukit-nccl1 1 --steps "$STEPS" --backend nccl
 else

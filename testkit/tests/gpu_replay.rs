@@ -218,6 +218,11 @@ async fn check_capture(cap: &Capture, r: &mut Report) {
         let named = rows
             .iter()
             .any(|s| s["rank"] == slow && s["cause"] == "compute");
+        if cap.gpu {
+            // Reported, not required: whether the hardware showed anything.
+            let ev: Vec<&Value> = rows.iter().map(|s| &s["evidence"]).collect();
+            println!("info {job}: the straggler's GPU evidence: {ev:?}");
+        }
         r.check(
             &format!("{job}: slow rank {slow} named, cause compute"),
             named && rows.len() == 1,
