@@ -4,7 +4,7 @@ CARGO ?= cargo
 BIN := target/release
 DEMO_JOB ?= demo-$(shell date +%s)
 
-.PHONY: deps build demo up down status test lint fmt clean-state bench bench-sdk py chdb producers fuzz soak
+.PHONY: deps build demo up down status test lint fmt clean-state bench bench-sdk py chdb producers fuzz soak gpu-kit gpu-replay
 
 ## The Python environment of the rank SDK: a venv (RANKSCOPE_VENV, default .venv)
 ## with PyPI torch (CPU is enough), pytest, maturin and the `rankscope` package
@@ -136,3 +136,16 @@ fuzz:
 soak: deps build
 	$(CARGO) build --release --locked -p rankscope-bench --bin rankscope-soak
 	$(BIN)/rankscope-soak --out-dir bench
+
+## GPU capture kit (issue 33, README "GPU capture kit"): the release rankscope-agent and
+## rankscope (stripped), the abi3 wheel, the workload and capture.sh in target/gpu-kit/
+## and target/gpu-kit.tar.gz; fails over 64 MiB. On the GPU node: capture.sh OUT_DIR.
+gpu-kit: py
+	CARGO=$(CARGO) deploy/gpu-kit/build.sh target/gpu-kit $(VENV)
+
+## Replay a capture (DIR = capture.sh's OUT_DIR) through a real collector into a private
+## ClickHouse and print each check (testkit/tests/gpu_replay.rs; `make test` replays the
+## committed ones under testkit/fixtures/gpu-capture/).
+gpu-replay: deps
+	@test -n "$(DIR)" || { echo "usage: make gpu-replay DIR=<capture.sh output folder>" >&2; exit 2; }
+	RANKSCOPE_GPU_CAPTURE=$(abspath $(DIR)) $(CARGO) test --locked -p rankscope-testkit --test gpu_replay -- --nocapture

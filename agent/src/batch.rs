@@ -129,6 +129,8 @@ pub(crate) struct Batcher {
     flush_at_step_end: bool,
     steps: steps::NodeSteps,
     last_step_cut: Option<Instant>,
+    /// Where node steps are published for the local trace trigger.
+    progress: Option<Arc<crate::kineto::local::Progress>>,
 }
 
 impl Batcher {
@@ -157,7 +159,17 @@ impl Batcher {
             flush_at_step_end: false,
             steps: steps::NodeSteps::default(),
             last_step_cut: None,
+            progress: None,
         }
+    }
+
+    /// Publishes each job's completed node step to `progress`.
+    pub(crate) fn with_progress(
+        mut self,
+        progress: Option<Arc<crate::kineto::local::Progress>>,
+    ) -> Self {
+        self.progress = progress;
+        self
     }
 
     /// Cuts the batch once every live rank stream ended a step.
@@ -248,6 +260,11 @@ impl Batcher {
             }
             self.builder.close(&stream);
             step_done |= live && self.steps.close(job, stream.id);
+        }
+        if let (true, Some(p)) = (step_done, &self.progress) {
+            if let Some(step) = self.steps.complete(job) {
+                p.set(job, step);
+            }
         }
         while !events.is_empty() {
             let room = self.max_events.saturating_sub(self.builder.units()).max(1);

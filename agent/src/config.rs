@@ -155,6 +155,16 @@ pub struct Config {
     pub trace_dir_max_bytes: u64,
     /// A trace request is offered to polling processes this long, in ms.
     pub trace_request_ttl_ms: u64,
+    /// Dump sink (see `dump`): instead of sending batches to the collector,
+    /// write each one to this directory as a file in the spool's format; the
+    /// write is the acknowledgement. For air-gapped nodes and the GPU kit;
+    /// `rankscope-agent replay DIR` sends such a directory to a collector
+    /// later. Empty (default): send to `collector_url`. Excludes `spool_dir`.
+    pub dump_dir: String,
+    /// Local trace trigger: when > 0, every job whose libkineto processes
+    /// poll this agent is traced for this many iterations once, without a
+    /// request from the collector (see `kineto::local`). 0 (default): off.
+    pub trace_on_start_iterations: u64,
 }
 
 impl Default for Config {
@@ -202,6 +212,8 @@ impl Default for Config {
             spool_max_bytes: 1024 * 1024 * 1024,
             spool_fsync: false,
             trace_request_ttl_ms: 600_000,
+            dump_dir: String::new(),
+            trace_on_start_iterations: 0,
         }
     }
 }
@@ -323,6 +335,14 @@ impl Config {
                     problem: "must be 0 (disabled) or >= 100",
                 });
             }
+        }
+        if !self.dump_dir.is_empty() && !self.spool_dir.is_empty() {
+            return Err(ConfigError::Invalid {
+                field: "dump_dir",
+                value: self.dump_dir.clone(),
+                problem:
+                    "cannot be used with spool_dir (the dump already keeps every batch on disk)",
+            });
         }
         self.listen_socket_addr()?;
         self.backoff()?;

@@ -31,6 +31,7 @@
 //! or 0) is ignored. When the name is taken (another daemon), the agent logs
 //! it once and runs without the endpoint.
 
+pub mod local;
 pub mod registry;
 pub mod wire;
 

@@ -41,6 +41,7 @@ mod batch;
 mod channel;
 pub mod config;
 mod control;
+pub mod dump;
 pub mod http;
 mod ingest;
 pub mod kineto;
@@ -81,6 +82,8 @@ pub enum AgentError {
     MetricsAddr { addr: String, error: String },
     #[error("cannot use spool_dir {dir:?}: {error}")]
     Spool { dir: String, error: String },
+    #[error("cannot use dump_dir {dir:?}: {error}")]
+    Dump { dir: String, error: String },
 }
 
 /// What happened to the data at shutdown.
@@ -173,6 +176,16 @@ pub async fn start(config: Config) -> Result<AgentHandle, AgentError> {
         })?;
         (Some(Arc::new(s)), left)
     };
+    let dump = if config.dump_dir.is_empty() {
+        None
+    } else {
+        Some(dump::open(&config.dump_dir).map_err(|e| AgentError::Dump {
+            dir: config.dump_dir.clone(),
+            error: e.to_string(),
+        })?)
+    };
+    let progress = (config.trace_on_start_iterations > 0)
+        .then(|| Arc::new(kineto::local::Progress::default()));
     let (chunk_tx, chunk_rx) = mpsc::unbounded_channel();
     let (backlog_tx, backlog_rx) = mpsc::channel(config.backlog_max_batches);
     let budget = batch::Budget::new(config.backlog_max_bytes);
@@ -198,6 +211,7 @@ pub async fn start(config: Config) -> Result<AgentHandle, AgentError> {
     )
     .with_tls_probe(channel::tls_paths(&config).map(|_| config.clone()))
     .with_spool(spool.clone(), agent_session)
+    .with_dump(dump.clone(), agent_session)
     .with_token(&config.collector_token)
     .map_err(|_| config::ConfigError::Invalid {
         field: "collector_token",
@@ -215,7 +229,8 @@ pub async fn start(config: Config) -> Result<AgentHandle, AgentError> {
         budget.clone(),
     )
     .with_spool(spool.clone())
-    .with_step_end_flush(config.flush_at_step_end);
+    .with_step_end_flush(config.flush_at_step_end)
+    .with_progress(progress.clone());
     let (sample_tx, sample_rx) = mpsc::channel(sample::QUEUE_SETS);
     let batcher = tokio::spawn(batcher.run(chunk_rx, sample_rx, backlog_tx, flush_rx));
 
@@ -281,7 +296,23 @@ pub async fn start(config: Config) -> Result<AgentHandle, AgentError> {
         backoff: config.backoff().map_err(config::ConfigError::from)?,
         rng: SmallRng::seed_from_u64(rng.random()),
     };
-    let control = tokio::spawn(control.run(stop_rx.clone()));
+    // With a dump there is no collector: no control stream (its trace
+    // imports need the collector's step numbers; captured trace files stay
+    // in trace_dir), only the local trigger when configured.
+    let control = if dump.is_none() {
+        tokio::spawn(control.run(stop_rx.clone()))
+    } else {
+        drop(control);
+        tokio::spawn(async {})
+    };
+    if let Some(progress) = progress {
+        tokio::spawn(kineto::local::trace_on_start(
+            Arc::clone(&kineto),
+            progress,
+            config.trace_on_start_iterations,
+            stop_rx.clone(),
+        ));
+    }
     if let Some(s) = &spool {
         let resend = spool::Resend {
             client: control_resend_client,
@@ -343,6 +374,7 @@ pub async fn start(config: Config) -> Result<AgentHandle, AgentError> {
         metrics = ?metrics_addr,
         unix = ?unix_path,
         collector = %config.collector_url,
+        dump_dir = %config.dump_dir,
         agent_id = %config.agent_id,
         agent_session,
         "agent started"

@@ -1,7 +1,8 @@
 //! `rankscope-agent` binary: parses the configuration (defaults < file <
 //! flags, flags also read `RANKSCOPE_AGENT_*` variables), starts the agent
 //! and shuts it down gracefully on SIGINT / SIGTERM. `--check` prints what
-//! this node can sample (NVML, GPUs, host metrics) and exits.
+//! this node can sample (NVML, GPUs, host metrics) and exits. `replay DIR`
+//! sends a `--dump-dir` folder to the collector and exits.
 
 use std::path::PathBuf;
 
@@ -50,6 +51,15 @@ struct Cli {
         env = "RANKSCOPE_NVML_LIBRARY"
     )]
     nvml_library: Option<String>,
+    /// Write every batch into this folder instead of sending it to the
+    /// collector (the write is the acknowledgement); `replay DIR` sends it
+    /// to a collector later.
+    #[arg(long, value_name = "DIR", env = "RANKSCOPE_AGENT_DUMP_DIR")]
+    dump_dir: Option<String>,
+    /// Trace every job that appears on this node once, for ITERATIONS
+    /// iterations, through the Kineto daemon endpoint (no collector needed).
+    #[arg(long, value_name = "ITERATIONS")]
+    trace_on_start: Option<u64>,
     /// Print what this node can sample (NVML and why not, GPUs, GPM, host
     /// metrics) and exit.
     #[arg(long)]
@@ -62,6 +72,12 @@ struct Cli {
 enum Command {
     /// Print the default configuration as TOML.
     GenConfig,
+    /// Send the batches of a dump_dir (or spool_dir) to the collector of
+    /// the configuration, oldest first, and exit.
+    Replay {
+        /// The dump folder.
+        dir: PathBuf,
+    },
 }
 
 impl Cli {
@@ -99,6 +115,12 @@ impl Cli {
         }
         if let Some(v) = &self.nvml_library {
             config.nvml_library_path.clone_from(v);
+        }
+        if let Some(v) = &self.dump_dir {
+            config.dump_dir.clone_from(v);
+        }
+        if let Some(v) = self.trace_on_start {
+            config.trace_on_start_iterations = v;
         }
         config.validate()?;
         Ok(config)
@@ -138,6 +160,20 @@ async fn run(cli: Cli, config: Config) -> anyhow::Result<()> {
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(level)),
         )
         .init();
+    if let Some(Command::Replay { dir }) = &cli.command {
+        let r = rankscope_agent::dump::replay(&config, dir)
+            .await
+            .with_context(|| format!("replaying {}", dir.display()))?;
+        println!(
+            "replayed {} batches ({} bytes, {} already stored) from {} to {}",
+            r.batches,
+            r.bytes,
+            r.duplicates,
+            dir.display(),
+            config.collector_url
+        );
+        return Ok(());
+    }
     if cli.check {
         print!("{}", rankscope_agent::sample::check::check(&config));
         match rankscope_agent::probe_tls(&config).await {

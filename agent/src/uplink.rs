@@ -101,6 +101,9 @@ pub(crate) struct Uplink {
     spool: Option<Arc<crate::spool::Spool>>,
     /// This run's `agent_session` (names the spool files).
     session: u64,
+    /// The dump sink (`dump_dir`): each call writes the batch there instead
+    /// of sending it; the write is the acknowledgement (see `crate::dump`).
+    dump: Option<Arc<crate::spool::Spool>>,
 }
 
 impl Uplink {
@@ -126,7 +129,20 @@ impl Uplink {
             tls_probe: None,
             spool: None,
             session: 0,
+            dump: None,
         }
+    }
+
+    /// Writes every batch to `dump` (named with `session`) instead of
+    /// calling the collector.
+    pub(crate) fn with_dump(
+        mut self,
+        dump: Option<Arc<crate::spool::Spool>>,
+        session: u64,
+    ) -> Self {
+        self.dump = dump;
+        self.session = session;
+        self
     }
 
     /// Diagnoses each outage's first failure with a TLS probe (`None`: no TLS).
@@ -247,14 +263,20 @@ impl Uplink {
             body: slot.pending.body.clone(),
             sent_at_ns: now_ns(),
         };
-        let channel = self.client.borrow().clone();
-        let mut request = tonic::Request::new(body);
-        if let Some(auth) = &self.auth {
-            request.metadata_mut().insert("authorization", auth.clone());
-        }
-        let handle = self
-            .calls
-            .spawn(async move { (seq, ingest(channel, request).await) });
+        let handle = if let Some(dump) = &self.dump {
+            let (dump, session) = (Arc::clone(dump), self.session);
+            self.calls.spawn(async move {
+                (seq, crate::dump::write(dump, session, seq, body.body).await)
+            })
+        } else {
+            let channel = self.client.borrow().clone();
+            let mut request = tonic::Request::new(body);
+            if let Some(auth) = &self.auth {
+                request.metadata_mut().insert("authorization", auth.clone());
+            }
+            self.calls
+                .spawn(async move { (seq, ingest(channel, request).await) })
+        };
         self.call_seq.insert(handle.id(), seq);
     }
 

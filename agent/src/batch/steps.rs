@@ -56,6 +56,11 @@ impl NodeSteps {
         }
     }
 
+    /// The highest step every live stream of `job` on this node has ended.
+    pub(crate) fn complete(&self, job: &str) -> Option<u64> {
+        self.jobs.get(job).and_then(|s| s.complete)
+    }
+
     /// Forgets a closed stream of `job`; true when the job's streams left
     /// complete a step. A job without streams is forgotten.
     pub(crate) fn close(&mut self, job: &str, stream: u64) -> bool {
