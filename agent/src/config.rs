@@ -155,6 +155,9 @@ pub struct Config {
     pub trace_dir_max_bytes: u64,
     /// A trace request is offered to polling processes this long, in ms.
     pub trace_request_ttl_ms: u64,
+    /// `[traces]`: what becomes of the traces this agent captures (the
+    /// archive; see `archive`).
+    pub traces: crate::archive::TracesConfig,
 }
 
 impl Default for Config {
@@ -202,6 +205,7 @@ impl Default for Config {
             spool_max_bytes: 1024 * 1024 * 1024,
             spool_fsync: false,
             trace_request_ttl_ms: 600_000,
+            traces: crate::archive::TracesConfig::default(),
         }
     }
 }
@@ -326,6 +330,7 @@ impl Config {
         }
         self.listen_socket_addr()?;
         self.backoff()?;
+        self.traces.validate()?;
         Ok(())
     }
 }

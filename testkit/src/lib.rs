@@ -19,6 +19,7 @@
 mod clickhouse;
 mod cluster;
 mod http;
+pub mod objstore;
 
 use std::fmt;
 use std::net::TcpListener;

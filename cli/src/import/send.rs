@@ -1,6 +1,6 @@
 //! Sending imported traces to the collector: the `rankscope import` command.
 //!
-//! In: trace files, [`ImportOptions`] and the collector's gRPC ingest URL.
+//! In: trace files (local, or remote: [`TraceInput`]), [`ImportOptions`] and the collector's gRPC ingest URL.
 //! Out: per file a [`FileReport`]; the events are stored through the same
 //! `CollectorIngest` service (validation, duplicate detection, live step
 //! assembly and straggler analytics) as live data.
@@ -34,8 +34,10 @@ use futures_util::stream::{FuturesOrdered, StreamExt};
 use rankscope_proto::v1 as proto;
 use tokio::sync::{mpsc, Semaphore};
 
+use super::remote::{Source, TraceInput};
 use super::{
-    import_file_with_progress, Chunk, ImportError, ImportOptions, ImportSummary, Progress,
+    import_file_with_progress, import_source_with_progress, Chunk, ImportError, ImportOptions,
+    ImportSummary, Progress,
 };
 
 /// Chunks of one file sent at the same time.
@@ -99,12 +101,29 @@ pub enum SendError {
     Task { path: PathBuf, reason: String },
 }
 
-/// Imports every file and sends it to the collector.
+/// Imports every file and sends it to the collector; the first file that
+/// fails fails the import.
 pub async fn import_and_send(
     files: Vec<PathBuf>,
     opts: &ImportOptions,
     send: &SendOptions,
 ) -> Result<Vec<FileReport>, SendError> {
+    let inputs = files.into_iter().map(TraceInput::Local).collect();
+    import_and_send_each(inputs, opts, send)
+        .await?
+        .into_iter()
+        .collect()
+}
+
+/// Imports every file and sends it to the collector; a file that fails
+/// (unreadable, a store that went away, refused by the collector) does not
+/// stop the others: each file's result, in input order. The outer error is
+/// for what stops every file (a bad ingest URL or TLS setup).
+pub async fn import_and_send_each(
+    files: Vec<TraceInput>,
+    opts: &ImportOptions,
+    send: &SendOptions,
+) -> Result<Vec<Result<FileReport, SendError>>, SendError> {
     let channel = tonic::transport::Endpoint::from_shared(send.ingest_url.clone())
         .map_err(|e| SendError::Url {
             url: send.ingest_url.clone(),
@@ -136,10 +155,10 @@ pub async fn import_and_send(
     // A sliding window of files: the next one starts as soon as one is done.
     let mut pending = files.into_iter().enumerate();
     let mut tasks = tokio::task::JoinSet::new();
-    let mut done: Vec<(usize, FileReport)> = Vec::new();
+    let mut done: Vec<(usize, Result<FileReport, SendError>)> = Vec::new();
     loop {
         while tasks.len() < send.parallel_files.max(1) {
-            let Some((i, path)) = pending.next() else {
+            let Some((i, input)) = pending.next() else {
                 break;
             };
             let (opts, send, client, bars, parsers) = (
@@ -150,7 +169,7 @@ pub async fn import_and_send(
                 parsers.clone(),
             );
             tasks.spawn(
-                async move { (i, import_one(path, opts, send, client, bars, parsers).await) },
+                async move { (i, import_one(input, opts, send, client, bars, parsers).await) },
             );
         }
         let Some(joined) = tasks.join_next().await else {
@@ -160,7 +179,7 @@ pub async fn import_and_send(
             path: PathBuf::from("?"),
             reason: e.to_string(),
         })?;
-        done.push((i, result?));
+        done.push((i, result));
     }
     done.sort_by_key(|(i, _)| *i);
     Ok(done.into_iter().map(|(_, r)| r).collect())
@@ -169,13 +188,14 @@ pub async fn import_and_send(
 type Client = proto::collector_ingest_client::CollectorIngestClient<tonic::transport::Channel>;
 
 async fn import_one(
-    path: PathBuf,
+    input: TraceInput,
     opts: ImportOptions,
     send: SendOptions,
     client: Client,
     bars: Option<indicatif::MultiProgress>,
     parsers: Arc<Semaphore>,
 ) -> Result<FileReport, SendError> {
+    let path = input.name();
     let task_error = |e: &dyn std::fmt::Display| SendError::Task {
         path: path.clone(),
         reason: e.to_string(),
@@ -188,6 +208,7 @@ async fn import_one(
     let mut session = None;
     let parse = {
         let (path, opts) = (path.clone(), opts.clone());
+        let handle = tokio::runtime::Handle::current();
         tokio::task::spawn_blocking(move || {
             let _slot = slot;
             let name = path.display().to_string();
@@ -210,9 +231,14 @@ async fn import_one(
                 pb.set_message(format!("{name} (pass {})", p.pass));
                 pb.set_position(p.file_bytes_read);
             };
-            let result = import_file_with_progress(&path, &opts, progress, |chunk| {
-                tx.blocking_send(chunk).map_err(|_| "the sender stopped")
-            });
+            let sink = |chunk| tx.blocking_send(chunk).map_err(|_| "the sender stopped");
+            let result = match &input {
+                TraceInput::Local(file) => import_file_with_progress(file, &opts, progress, sink),
+                TraceInput::Remote(file) => {
+                    let source = Source { file, handle };
+                    import_source_with_progress(&path, &source, &opts, progress, sink)
+                }
+            };
             if let Some(pb) = bar {
                 pb.finish_and_clear();
             }
