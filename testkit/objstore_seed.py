@@ -6,10 +6,10 @@ through each provider's own client, independent of rankscope's code:
       requests are unauthenticated; prints {"key": ..., "secret": ...}
   objstore_seed.py s3 ENDPOINT KEY SECRET BUCKET PREFIX FILE...
       creates BUCKET (boto3) and uploads each FILE as PREFIX + its name
+  objstore_seed.py s3-public ENDPOINT KEY SECRET BUCKET OBJECT
+      makes one object public-read (for plain https:// GETs)
   objstore_seed.py azure BLOB_ENDPOINT CONTAINER PREFIX FILE...
       the same on azurite (azure-storage-blob, the development account)
-  objstore_seed.py gcs ENDPOINT BUCKET PREFIX FILE...
-      the same on a GCS emulator (its JSON API, plain HTTP)
 
 Runs in the venv of `make objstore-servers`.
 """
@@ -17,8 +17,6 @@ Runs in the venv of `make objstore-servers`.
 import json
 import os
 import sys
-import urllib.parse
-import urllib.request
 
 AZURITE_KEY = (
     "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="
@@ -69,6 +67,10 @@ def s3(endpoint, key, secret, bucket, prefix, files):
         c.upload_file(f, bucket, prefix + os.path.basename(f))
 
 
+def s3_public(endpoint, key, secret, bucket, obj):
+    s3_client(endpoint, key, secret).put_object_acl(Bucket=bucket, Key=obj, ACL="public-read")
+
+
 def azure(blob_endpoint, container, prefix, files):
     from azure.storage.blob import BlobServiceClient
 
@@ -82,37 +84,16 @@ def azure(blob_endpoint, container, prefix, files):
             c.upload_blob(prefix + os.path.basename(f), data)
 
 
-def gcs(endpoint, bucket, prefix, files):
-    req = urllib.request.Request(
-        endpoint + "/storage/v1/b?project=test",
-        data=json.dumps({"name": bucket}).encode(),
-        headers={"Content-Type": "application/json"},
-        method="POST",
-    )
-    urllib.request.urlopen(req).read()
-    for f in files:
-        name = urllib.parse.quote(prefix + os.path.basename(f), safe="")
-        with open(f, "rb") as data:
-            body = data.read()
-        req = urllib.request.Request(
-            f"{endpoint}/upload/storage/v1/b/{bucket}/o?uploadType=media&name={name}",
-            data=body,
-            headers={"Content-Type": "application/octet-stream"},
-            method="POST",
-        )
-        urllib.request.urlopen(req).read()
-
-
 def main(argv):
     cmd, args = argv[1], argv[2:]
     if cmd == "s3-user":
         s3_user(*args)
     elif cmd == "s3":
         s3(*args[:5], args[5:])
+    elif cmd == "s3-public":
+        s3_public(*args)
     elif cmd == "azure":
         azure(*args[:3], args[3:])
-    elif cmd == "gcs":
-        gcs(*args[:3], args[3:])
     else:
         sys.exit(f"unknown command {cmd!r}")
 

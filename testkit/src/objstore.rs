@@ -1,6 +1,5 @@
-//! Object storage servers for tests: a moto S3 server (PyPI `moto[server]`),
-//! azurite's Blob service (npm `azurite`) and a GCS emulator (PyPI
-//! `gcp-storage-emulator`), each on a free port of 127.0.0.1, in its own temp
+//! Object storage servers for tests: a moto S3 server (PyPI `moto[server]`)
+//! and azurite's Blob service (npm `azurite`), each on a free port of 127.0.0.1, in its own temp
 //! dir, killed with its handle (and, through `PR_SET_PDEATHSIG`, with the
 //! test process).
 //!
@@ -19,12 +18,12 @@ use std::time::{Duration, Instant};
 
 use crate::TestkitError;
 
-/// Environment variable naming the venv with moto and the GCS emulator.
+/// Environment variable naming the venv with moto (and the seeding clients).
 pub const VENV_ENV: &str = "RANKSCOPE_OBJSTORE_VENV";
 /// Environment variable naming the npm folder holding azurite.
 pub const AZURITE_ENV: &str = "RANKSCOPE_AZURITE";
 const INSTALL_HINT: &str = "run `make objstore-servers` (make test does) to install moto, \
-     gcp-storage-emulator and azurite, or point RANKSCOPE_OBJSTORE_VENV / RANKSCOPE_AZURITE \
+     azure-storage-blob and azurite, or point RANKSCOPE_OBJSTORE_VENV / RANKSCOPE_AZURITE \
      at them";
 const START_TIMEOUT: Duration = Duration::from_secs(60);
 
@@ -94,23 +93,10 @@ impl ObjstoreServer {
     /// `devstoreaccount1`), in memory.
     pub fn azurite() -> Result<Self, TestkitError> {
         let bin = azurite_blob()?;
-        Self::spawn("azurite", |port, dir| {
+        Self::spawn("azurite", |port, _dir| {
             let mut c = Command::new(&bin);
             c.args(["--blobHost", "127.0.0.1", "--blobPort", &port.to_string()])
-                .args(["--inMemoryPersistence", "--skipApiVersionCheck", "--loose"])
-                .arg("--location")
-                .arg(dir);
-            c
-        })
-    }
-
-    /// `gcp-storage-emulator` (GCS JSON and upload APIs), in memory.
-    pub fn gcs() -> Result<Self, TestkitError> {
-        let bin = objstore_venv_bin("gcp-storage-emulator")?;
-        Self::spawn("gcp-storage-emulator", |port, _dir| {
-            let mut c = Command::new(&bin);
-            c.args(["start", "--host", "127.0.0.1", "--port", &port.to_string()])
-                .arg("--in-memory");
+                .args(["--inMemoryPersistence", "--skipApiVersionCheck", "--loose"]);
             c
         })
     }

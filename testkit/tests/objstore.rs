@@ -1,13 +1,18 @@
 //! Traces in object storage, end to end against real servers the tests
 //! start (testkit's `objstore` module; `make objstore-servers` installs
-//! them): `rankscope import` of the DLRM set from a moto S3 server, azurite
-//! and a GCS emulator gives the same `ranks` answers as the local import;
+//! them): `rankscope import` of the DLRM set from a moto S3 server and
+//! azurite gives the same `ranks` answers as the local import;
 //! wrong credentials, a missing bucket, an empty prefix and a store that is
 //! down give clear errors (and the rest of a multi-path import goes on);
 //! the agent archives a daemon trace to S3 (`[traces] archive_url`), the
 //! listing shows the URL, and importing that URL gives the same per-rank
 //! breakdown. Files are seeded with each provider's own client
 //! (`testkit/objstore_seed.py`), not with rankscope's code.
+//!
+//! Not tested: GCS. PyPI's `gcp-storage-emulator` serves only GCS's JSON
+//! API; `object_store` lists and heads objects through GCS's XML API
+//! (`GET /bucket?list-type=2`, `HEAD /bucket/object`), which the emulator
+//! answers with 501 Not Implemented or a bucket list.
 
 mod common;
 
@@ -135,7 +140,7 @@ fn moto_with_dlrm() -> (ObjstoreServer, String, String) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn dlrm_from_s3_azure_and_gcs_answers_like_the_local_import() {
+async fn dlrm_from_s3_and_azure_answers_like_the_local_import() {
     let (moto, key, secret) = moto_with_dlrm();
     let azurite = ObjstoreServer::azurite().unwrap_or_else(|e| panic!("{e}"));
     let blob = format!("{}/devstoreaccount1", azurite.endpoint);
@@ -143,31 +148,12 @@ async fn dlrm_from_s3_azure_and_gcs_answers_like_the_local_import() {
     let mut args = vec!["azure", blob.as_str(), "traces", "dlrm/"];
     args.extend(files.iter().map(String::as_str));
     seed(&args);
-    let gcs = ObjstoreServer::gcs().unwrap_or_else(|e| panic!("{e}"));
-    let mut args = vec!["gcs", gcs.endpoint.as_str(), "traces", "dlrm/"];
-    args.extend(files.iter().map(String::as_str));
-    seed(&args);
-    let gcs_creds = tempfile::NamedTempFile::new().expect("temp file");
-    std::fs::write(
-        gcs_creds.path(),
-        serde_json::json!({
-            "gcs_base_url": gcs.endpoint,
-            "disable_oauth": true,
-            "client_email": "",
-            "private_key": "",
-            "private_key_id": ""
-        })
-        .to_string(),
-    )
-    .expect("write credentials");
-
     let stack = Stack::start_without_agent().await;
     let local = import(&stack, &[], "local", &[dlrm_dir().to_str().unwrap()]);
     assert!(local.status.success(), "{}", text(&local));
     let want = ranks(&stack, "local").await;
     assert_eq!(want.len(), 8);
 
-    let creds = gcs_creds.path().to_string_lossy().into_owned();
     let azurite_url = azurite.endpoint.clone();
     let providers: Vec<(&str, &str, Vec<(&str, &str)>)> = vec![
         ("s3", "s3://traces/dlrm/", s3_env(&moto.endpoint, &key, &secret)),
@@ -178,11 +164,6 @@ async fn dlrm_from_s3_azure_and_gcs_answers_like_the_local_import() {
                 ("AZURE_STORAGE_USE_EMULATOR", "true"),
                 ("AZURITE_BLOB_STORAGE_URL", &azurite_url),
             ],
-        ),
-        (
-            "gcs",
-            "gs://traces/dlrm/",
-            vec![("GOOGLE_APPLICATION_CREDENTIALS", &creds)],
         ),
     ];
     let mut failures = Vec::new();
@@ -200,6 +181,37 @@ async fn dlrm_from_s3_azure_and_gcs_answers_like_the_local_import() {
         }
     }
     assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+    // Azure's errors name the URL and what the service said.
+    let emulator = [
+        ("AZURE_STORAGE_USE_EMULATOR", "true"),
+        ("AZURITE_BLOB_STORAGE_URL", azurite_url.as_str()),
+    ];
+    let cases: [(&[(&str, &str)], &str, &[&str]); 3] = [
+        (
+            &[("AZURE_STORAGE_ACCOUNT_KEY", "d3Jvbmc=")],
+            "az://traces/dlrm/",
+            &["az://traces/dlrm/: listing failed", "403"],
+        ),
+        (
+            &[],
+            "az://no-such-container/dlrm/",
+            &["az://no-such-container/dlrm/: listing failed", "ContainerNotFound"],
+        ),
+        (
+            &[],
+            "az://traces/nothing-here/",
+            &["az://traces/nothing-here/: no .json or .json.gz trace files"],
+        ),
+    ];
+    for (extra, url, want) in cases {
+        let env: Vec<(&str, &str)> = emulator.iter().chain(extra).copied().collect();
+        let out = import(&stack, &env, "azure-bad", &[url]);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{}", text(&out));
+        for w in want {
+            assert!(err.contains(w), "no {w:?} in {}", text(&out));
+        }
+    }
     stack.stop().await;
 }
 

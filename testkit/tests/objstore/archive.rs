@@ -144,7 +144,14 @@ async fn a_captured_daemon_trace_is_archived_listed_and_imported_back() {
     };
     let fixture = rankscope_testkit::workspace_root()
         .join("kineto/tests/fixtures/daemon_cpu_2rank/rank0.json.gz");
-    std::fs::copy(&fixture, &file).expect("write the trace");
+    // libkineto writes plain JSON where the agent told it to.
+    let mut json = Vec::new();
+    std::io::Read::read_to_end(
+        &mut flate2::read::MultiGzDecoder::new(std::fs::File::open(fixture).expect("fixture")),
+        &mut json,
+    )
+    .expect("gunzip the fixture");
+    std::fs::write(&file, &json).expect("write the trace");
     let deadline = Instant::now() + Duration::from_secs(60);
     let row = loop {
         let v = stack
@@ -186,7 +193,15 @@ async fn a_captured_daemon_trace_is_archived_listed_and_imported_back() {
         &stack,
         &env,
         &again,
-        &["--rank", "0", "--world-size", "1", &want_url],
+        &[
+            "--rank",
+            "0",
+            "--world-size",
+            "1",
+            "--node",
+            "e2e-node",
+            &want_url,
+        ],
     );
     assert!(out.status.success(), "{}", text(&out));
     let (want, got) = (
@@ -195,5 +210,19 @@ async fn a_captured_daemon_trace_is_archived_listed_and_imported_back() {
     );
     assert!(!want.is_empty());
     assert_eq!(got, want, "archived and re-imported breakdowns differ");
+    // The same object as a plain http(s) URL of one file (moto serves
+    // path-style GETs; the object made public-read, no credentials).
+    let object = want_url.trim_start_matches("s3://archive/");
+    seed(&["s3-public", &moto.endpoint, "k", "s", "archive", object]);
+    let plain = want_url.replacen("s3://", &format!("{}/", moto.endpoint), 1);
+    let by_url = format!("{job}-url");
+    let out = import(
+        &stack,
+        &[],
+        &by_url,
+        &["--rank", "0", "--world-size", "1", "--node", "e2e-node", &plain],
+    );
+    assert!(out.status.success(), "{}", text(&out));
+    assert_eq!(breakdown(&stack, &by_url).await, want);
     stack.stop().await;
 }
