@@ -747,7 +747,10 @@ async fn import_cmd(
         eprintln!("error: {e}");
     }
     if files.is_empty() {
-        bail!("nothing to import ({} path(s) failed, see above)", failed.len());
+        bail!(
+            "nothing to import ({} path(s) failed, see above)",
+            failed.len()
+        );
     }
     for f in &files {
         if let remote::TraceInput::Remote(r) = f {

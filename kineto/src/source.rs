@@ -212,14 +212,7 @@ pub(crate) fn looks_like_trace(path: &Path) -> bool {
 /// [`looks_like_trace`] for any [`Input`].
 pub(crate) fn looks_like_trace_input(input: Input<'_>) -> bool {
     const SNIFF_BYTES: u64 = 64 << 10;
-    let (reader, _) = match open(
-        input,
-        u64::MAX,
-        Rc::default(),
-        Rc::default(),
-        None,
-        None,
-    ) {
+    let (reader, _) = match open(input, u64::MAX, Rc::default(), Rc::default(), None, None) {
         Ok(r) => r,
         Err(_) => return true,
     };

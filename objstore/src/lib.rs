@@ -137,11 +137,7 @@ pub async fn list(url: &str) -> Result<Vec<RemoteFile>, Error> {
     let mut out: Vec<RemoteFile> = listing
         .objects
         .into_iter()
-        .filter(|m| {
-            m.location
-                .filename()
-                .is_some_and(is_trace_file_name)
-        })
+        .filter(|m| m.location.filename().is_some_and(is_trace_file_name))
         .map(|m| RemoteFile {
             url: loc.url_of(&m.location),
             size: m.size,

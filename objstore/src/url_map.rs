@@ -22,9 +22,9 @@ const SCHEMES: [&str; 9] = [
 
 /// Whether `s` is an object storage or http(s) URL rather than a local path.
 pub fn is_remote(s: &str) -> bool {
-    SCHEMES.iter().any(|p| {
-        s.len() > p.len() && s.get(..p.len()).is_some_and(|h| h.eq_ignore_ascii_case(p))
-    })
+    SCHEMES
+        .iter()
+        .any(|p| s.len() > p.len() && s.get(..p.len()).is_some_and(|h| h.eq_ignore_ascii_case(p)))
 }
 
 fn retry() -> RetryConfig {
@@ -112,7 +112,10 @@ pub(crate) fn locate(url: &str) -> Result<Located, Error> {
                 .with_container_name(container)
                 .with_retry(retry());
             store = Arc::new(b.build().map_err(config)?);
-            (format!("{scheme}://{host}/{container}/"), object_path(path)?)
+            (
+                format!("{scheme}://{host}/{container}/"),
+                object_path(path)?,
+            )
         }
         "https" | "http" => {
             let b = HttpBuilder::new()
@@ -164,6 +167,9 @@ mod tests {
         assert_eq!(loc.base, "https://acct.blob.core.windows.net/traces/");
         assert_eq!(loc.path.as_ref(), "job/1");
         let loc = locate("s3://bucket/a/b.json").expect("s3");
-        assert_eq!((loc.base.as_str(), loc.path.as_ref()), ("s3://bucket/", "a/b.json"));
+        assert_eq!(
+            (loc.base.as_str(), loc.path.as_ref()),
+            ("s3://bucket/", "a/b.json")
+        );
     }
 }

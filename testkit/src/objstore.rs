@@ -6,7 +6,7 @@
 //! In: the venv and the npm folder `make objstore-servers` fills
 //! (`RANKSCOPE_OBJSTORE_VENV`, default `.venv-objstore/`;
 //! `RANKSCOPE_AZURITE`, default `.tools/azurite/`). Out: an
-//! [`ObjstoreServer`] with its endpoint URL, or [`TestkitError::NotInstalled`]
+//! [`ObjstoreServer`] with its endpoint URL, or [`TestkitError::Objstore`]
 //! naming `make objstore-servers`. A server is ready when its port accepts
 //! connections (bounded wait; the child's exit or the deadline is an error
 //! with its log's tail).
@@ -41,7 +41,7 @@ pub fn objstore_venv_bin(name: &str) -> Result<PathBuf, TestkitError> {
     if bin.exists() {
         Ok(bin)
     } else {
-        Err(TestkitError::NotInstalled(format!(
+        Err(TestkitError::Objstore(format!(
             "{} is missing: {INSTALL_HINT}",
             bin.display()
         )))
@@ -57,7 +57,7 @@ fn azurite_blob() -> Result<PathBuf, TestkitError> {
     if bin.exists() {
         Ok(bin)
     } else {
-        Err(TestkitError::NotInstalled(format!(
+        Err(TestkitError::Objstore(format!(
             "{} is missing: {INSTALL_HINT}",
             bin.display()
         )))
@@ -101,10 +101,7 @@ impl ObjstoreServer {
         })
     }
 
-    fn spawn(
-        what: &str,
-        command: impl Fn(u16, &Path) -> Command,
-    ) -> Result<Self, TestkitError> {
+    fn spawn(what: &str, command: impl Fn(u16, &Path) -> Command) -> Result<Self, TestkitError> {
         let dir = tempfile::Builder::new()
             .prefix(&format!("rankscope-{what}-"))
             .tempdir()
@@ -139,10 +136,10 @@ impl ObjstoreServer {
             }
             let exited = server.child.try_wait().ok().flatten();
             if exited.is_some() || Instant::now() > deadline {
-                return Err(TestkitError::StartFailed {
-                    reason: format!("{what} did not listen on port {port} ({exited:?})"),
-                    log_tail: server.log_tail(),
-                });
+                return Err(TestkitError::Objstore(format!(
+                    "{what} did not listen on port {port} ({exited:?}); its output:\n{}",
+                    server.log_tail()
+                )));
             }
             std::thread::sleep(Duration::from_millis(50));
         }

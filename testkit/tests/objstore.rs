@@ -73,7 +73,10 @@ pub(crate) fn seed(args: &[&str]) -> String {
 pub(crate) fn import(stack: &Stack, env: &[(&str, &str)], job: &str, args: &[&str]) -> Output {
     let mut cmd = Command::new(rankscope_bin());
     for (k, _) in std::env::vars() {
-        if ["AWS_", "AZURE", "GOOGLE_"].iter().any(|p| k.starts_with(p)) {
+        if ["AWS_", "AZURE", "GOOGLE_"]
+            .iter()
+            .any(|p| k.starts_with(p))
+        {
             cmd.env_remove(k);
         }
     }
@@ -112,6 +115,9 @@ pub(crate) async fn ranks(stack: &Stack, job: &str) -> Vec<serde_json::Value> {
         })
         .collect()
 }
+
+/// Provider variables for one `rankscope import`.
+type Env<'a> = Vec<(&'a str, &'a str)>;
 
 fn s3_env<'a>(endpoint: &'a str, key: &'a str, secret: &'a str) -> Vec<(&'a str, &'a str)> {
     vec![
@@ -155,8 +161,12 @@ async fn dlrm_from_s3_and_azure_answers_like_the_local_import() {
     assert_eq!(want.len(), 8);
 
     let azurite_url = azurite.endpoint.clone();
-    let providers: Vec<(&str, &str, Vec<(&str, &str)>)> = vec![
-        ("s3", "s3://traces/dlrm/", s3_env(&moto.endpoint, &key, &secret)),
+    let providers: Vec<(&str, &str, Env)> = vec![
+        (
+            "s3",
+            "s3://traces/dlrm/",
+            s3_env(&moto.endpoint, &key, &secret),
+        ),
         (
             "azure",
             "az://traces/dlrm/",
@@ -174,7 +184,11 @@ async fn dlrm_from_s3_and_azure_answers_like_the_local_import() {
             continue;
         }
         let stdout = String::from_utf8_lossy(&out.stdout);
-        assert!(stdout.contains("imported 8 file(s)"), "{job}: {}", text(&out));
+        assert!(
+            stdout.contains("imported 8 file(s)"),
+            "{job}: {}",
+            text(&out)
+        );
         let got = ranks(&stack, job).await;
         if got != want {
             failures.push(format!("{job}: ranks differ:\n{got:#?}\nlocal:\n{want:#?}"));
@@ -186,7 +200,8 @@ async fn dlrm_from_s3_and_azure_answers_like_the_local_import() {
         ("AZURE_STORAGE_USE_EMULATOR", "true"),
         ("AZURITE_BLOB_STORAGE_URL", azurite_url.as_str()),
     ];
-    let cases: [(&[(&str, &str)], &str, &[&str]); 3] = [
+    type Case<'a> = (&'a [(&'a str, &'a str)], &'a str, &'a [&'a str]);
+    let cases: [Case; 3] = [
         (
             &[("AZURE_STORAGE_ACCOUNT_KEY", "d3Jvbmc=")],
             "az://traces/dlrm/",
@@ -195,7 +210,10 @@ async fn dlrm_from_s3_and_azure_answers_like_the_local_import() {
         (
             &[],
             "az://no-such-container/dlrm/",
-            &["az://no-such-container/dlrm/: listing failed", "ContainerNotFound"],
+            &[
+                "az://no-such-container/dlrm/: listing failed",
+                "ContainerNotFound",
+            ],
         ),
         (
             &[],

@@ -168,9 +168,12 @@ pub async fn import_and_send_each(
                 bars.clone(),
                 parsers.clone(),
             );
-            tasks.spawn(
-                async move { (i, import_one(input, opts, send, client, bars, parsers).await) },
-            );
+            tasks.spawn(async move {
+                (
+                    i,
+                    import_one(input, opts, send, client, bars, parsers).await,
+                )
+            });
         }
         let Some(joined) = tasks.join_next().await else {
             break;

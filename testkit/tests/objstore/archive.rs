@@ -60,7 +60,9 @@ async fn stack(archive_url: &str) -> Stack {
 /// order (the daemon import numbers steps from the job's next step, a file
 /// import from 0: the order is what is compared).
 async fn breakdown(stack: &Stack, job: &str) -> Vec<serde_json::Value> {
-    let v = stack.api_get(&format!("/api/v1/jobs/{job}/breakdown")).await;
+    let v = stack
+        .api_get(&format!("/api/v1/jobs/{job}/breakdown"))
+        .await;
     let mut rows = v["breakdown"]
         .as_array()
         .or_else(|| v["steps"].as_array())
@@ -131,7 +133,10 @@ async fn a_captured_daemon_trace_is_archived_listed_and_imported_back() {
                 Err(e) => assert!(e.to_string().contains("not found"), "{e}"),
             }
         }
-        assert!(Instant::now() < deadline, "the agent never attributed {job}");
+        assert!(
+            Instant::now() < deadline,
+            "the agent never attributed {job}"
+        );
         tokio::time::sleep(Duration::from_millis(50)).await;
     };
     let deadline = Instant::now() + Duration::from_secs(30);
@@ -167,7 +172,11 @@ async fn a_captured_daemon_trace_is_archived_listed_and_imported_back() {
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
     };
-    let name = file.file_name().expect("name").to_string_lossy().into_owned();
+    let name = file
+        .file_name()
+        .expect("name")
+        .to_string_lossy()
+        .into_owned();
     let want_url = format!("s3://archive/traces/{job}/{trace}/{name}");
     assert_eq!(row["archive_url"], want_url.as_str(), "{row}");
     // The CLI's listing shows it too.
@@ -220,7 +229,15 @@ async fn a_captured_daemon_trace_is_archived_listed_and_imported_back() {
         &stack,
         &[],
         &by_url,
-        &["--rank", "0", "--world-size", "1", "--node", "e2e-node", &plain],
+        &[
+            "--rank",
+            "0",
+            "--world-size",
+            "1",
+            "--node",
+            "e2e-node",
+            &plain,
+        ],
     );
     assert!(out.status.success(), "{}", text(&out));
     assert_eq!(breakdown(&stack, &by_url).await, want);
