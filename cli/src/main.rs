@@ -809,6 +809,14 @@ async fn import_cmd(
         a.job,
         bytes as f64 / 1e6
     );
+    if !failed.is_empty() {
+        // Without the failed ranks the job's steps may never finalize: no wait.
+        bail!(
+            "{} path(s) or file(s) not imported (the others were): {}",
+            failed.len(),
+            failed.join("; ")
+        );
+    }
     if a.wait_secs > 0 {
         let want: u64 = reports
             .iter()
@@ -827,13 +835,6 @@ async fn import_cmd(
         println!(
             "analytics final: {done} (step, rank) breakdowns, {:.2} s after the start",
             started.elapsed().as_secs_f64()
-        );
-    }
-    if !failed.is_empty() {
-        bail!(
-            "{} path(s) or file(s) not imported: {}",
-            failed.len(),
-            failed.join("; ")
         );
     }
     Ok(())

@@ -24,6 +24,18 @@ pub enum TraceInput {
     Remote(RemoteFile),
 }
 
+impl From<PathBuf> for TraceInput {
+    fn from(path: PathBuf) -> Self {
+        TraceInput::Local(path)
+    }
+}
+
+impl From<RemoteFile> for TraceInput {
+    fn from(file: RemoteFile) -> Self {
+        TraceInput::Remote(file)
+    }
+}
+
 impl TraceInput {
     /// The name reports and errors use (the path, or the object's URL).
     pub fn name(&self) -> PathBuf {

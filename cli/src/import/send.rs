@@ -108,8 +108,7 @@ pub async fn import_and_send(
     opts: &ImportOptions,
     send: &SendOptions,
 ) -> Result<Vec<FileReport>, SendError> {
-    let inputs = files.into_iter().map(TraceInput::Local).collect();
-    import_and_send_each(inputs, opts, send)
+    import_and_send_each(files, opts, send)
         .await?
         .into_iter()
         .collect()
@@ -119,8 +118,8 @@ pub async fn import_and_send(
 /// (unreadable, a store that went away, refused by the collector) does not
 /// stop the others: each file's result, in input order. The outer error is
 /// for what stops every file (a bad ingest URL or TLS setup).
-pub async fn import_and_send_each(
-    files: Vec<TraceInput>,
+pub async fn import_and_send_each<I: Into<TraceInput>>(
+    files: Vec<I>,
     opts: &ImportOptions,
     send: &SendOptions,
 ) -> Result<Vec<Result<FileReport, SendError>>, SendError> {
@@ -153,7 +152,7 @@ pub async fn import_and_send_each(
         (send.progress && std::io::stderr().is_terminal()).then(indicatif::MultiProgress::new);
     let parsers = Arc::new(Semaphore::new(send.parse_threads.max(1)));
     // A sliding window of files: the next one starts as soon as one is done.
-    let mut pending = files.into_iter().enumerate();
+    let mut pending = files.into_iter().map(Into::into).enumerate();
     let mut tasks = tokio::task::JoinSet::new();
     let mut done: Vec<(usize, Result<FileReport, SendError>)> = Vec::new();
     loop {
