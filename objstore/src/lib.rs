@@ -7,8 +7,9 @@
 //! environment variables, read by `object_store`'s `from_env` builders:
 //! `AWS_*` (`AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`, `AWS_REGION`,
 //! `AWS_ENDPOINT_URL` for S3-compatible stores, web identity, instance
-//! metadata), `GOOGLE_*` (`GOOGLE_APPLICATION_CREDENTIALS`; anonymous
-//! without), `AZURE_*` (`AZURE_STORAGE_ACCOUNT_NAME`,
+//! metadata), `GOOGLE_*` (`GOOGLE_APPLICATION_CREDENTIALS`, else the
+//! metadata server; `GOOGLE_SKIP_SIGNATURE=true` for anonymous reads of
+//! public buckets, `AWS_SKIP_SIGNATURE` likewise), `AZURE_*` (`AZURE_STORAGE_ACCOUNT_NAME`,
 //! `AZURE_STORAGE_ACCOUNT_KEY`, SAS, `AZURE_STORAGE_USE_EMULATOR` with
 //! `AZURITE_BLOB_STORAGE_URL`, managed identity).
 //! Out: [`list`] (the trace files under a prefix with their sizes, or one
