@@ -65,6 +65,8 @@ pub(crate) struct Control {
     pub(crate) max_trace_bytes: u64,
     /// `[traces] archive_url`: captured files are copied there first.
     pub(crate) archive: Option<Archive>,
+    /// Counts archived traces and failed uploads.
+    pub(crate) metrics: Arc<crate::metrics::Metrics>,
     pub(crate) backoff: Backoff,
     pub(crate) rng: SmallRng,
 }
@@ -297,6 +299,7 @@ impl Control {
         };
         let (cap, tx) = (self.max_trace_bytes, tx.clone());
         let (archive, node) = (self.archive.clone(), self.node.clone());
+        let metrics = Arc::clone(&self.metrics);
         let handle = tokio::runtime::Handle::current();
         tokio::task::spawn_blocking(move || {
             // Archived first, whether or not the file parses: the archive
@@ -308,10 +311,17 @@ impl Control {
                     rank: t.rank,
                     node: &node,
                 };
-                a.store(&handle, &name, &t.path).unwrap_or_else(|e| {
-                    tracing::warn!(trace = %t.trace_id, rank = t.rank, error = %e, "trace not archived");
-                    String::new()
-                })
+                match a.store(&handle, &name, &t.path) {
+                    Ok(url) => {
+                        crate::metrics::Metrics::inc(&metrics.traces_archived);
+                        url
+                    }
+                    Err(e) => {
+                        crate::metrics::Metrics::inc(&metrics.trace_archive_failures);
+                        tracing::warn!(trace = %t.trace_id, rank = t.rank, error = %e, "trace not archived");
+                        String::new()
+                    }
+                }
             });
             let result = rankscope_kineto::parse_trace_file(&t.path, &identity, cap)
                 .map_err(|e| e.to_string())

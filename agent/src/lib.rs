@@ -280,6 +280,7 @@ pub async fn start(config: Config) -> Result<AgentHandle, AgentError> {
         node: config.node.clone(),
         max_trace_bytes: config.trace_max_file_bytes,
         archive: config.traces.archive(),
+        metrics: Arc::clone(&metrics),
         backoff: config.backoff().map_err(config::ConfigError::from)?,
         rng: SmallRng::seed_from_u64(rng.random()),
     };

@@ -179,6 +179,11 @@ async fn a_captured_daemon_trace_is_archived_listed_and_imported_back() {
         .into_owned();
     let want_url = format!("s3://archive/traces/{job}/{trace}/{name}");
     assert_eq!(row["archive_url"], want_url.as_str(), "{row}");
+    let counted = stack.agent.as_ref().expect("agent").metrics();
+    assert_eq!(
+        (counted.traces_archived, counted.trace_archive_failures),
+        (1, 0)
+    );
     // The CLI's listing shows it too.
     let listing = Command::new(crate::rankscope_bin())
         .args(["--collector", &url, "traces", "--job", &job])
