@@ -87,12 +87,18 @@ pub async fn discover_all(paths: &[PathBuf]) -> (Vec<TraceInput>, Vec<String>) {
             Err(e) => errors.push(e),
         }
     }
+    // Each local path on its own (one that fails does not stop the others),
+    // then sorted and without duplicates, as `discover` does for all at once.
+    let mut local_files = Vec::new();
     for path in local {
         match discover(std::slice::from_ref(&path)) {
-            Ok(found) => files.extend(found.into_iter().map(TraceInput::Local)),
+            Ok(found) => local_files.extend(found),
             Err(e) => errors.push(e.to_string()),
         }
     }
+    local_files.sort();
+    local_files.dedup();
+    files.extend(local_files.into_iter().map(TraceInput::Local));
     (files, errors)
 }
 
