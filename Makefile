@@ -4,7 +4,7 @@ CARGO ?= cargo
 BIN := target/release
 DEMO_JOB ?= demo-$(shell date +%s)
 
-.PHONY: deps build demo up down status test lint fmt clean-state bench bench-sdk py chdb producers fuzz soak gpu-kit gpu-replay
+.PHONY: deps build demo up down status test lint fmt clean-state bench bench-sdk py chdb producers objstore-servers fuzz soak gpu-kit gpu-replay
 
 ## The Python environment of the rank SDK: a venv (RANKSCOPE_VENV, default .venv)
 ## with PyPI torch (CPU is enough), pytest, maturin and the `rankscope` package
@@ -93,13 +93,33 @@ producers: py
 		{ echo "installing paddlepaddle onnxruntime onnx into $(PRODUCERS_VENV) (once)"; \
 		  $(PRODUCERS_VENV)/bin/pip install -q --disable-pip-version-check 'paddlepaddle>=3,<4' onnxruntime onnx; }
 
+## Object storage servers for the tests (testkit/tests/objstore.rs): PyPI moto[server]
+## (S3) and azure-storage-blob (the seeding client) in their own venv
+## (RANKSCOPE_OBJSTORE_VENV, default .venv-objstore), npm azurite (Azure Blob) in
+## RANKSCOPE_AZURITE (default .tools/azurite; npm from Debian when missing). Once.
+OBJSTORE_VENV ?= $(or $(RANKSCOPE_OBJSTORE_VENV),$(CURDIR)/.venv-objstore)
+AZURITE_DIR ?= $(or $(RANKSCOPE_AZURITE),$(CURDIR)/.tools/azurite)
+objstore-servers:
+	@mkdir -p $(dir $(OBJSTORE_VENV)); exec 9>"$(OBJSTORE_VENV).lock"; \
+	if ! flock -n 9; then echo "another run is installing the object storage servers; waiting for it"; flock 9; fi; \
+	set -e; \
+	test -x $(OBJSTORE_VENV)/bin/python || python3 -m venv $(OBJSTORE_VENV); \
+	test -x $(OBJSTORE_VENV)/bin/moto_server && $(OBJSTORE_VENV)/bin/python -c 'import boto3, azure.storage.blob' 2>/dev/null || \
+		{ echo "installing moto[server], azure-storage-blob into $(OBJSTORE_VENV) (once)"; \
+		  $(OBJSTORE_VENV)/bin/pip install -q --disable-pip-version-check 'moto[server]>=5,<6' 'azure-storage-blob>=12,<13'; }; \
+	command -v npm >/dev/null || deploy/dev/clickhouse.sh apt npm; \
+	test -x $(AZURITE_DIR)/node_modules/.bin/azurite-blob || \
+		{ echo "installing azurite into $(AZURITE_DIR) (once)"; mkdir -p $(AZURITE_DIR); \
+		  cd $(AZURITE_DIR) && npm install --no-audit --no-fund --silent 'azurite@3'; }
+
 ## Every test, against real ClickHouse servers the suite starts itself (Debian's
 ## 18.16, and 26.x through chDB: modern_clickhouse.rs, and the store tests again),
 ## real PyTorch processes (the venv of `make py`) and a C program over the C ABI.
 ## deploy/dev/test.sh runs them in a private network namespace, runs every
 ## binary and the Python tests whatever fails, then prints the time of each
 ## phase, the slowest binaries and every failure (exit non-zero).
-test: deps py chdb producers
+test: deps py chdb producers objstore-servers
+	RANKSCOPE_OBJSTORE_VENV=$(OBJSTORE_VENV) RANKSCOPE_AZURITE=$(AZURITE_DIR) \
 	CARGO=$(CARGO) VENV=$(VENV) CHDB_VENV=$(CHDB_VENV) PRODUCERS_VENV=$(PRODUCERS_VENV) deploy/dev/test.sh
 
 lint:

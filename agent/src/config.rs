@@ -165,6 +165,9 @@ pub struct Config {
     /// poll this agent is traced for this many iterations once, without a
     /// request from the collector (see `kineto::local`). 0 (default): off.
     pub trace_on_start_iterations: u64,
+    /// `[traces]`: what becomes of the traces this agent captures (the
+    /// archive; see `archive`).
+    pub traces: crate::archive::TracesConfig,
 }
 
 impl Default for Config {
@@ -214,6 +217,7 @@ impl Default for Config {
             trace_request_ttl_ms: 600_000,
             dump_dir: String::new(),
             trace_on_start_iterations: 0,
+            traces: crate::archive::TracesConfig::default(),
         }
     }
 }
@@ -346,6 +350,7 @@ impl Config {
         }
         self.listen_socket_addr()?;
         self.backoff()?;
+        self.traces.validate()?;
         Ok(())
     }
 }

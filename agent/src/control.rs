@@ -15,6 +15,10 @@
 //! Each new stream starts with a full report (every process, every trace
 //! state this node knows), so nothing depends on the stream staying up.
 //!
+//! Archive: with `[traces] archive_url`, the captured file is first copied
+//! to object storage (`archive`) on the same blocking thread; its URL goes
+//! out in the rank's `captured` status.
+//!
 //! Import: a captured file is parsed on a blocking thread
 //! (`rankscope_kineto::parse_trace_file`; a truncated or non-JSON file
 //! fails that rank with the parser's message), its iteration end times go
@@ -34,6 +38,7 @@ use rankscope_proto::v1 as proto;
 use tokio::sync::{mpsc, watch};
 use tonic::transport::Channel;
 
+use crate::archive::{Archive, TraceName};
 use crate::backoff::Backoff;
 use crate::batch::builder::RankStream;
 use crate::batch::Chunk;
@@ -58,6 +63,10 @@ pub(crate) struct Control {
     pub(crate) ingest: Arc<Ingest>,
     pub(crate) node: String,
     pub(crate) max_trace_bytes: u64,
+    /// `[traces] archive_url`: captured files are copied there first.
+    pub(crate) archive: Option<Archive>,
+    /// Counts archived traces and failed uploads.
+    pub(crate) metrics: Arc<crate::metrics::Metrics>,
     pub(crate) backoff: Backoff,
     pub(crate) rng: SmallRng,
 }
@@ -289,7 +298,31 @@ impl Control {
             ..Default::default()
         };
         let (cap, tx) = (self.max_trace_bytes, tx.clone());
+        let (archive, node) = (self.archive.clone(), self.node.clone());
+        let metrics = Arc::clone(&self.metrics);
+        let handle = tokio::runtime::Handle::current();
         tokio::task::spawn_blocking(move || {
+            // Archived first, whether or not the file parses: the archive
+            // keeps what the profiler wrote.
+            let archive_url = archive.map_or_else(String::new, |a| {
+                let name = TraceName {
+                    job: &t.job_id,
+                    trace_id: &t.trace_id,
+                    rank: t.rank,
+                    node: &node,
+                };
+                match a.store(&handle, &name, &t.path) {
+                    Ok(url) => {
+                        crate::metrics::Metrics::inc(&metrics.traces_archived);
+                        url
+                    }
+                    Err(e) => {
+                        crate::metrics::Metrics::inc(&metrics.trace_archive_failures);
+                        tracing::warn!(trace = %t.trace_id, rank = t.rank, error = %e, "trace not archived");
+                        String::new()
+                    }
+                }
+            });
             let result = rankscope_kineto::parse_trace_file(&t.path, &identity, cap)
                 .map_err(|e| e.to_string())
                 .map(|data| {
@@ -310,6 +343,7 @@ impl Control {
                         sdk: t.sdk,
                         events: data.events.len() as u64,
                         numbered,
+                        archive_url,
                         ..Default::default()
                     };
                     Parsed {

@@ -36,6 +36,7 @@ use tokio::sync::{mpsc, oneshot, watch, Semaphore};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
+pub mod archive;
 pub mod backoff;
 mod batch;
 mod channel;
@@ -293,6 +294,8 @@ pub async fn start(config: Config) -> Result<AgentHandle, AgentError> {
         ingest: Arc::clone(&ingest),
         node: config.node.clone(),
         max_trace_bytes: config.trace_max_file_bytes,
+        archive: config.traces.archive(),
+        metrics: Arc::clone(&metrics),
         backoff: config.backoff().map_err(config::ConfigError::from)?,
         rng: SmallRng::seed_from_u64(rng.random()),
     };

@@ -112,6 +112,9 @@ pub struct Metrics {
     pub(crate) tls_reloads: AtomicU64,
     /// Certificate reloads that failed (the previous files stay in use).
     pub(crate) tls_reload_failures: AtomicU64,
+    /// Captured traces uploaded to `[traces] archive_url`, and uploads that failed.
+    pub(crate) traces_archived: AtomicU64,
+    pub(crate) trace_archive_failures: AtomicU64,
     samples_dropped: [AtomicU64; DropReason::ALL.len()],
     nvml_state: AtomicU8,
     pub(crate) gpus: AtomicU64,
@@ -195,6 +198,8 @@ impl Metrics {
             collector_tls_failures: get(&self.collector_tls_failures),
             tls_reloads: get(&self.tls_reloads),
             tls_reload_failures: get(&self.tls_reload_failures),
+            traces_archived: get(&self.traces_archived),
+            trace_archive_failures: get(&self.trace_archive_failures),
             dropped_samples: DropReason::ALL
                 .iter()
                 .map(|r| {
@@ -268,6 +273,10 @@ pub struct MetricsSnapshot {
     pub collector_tls_failures: u64,
     pub tls_reloads: u64,
     pub tls_reload_failures: u64,
+    /// Captured traces archived to `[traces] archive_url`.
+    pub traces_archived: u64,
+    /// Archive uploads that failed (the trace is imported all the same).
+    pub trace_archive_failures: u64,
     /// Telemetry samples dropped, by reason (`queue_full`: the batcher was
     /// behind; `rejected_by_collector`; `shutdown`; every reason present).
     pub dropped_samples: BTreeMap<String, u64>,
@@ -313,6 +322,8 @@ impl MetricsSnapshot {
             ("collector_tls_failures", self.collector_tls_failures),
             ("tls_reloads", self.tls_reloads),
             ("tls_reload_failures", self.tls_reload_failures),
+            ("traces_archived", self.traces_archived),
+            ("trace_archive_failures", self.trace_archive_failures),
         ];
         for (name, v) in counters {
             let _ = writeln!(out, "# TYPE rankscope_agent_{name}_total counter");

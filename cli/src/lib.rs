@@ -16,6 +16,7 @@
 pub mod import {
     pub use rankscope_kineto::*;
     // Resolves to `src/import/send.rs` and `src/import/wait.rs`.
+    pub mod remote;
     pub mod send;
     pub mod wait;
 }

@@ -318,7 +318,12 @@ struct ImportArgs {
     /// imported step of every rank analysed) before returning; 0: do not wait.
     #[arg(long, default_value_t = 300)]
     wait_secs: u64,
-    /// Trace files (.json, .json.gz) or folders of them.
+    /// Trace files (.json, .json.gz) or folders of them; or object storage
+    /// URLs: s3://bucket/prefix/, gs://bucket/prefix/, az://container/prefix/,
+    /// https://ACCOUNT.blob.core.windows.net/CONTAINER/PREFIX/, or the
+    /// https:// URL of one file. Credentials and endpoints come from the
+    /// providers' environment variables (AWS_*, AWS_ENDPOINT_URL,
+    /// GOOGLE_APPLICATION_CREDENTIALS, AZURE_STORAGE_*).
     #[arg(required = true)]
     paths: Vec<std::path::PathBuf>,
 }
@@ -735,8 +740,24 @@ async fn import_cmd(
     http: &HttpClient,
     collector: &str,
 ) -> Result<()> {
-    use rankscope_cli::import::{self, send, wait};
-    let files = import::discover(&a.paths)?;
+    use rankscope_cli::import::{self, remote, send, wait};
+    // A path that cannot be expanded (a store that is down, an empty
+    // prefix) is reported; the others are imported all the same.
+    let (files, mut failed) = remote::discover_all(&a.paths).await;
+    for e in &failed {
+        eprintln!("error: {e}");
+    }
+    if files.is_empty() {
+        bail!(
+            "nothing to import ({} path(s) failed, see above)",
+            failed.len()
+        );
+    }
+    for f in &files {
+        if let remote::TraceInput::Remote(r) = f {
+            eprintln!("{} ({} bytes)", r.url, r.size);
+        }
+    }
     let mut opts = import::ImportOptions::new(a.job.clone());
     opts.run_id = a.run_id;
     opts.node = a.node;
@@ -755,11 +776,10 @@ async fn import_cmd(
     let results = send::import_and_send_each(files, &opts, &send_opts).await?;
     // A file that failed does not stop the others: each failure is
     // reported, and the command fails after the rest were imported.
-    let mut failed = Vec::new();
     let mut reports = Vec::new();
     for r in results {
         match r {
-            Ok(r) => reports.push(r),
+            Ok(report) => reports.push(report),
             Err(e) => {
                 eprintln!("error: {e}");
                 failed.push(e.to_string());
@@ -793,11 +813,10 @@ async fn import_cmd(
         bytes as f64 / 1e6
     );
     if !failed.is_empty() {
-        // Without the failed ranks the job's steps never finalize: no wait.
+        // Without the failed ranks the job's steps may never finalize: no wait.
         bail!(
-            "{} of {} file(s) failed (the others were imported): {}",
+            "{} path(s) or file(s) not imported (the others were): {}",
             failed.len(),
-            failed.len() + reports.len(),
             failed.join("; ")
         );
     }

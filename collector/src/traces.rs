@@ -206,6 +206,11 @@ pub struct TraceRankView {
     /// The rank the trace is about (-1: none named).
     #[serde(default = "no_subject")]
     pub subject: i64,
+    /// Where the agent archived the rank's trace file (its `[traces]
+    /// archive_url`; `rankscope import <url>` brings it back); "" if not.
+    /// Held in memory: a restarted collector lists it empty.
+    #[serde(default)]
+    pub archive_url: String,
 }
 
 fn no_subject() -> i64 {
@@ -272,6 +277,7 @@ impl Trace {
             events: 0,
             pid: 0,
             subject,
+            archive_url: String::new(),
         }
     }
 }
@@ -866,6 +872,7 @@ impl TraceHub {
                 v.updated_at_ns = now;
                 if state == "captured" {
                     v.steps = s.iteration_end_ns.len() as u64;
+                    v.archive_url = s.archive_url.clone();
                     t.waiting.insert(
                         s.rank,
                         Captured {
@@ -1258,6 +1265,7 @@ fn view_of_row(r: TraceRankRow) -> TraceRankView {
         events: r.events,
         pid: r.pid,
         subject: r.subject,
+        archive_url: String::new(),
     }
 }
 

@@ -16,7 +16,9 @@
 //!
 //! Entry points: [`import_file`] / [`import_file_with_progress`] (streaming,
 //! bounded memory, any file size), [`import_to_memory`] (all events at
-//! once), [`import_bytes`] (the same for a file already in memory) and
+//! once), [`import_bytes`] (the same for a file already in memory),
+//! [`import_source_with_progress`] (a [`TraceSource`]: a file in object
+//! storage, streamed once per pass) and
 //! [`parse_trace_file`] (the agent's: a rank identity it already knows and
 //! a cap on the file size, all events at once).
 //!
@@ -113,6 +115,7 @@ pub use error::{ImportError, Problem};
 pub use format::{Format, FORMATS_READ};
 pub use ops::{op_summary, OpStat};
 pub use parse::{parse_trace_file, MAX_GZIP_EXPANSION};
+pub use source::TraceSource;
 pub use stats::{EventCounts, ImportStats, StepSource, MAX_WARNINGS};
 
 use emit::{Emitter, Window};
@@ -250,6 +253,36 @@ where
     E: Into<Box<dyn std::error::Error + Send + Sync>>,
 {
     run(Input::File(path), path, opts, &mut progress, sink).map_err(|p| p.at(path))
+}
+
+/// [`import_file_with_progress`] for a file that is not local (object
+/// storage): `name` stands for its path (the `trace_file` label, errors);
+/// each pass opens `source` again and streams it.
+pub fn import_source_with_progress<F, E>(
+    name: &Path,
+    source: &dyn TraceSource,
+    opts: &ImportOptions,
+    mut progress: impl FnMut(&Progress),
+    sink: F,
+) -> Result<ImportSummary, ImportError>
+where
+    F: FnMut(Chunk) -> Result<(), E>,
+    E: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    run(Input::Source(source), name, opts, &mut progress, sink).map_err(|p| p.at(name))
+}
+
+/// Whether a file found under a folder or prefix should be imported (the
+/// rule [`discover()`] applies to local folders): everything but a JSON
+/// object whose first 64 KiB mention none of Kineto's top-level keys.
+pub fn looks_like_trace_source(source: &dyn TraceSource) -> bool {
+    source::looks_like_trace_input(Input::Source(source))
+}
+
+/// Whether a file name is a trace file's (`.json` or `.json.gz`), the
+/// names [`discover()`] takes from a folder.
+pub fn is_trace_file_name(name: &str) -> bool {
+    name.ends_with(".json") || name.ends_with(".json.gz")
 }
 
 /// Imports `path` into memory: all chunks joined.

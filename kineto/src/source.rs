@@ -1,6 +1,7 @@
 //! Reading a trace file: plain or gzip JSON, one streaming pass at a time.
 //!
-//! In: a path or the bytes of a file ([`Input`]). Out: one pass of
+//! In: a path, the bytes of a file, or a [`TraceSource`] (a file elsewhere,
+//! e.g. in object storage, opened again for each pass) ([`Input`]). Out: one pass of
 //! [`raw`](super::raw) deserialization over the file, read through a
 //! [`Frame`] (events to a handler), byte counts, and progress callbacks
 //! with the file bytes read so far; or a [`Problem`] saying what is wrong
@@ -55,11 +56,23 @@ impl<R: Read> Read for Counting<'_, R> {
     }
 }
 
-/// Where a trace comes from: a file, or its bytes already in memory.
-#[derive(Debug, Clone, Copy)]
+/// A trace file that is not on the local file system (object storage, an
+/// https URL): the importer reads it as a stream, once per pass, never as a
+/// whole (no copy on disk, no copy in memory).
+pub trait TraceSource {
+    /// The file's size in bytes (compressed size for gzip).
+    fn size(&self) -> io::Result<u64>;
+    /// A new stream over the file's bytes, from the first.
+    fn open(&self) -> io::Result<Box<dyn Read + '_>>;
+}
+
+/// Where a trace comes from: a file, its bytes already in memory, or a
+/// [`TraceSource`].
+#[derive(Clone, Copy)]
 pub(crate) enum Input<'a> {
     File(&'a Path),
     Bytes(&'a [u8]),
+    Source(&'a dyn TraceSource),
 }
 
 impl Input<'_> {
@@ -68,6 +81,7 @@ impl Input<'_> {
         match self {
             Input::File(p) => Ok(std::fs::metadata(p)?.len()),
             Input::Bytes(b) => Ok(b.len() as u64),
+            Input::Source(s) => s.size(),
         }
     }
 }
@@ -122,6 +136,7 @@ fn open<'a>(
     let raw: Box<dyn Read + 'a> = match input {
         Input::File(path) => Box::new(File::open(path)?),
         Input::Bytes(bytes) => Box::new(bytes),
+        Input::Source(source) => source.open()?,
     };
     let mut buffered = BufReader::with_capacity(
         FILE_BUFFER_BYTES,
@@ -191,15 +206,13 @@ pub(crate) fn pass<'a, H: EventHandler>(
 /// (e.g. a results file next to the traces). Unreadable or non-JSON files
 /// are kept so that importing them reports the problem.
 pub(crate) fn looks_like_trace(path: &Path) -> bool {
+    looks_like_trace_input(Input::File(path))
+}
+
+/// [`looks_like_trace`] for any [`Input`].
+pub(crate) fn looks_like_trace_input(input: Input<'_>) -> bool {
     const SNIFF_BYTES: u64 = 64 << 10;
-    let (reader, _) = match open(
-        Input::File(path),
-        u64::MAX,
-        Rc::default(),
-        Rc::default(),
-        None,
-        None,
-    ) {
+    let (reader, _) = match open(input, u64::MAX, Rc::default(), Rc::default(), None, None) {
         Ok(r) => r,
         Err(_) => return true,
     };

@@ -19,6 +19,7 @@
 mod clickhouse;
 mod cluster;
 mod http;
+pub mod objstore;
 
 use std::fmt;
 use std::net::TcpListener;
@@ -53,6 +54,9 @@ pub enum TestkitError {
     },
     /// The operation needs a private server but this handle uses an external one.
     NotPrivate(&'static str),
+    /// An object storage test server (moto, azurite) is missing or did not
+    /// start: the message names the server and `make objstore-servers`.
+    Objstore(String),
 }
 
 impl TestkitError {
@@ -84,6 +88,7 @@ impl fmt::Display for TestkitError {
                     body.trim()
                 )
             }
+            TestkitError::Objstore(msg) => write!(f, "object storage test server: {msg}"),
             TestkitError::NotPrivate(op) => {
                 write!(
                     f,

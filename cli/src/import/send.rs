@@ -1,6 +1,6 @@
 //! Sending imported traces to the collector: the `rankscope import` command.
 //!
-//! In: trace files, [`ImportOptions`] and the collector's gRPC ingest URL.
+//! In: trace files (local, or remote: [`TraceInput`]), [`ImportOptions`] and the collector's gRPC ingest URL.
 //! Out: per file a [`FileReport`]; the events are stored through the same
 //! `CollectorIngest` service (validation, duplicate detection, live step
 //! assembly and straggler analytics) as live data.
@@ -34,8 +34,10 @@ use futures_util::stream::{FuturesOrdered, StreamExt};
 use rankscope_proto::v1 as proto;
 use tokio::sync::{mpsc, Semaphore};
 
+use super::remote::{Source, TraceInput};
 use super::{
-    import_file_with_progress, Chunk, ImportError, ImportOptions, ImportSummary, Progress,
+    import_file_with_progress, import_source_with_progress, Chunk, ImportError, ImportOptions,
+    ImportSummary, Progress,
 };
 
 /// Chunks of one file sent at the same time.
@@ -100,8 +102,7 @@ pub enum SendError {
 }
 
 /// Imports every file and sends it to the collector; the first file that
-/// failed fails the whole call, after the other files were imported (see
-/// [`import_and_send_each`]).
+/// fails fails the import.
 pub async fn import_and_send(
     files: Vec<PathBuf>,
     opts: &ImportOptions,
@@ -113,12 +114,12 @@ pub async fn import_and_send(
         .collect()
 }
 
-/// Imports every file and sends it to the collector: one result per file,
-/// in the order given. A file that fails (unreadable, truncated, of a
-/// format rankscope does not read, refused) does not stop the others;
-/// `Err` only for what fails every file (the collector URL, TLS).
-pub async fn import_and_send_each(
-    files: Vec<PathBuf>,
+/// Imports every file and sends it to the collector; a file that fails
+/// (unreadable, a store that went away, refused by the collector) does not
+/// stop the others: each file's result, in input order. The outer error is
+/// for what stops every file (a bad ingest URL or TLS setup).
+pub async fn import_and_send_each<I: Into<TraceInput>>(
+    files: Vec<I>,
     opts: &ImportOptions,
     send: &SendOptions,
 ) -> Result<Vec<Result<FileReport, SendError>>, SendError> {
@@ -151,12 +152,12 @@ pub async fn import_and_send_each(
         (send.progress && std::io::stderr().is_terminal()).then(indicatif::MultiProgress::new);
     let parsers = Arc::new(Semaphore::new(send.parse_threads.max(1)));
     // A sliding window of files: the next one starts as soon as one is done.
-    let mut pending = files.into_iter().enumerate();
+    let mut pending = files.into_iter().map(Into::into).enumerate();
     let mut tasks = tokio::task::JoinSet::new();
     let mut done: Vec<(usize, Result<FileReport, SendError>)> = Vec::new();
     loop {
         while tasks.len() < send.parallel_files.max(1) {
-            let Some((i, path)) = pending.next() else {
+            let Some((i, input)) = pending.next() else {
                 break;
             };
             let (opts, send, client, bars, parsers) = (
@@ -166,9 +167,12 @@ pub async fn import_and_send_each(
                 bars.clone(),
                 parsers.clone(),
             );
-            tasks.spawn(
-                async move { (i, import_one(path, opts, send, client, bars, parsers).await) },
-            );
+            tasks.spawn(async move {
+                (
+                    i,
+                    import_one(input, opts, send, client, bars, parsers).await,
+                )
+            });
         }
         let Some(joined) = tasks.join_next().await else {
             break;
@@ -186,13 +190,14 @@ pub async fn import_and_send_each(
 type Client = proto::collector_ingest_client::CollectorIngestClient<tonic::transport::Channel>;
 
 async fn import_one(
-    path: PathBuf,
+    input: TraceInput,
     opts: ImportOptions,
     send: SendOptions,
     client: Client,
     bars: Option<indicatif::MultiProgress>,
     parsers: Arc<Semaphore>,
 ) -> Result<FileReport, SendError> {
+    let path = input.name();
     let task_error = |e: &dyn std::fmt::Display| SendError::Task {
         path: path.clone(),
         reason: e.to_string(),
@@ -205,6 +210,7 @@ async fn import_one(
     let mut session = None;
     let parse = {
         let (path, opts) = (path.clone(), opts.clone());
+        let handle = tokio::runtime::Handle::current();
         tokio::task::spawn_blocking(move || {
             let _slot = slot;
             let name = path.display().to_string();
@@ -227,9 +233,14 @@ async fn import_one(
                 pb.set_message(format!("{name} (pass {})", p.pass));
                 pb.set_position(p.file_bytes_read);
             };
-            let result = import_file_with_progress(&path, &opts, progress, |chunk| {
-                tx.blocking_send(chunk).map_err(|_| "the sender stopped")
-            });
+            let sink = |chunk| tx.blocking_send(chunk).map_err(|_| "the sender stopped");
+            let result = match &input {
+                TraceInput::Local(file) => import_file_with_progress(file, &opts, progress, sink),
+                TraceInput::Remote(file) => {
+                    let source = Source { file, handle };
+                    import_source_with_progress(&path, &source, &opts, progress, sink)
+                }
+            };
             if let Some(pb) = bar {
                 pb.finish_and_clear();
             }

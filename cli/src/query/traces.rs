@@ -5,7 +5,7 @@
 //! `--iterations`. Out: `POST /api/v1/jobs/{job}/traces`, then (with
 //! `--wait`) `GET .../traces?trace_id=` until every rank is `imported` or
 //! `failed`; rows rendered like every other view (fields `trace_id, rank,
-//! node, state, reason, requested_at_ns, iterations, ...`).
+//! node, state, reason, requested_at_ns, iterations, ..., archive_url`).
 
 use std::time::{Duration, Instant};
 
@@ -29,6 +29,8 @@ pub const TRACES: &[Column] = &[
     col("steps", "steps", Kind::Plain),
     col("events", "events", Kind::Plain),
     col("origin", "origin", Kind::Plain),
+    // Where the agent archived the rank's trace (`rankscope import <url>`).
+    col("archive_url", "archive_url", Kind::Plain),
 ];
 
 /// Table and CSV columns of `rankscope trace-diff`.
