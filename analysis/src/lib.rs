@@ -40,12 +40,14 @@ pub mod describe;
 pub mod goodput;
 pub mod hta_load;
 pub mod idle;
+pub mod inductor;
 pub mod interval;
 pub mod kernels;
 pub mod launches;
 pub mod memcpy;
 pub mod stats;
 pub mod straggler;
+pub mod tb_plugin;
 
 #[cfg(test)]
 mod test_rng;

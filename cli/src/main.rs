@@ -735,7 +735,10 @@ async fn import_cmd(
     collector: &str,
 ) -> Result<()> {
     use rankscope_cli::import::{self, send, wait};
-    let files = import::discover(&a.paths)?;
+    let (files, span_notes) = import::discover_spans(&a.paths)?;
+    for n in &span_notes {
+        eprintln!("note: {n}");
+    }
     let mut opts = import::ImportOptions::new(a.job.clone());
     opts.run_id = a.run_id;
     opts.node = a.node;

@@ -44,6 +44,7 @@ enum Body {
         linked: bool,
         /// The launch call: start, end, interned name.
         launch: Option<(u64, u64, u32)>,
+        config: Option<Box<proto::KernelConfig>>,
     },
     Collective {
         index: usize,
@@ -200,6 +201,8 @@ enum What {
         bytes: u64,
         /// An NCCL kernel (it may have a Collective record too).
         nccl: bool,
+        /// Its launch configuration, when the trace records one.
+        config: Option<Box<proto::KernelConfig>>,
     },
     /// A CPU annotation or op: a phase span (category, name) and/or a
     /// host-side collective (found by ordinal in the plan).
@@ -207,6 +210,24 @@ enum What {
         span: Option<(proto::SpanCategory, u32)>,
         host_comm: bool,
     },
+}
+
+/// A kernel's launch configuration from its args (Kineto's names, see
+/// `proto::KernelConfig`); `None` when it records none of them.
+fn kernel_config(a: &super::raw::RawArgs) -> Option<Box<proto::KernelConfig>> {
+    let dims = |v: &super::scalar::Scalar| -> Vec<u32> {
+        v.as_ranks().unwrap_or_default()
+    };
+    let small = |v: &super::scalar::Scalar| v.as_u64().and_then(|x| u32::try_from(x).ok());
+    let c = proto::KernelConfig {
+        blocks_per_sm: a.blocks_per_sm.as_f64().filter(|x| x.is_finite()),
+        est_achieved_occupancy_pct: a.occupancy_pct.as_f64().filter(|x| x.is_finite()),
+        grid: dims(&a.grid),
+        block: dims(&a.block),
+        registers_per_thread: small(&a.registers).unwrap_or(0),
+        shared_memory_bytes: small(&a.shared_memory).unwrap_or(0),
+    };
+    (c != proto::KernelConfig::default()).then(|| Box::new(c))
 }
 
 impl Pending {
@@ -250,6 +271,10 @@ impl Pending {
                     }),
                 },
                 nccl: kind == proto::KernelKind::Kernel && event::is_nccl_kernel(name),
+                config: match kind {
+                    proto::KernelKind::Kernel => kernel_config(&ev.args),
+                    _ => None,
+                },
             },
             Class::CpuAnnotation | Class::CpuOp => {
                 let span = event::span_category(class, name).map(|c| (c, names.intern(name)));
@@ -297,6 +322,7 @@ impl Window<'_> {
                 device,
                 bytes,
                 nccl: _,
+                config,
             } => {
                 let (seg, linked) = self.plan.gpu_seg(corr, start);
                 let launch = self.plan.launch_call(corr);
@@ -310,6 +336,7 @@ impl Window<'_> {
                     corr: corr.unwrap_or(0),
                     bytes,
                     linked,
+                    config,
                 });
                 let coll = self.plan.collective_index(ordinal);
                 if let Some((index, c)) = coll.filter(|(_, c)| c.op.is_some()) {
@@ -432,6 +459,7 @@ where
                     bytes,
                     linked,
                     launch,
+                    config,
                 } => {
                     self.stats.gpu_events_unlinked += u64::from(!linked);
                     self.stats.gpu_events_outside_steps += u64::from(seg & 1 == 0);
@@ -447,6 +475,7 @@ where
                         launch_start_ns: launch.map_or(0, |l| at(l.0)),
                         launch_end_ns: launch.map_or(0, |l| at(l.1)),
                         launch_name_id: launch.map_or(0, |l| self.published.use_name(l.2)),
+                        config: config.map(|c| *c),
                     })
                 }
                 Body::Collective {

@@ -1,9 +1,12 @@
 //! The rank identity of an imported file.
 //!
 //! In: the options, `distributedInfo` / `deviceProperties` and what the
-//! scan saw. Out: a `RankIdentity`, or a [`Problem`] when rank and world
-//! size are unknown or inconsistent. Overrides win over `distributedInfo`;
-//! without `distributedInfo` both overrides are required. Labels: `source`,
+//! scan saw. Out: a `RankIdentity` (and a note to report, if any), or a
+//! [`Problem`] when rank and world size are inconsistent. Overrides win over
+//! `distributedInfo`; without `distributedInfo` (what `torch.profiler`
+//! writes for a job that is not distributed) the trace is rank 0 of 1 with
+//! a note, or `--world-size` alone places it as rank 0 of that world; a
+//! `--rank` needs `--world-size` there. Labels: `source`,
 //! `trace_file`, `gpu`, `backend`, `nccl_version` and, for HTA's loading
 //! rules, `hta_last_step_end_ns` ([`hta_last_step_end`]).
 
@@ -32,16 +35,60 @@ pub(crate) fn hta_last_step_end(scan: &Scan) -> Option<u64> {
     (names.len() >= 2).then(|| marks().map(|m| m.end).max())?
 }
 
-/// The rank identity from `distributedInfo`, the options and the trace.
+/// The note reported for a trace without `distributedInfo` taken as a
+/// single-process profile.
+pub const SINGLE_PROCESS_NOTE: &str = "no distributedInfo in the trace (a single-process \
+     profile): imported as rank 0 of 1; pass --rank and --world-size to place it in a larger job";
+
+/// The labels that carry the PyTorch Profiler TensorBoard plugin's (0.4.3)
+/// "all steps" span (see [`plugin_steps_span`]), trace ns + base.
+pub const PLUGIN_STEPS_START_LABEL: &str = "tbp_steps_start_ns";
+pub const PLUGIN_STEPS_END_LABEL: &str = "tbp_steps_end_ns";
+
+/// The span the plugin's GPU summary divides by (`torch_tb_profiler`
+/// 0.4.3 `event_parser.StepParser`, `gpu_metrics_parser`): from the first
+/// `ProfilerStep#N` (a CPU `user_annotation` or `cpu_op`) start to the last
+/// one's end; without them, the span of the `cpu_op` events (the plugin's
+/// single step "0" over Python / Operator events). Not reproduced: the
+/// plugin's device adjustment of step ends, which 0.4.3 applies only to
+/// runtime events of category `runtime`; current traces write
+/// `cuda_runtime`, which 0.4.3 does not read, so it never applies there.
+pub(crate) fn plugin_steps_span(scan: &Scan) -> Option<(u64, u64)> {
+    let mut steps: Vec<&crate::scan::StepMark> =
+        scan.cpu_steps.iter().chain(&scan.op_steps).collect();
+    steps.sort_by_key(|m| (m.start, m.ordinal));
+    match (steps.first(), steps.last()) {
+        (Some(first), Some(last)) => Some((first.start, last.end)),
+        _ => scan.op_bounds,
+    }
+}
+
+/// The rank identity from `distributedInfo`, the options and the trace,
+/// with the note to report when it was assumed (module doc).
 pub(crate) fn identity(
     path: &Path,
     opts: &ImportOptions,
     meta: &TopMeta,
     scan: &Scan,
-) -> Result<proto::RankIdentity, Problem> {
+) -> Result<(proto::RankIdentity, Option<&'static str>), Problem> {
     let dist = meta.dist.as_ref();
-    if dist.is_none() && (opts.rank_override.is_none() || opts.world_size_override.is_none()) {
-        return Err(Problem::MissingDistributedInfo);
+    let mut note = None;
+    let mut opts_eff;
+    let mut opts = opts;
+    if dist.is_none() {
+        match (opts.rank_override, opts.world_size_override) {
+            (Some(_), None) => return Err(Problem::MissingDistributedInfo),
+            (None, w) => {
+                opts_eff = opts.clone();
+                opts_eff.rank_override = Some(0);
+                if w.is_none() {
+                    opts_eff.world_size_override = Some(1);
+                    note = Some(SINGLE_PROCESS_NOTE);
+                }
+                opts = &opts_eff;
+            }
+            (Some(_), Some(_)) => {}
+        }
     }
     let field = |name: &str, v: Option<u64>, over: Option<u32>| -> Result<u32, Problem> {
         over.or_else(|| v.and_then(|v| u32::try_from(v).ok()))
@@ -80,6 +127,15 @@ pub(crate) fn identity(
     if let Some(gpu) = gpu {
         labels.insert("gpu".into(), gpu.to_owned());
     }
+    if let Some((start, end)) = plugin_steps_span(scan) {
+        let base = meta.base_time_ns.unwrap_or(0);
+        for (key, t) in [
+            (PLUGIN_STEPS_START_LABEL, start),
+            (PLUGIN_STEPS_END_LABEL, end),
+        ] {
+            labels.insert(key.into(), base.saturating_add(t).to_string());
+        }
+    }
     if let Some(end) = hta_last_step_end(scan) {
         let base = meta.base_time_ns.unwrap_or(0);
         labels.insert(
@@ -95,7 +151,7 @@ pub(crate) fn identity(
             labels.insert(key.into(), v.to_owned());
         }
     }
-    Ok(proto::RankIdentity {
+    Ok((proto::RankIdentity {
         job_id: opts.job.clone(),
         rank,
         world_size,
@@ -107,7 +163,7 @@ pub(crate) fn identity(
             .unwrap_or(0),
         run_id: opts.run_id.clone(),
         labels,
-    })
+    }, note))
 }
 
 #[cfg(test)]

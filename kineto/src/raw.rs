@@ -73,6 +73,15 @@ pub(crate) struct RawArgs {
     pub dtype: Scalar,
     pub pg_name: Scalar,
     pub pg_ranks: Scalar,
+    /// Kernel launch configuration (issue 29): `blocks per SM`,
+    /// `est. achieved occupancy %`, `grid`, `block`, `registers per thread`,
+    /// `shared memory`.
+    pub blocks_per_sm: Scalar,
+    pub occupancy_pct: Scalar,
+    pub grid: Scalar,
+    pub block: Scalar,
+    pub registers: Scalar,
+    pub shared_memory: Scalar,
     pub input_dims: InputDims,
     pub input_types: InputTypes,
 }
@@ -148,8 +157,8 @@ pub(crate) fn event_scalar(e: &mut RawEvent, k: usize) -> Option<&mut Scalar> {
 
 /// [`arg_key`] indexes of the two shapes; the keys below them are
 /// [`arg_scalar`]s.
-pub(crate) const ARG_INPUT_DIMS: usize = 13;
-pub(crate) const ARG_INPUT_TYPES: usize = 14;
+pub(crate) const ARG_INPUT_DIMS: usize = 19;
+pub(crate) const ARG_INPUT_TYPES: usize = 20;
 
 /// The scalar field of [`arg_key`] index `k` (`None`: a shape or skipped).
 pub(crate) fn arg_scalar(a: &mut RawArgs, k: usize) -> Option<&mut Scalar> {
@@ -167,6 +176,12 @@ pub(crate) fn arg_scalar(a: &mut RawArgs, k: usize) -> Option<&mut Scalar> {
         10 => &mut a.dtype,
         11 => &mut a.pg_name,
         12 => &mut a.pg_ranks,
+        13 => &mut a.blocks_per_sm,
+        14 => &mut a.occupancy_pct,
+        15 => &mut a.grid,
+        16 => &mut a.block,
+        17 => &mut a.registers,
+        18 => &mut a.shared_memory,
         _ => return None,
     })
 }
@@ -186,8 +201,14 @@ pub(crate) fn arg_key(k: &[u8]) -> usize {
         b"dtype" => 10,
         b"Process Group Name" => 11,
         b"Process Group Ranks" => 12,
-        b"Input Dims" => 13,
-        b"Input type" => 14,
+        b"blocks per SM" => 13,
+        b"est. achieved occupancy %" => 14,
+        b"grid" => 15,
+        b"block" => 16,
+        b"registers per thread" => 17,
+        b"shared memory" => 18,
+        b"Input Dims" => ARG_INPUT_DIMS,
+        b"Input type" => ARG_INPUT_TYPES,
         _ => usize::MAX,
     }
 }

@@ -179,6 +179,11 @@ pub(super) async fn kernels(
                 "min_ns": k.min_ns,
                 "mean_ns": k.mean_ns,
                 "stddev_ns": k.stddev_ns,
+                // HTA 0.5.0's own figures (over per-name sums in a folded type).
+                "hta_max_ns": k.hta.max_ns,
+                "hta_min_ns": k.hta.min_ns,
+                "hta_mean_ns": k.hta.mean_ns,
+                "hta_stddev_ns": k.hta.stddev_ns,
             }));
         }
     }
