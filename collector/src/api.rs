@@ -31,6 +31,8 @@ mod telemetry;
 mod timeline;
 mod traces;
 mod ui;
+mod overview;
+mod views;
 
 use crate::store::{JobRow, StepTimeRow, Store};
 
@@ -74,6 +76,7 @@ pub fn router(state: ApiState) -> Router {
         .route("/api/v1/jobs/{job}/queue", get(gpu::queue))
         .route("/api/v1/jobs/{job}/memcpy", get(gpu::memcpy))
         .route("/api/v1/jobs/{job}/launches", get(gpu::launches))
+        .route("/api/v1/jobs/{job}/overview", get(overview::overview))
         .route(
             "/api/v1/jobs/{job}/traces",
             post(traces::request).get(traces::list),

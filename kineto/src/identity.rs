@@ -44,22 +44,31 @@ pub const SINGLE_PROCESS_NOTE: &str = "no distributedInfo in the trace (a single
 /// "all steps" span (see [`plugin_steps_span`]), trace ns + base.
 pub const PLUGIN_STEPS_START_LABEL: &str = "tbp_steps_start_ns";
 pub const PLUGIN_STEPS_END_LABEL: &str = "tbp_steps_end_ns";
+/// How many steps that span holds (1 for the plugin's single step "0").
+pub const PLUGIN_STEPS_LABEL: &str = "tbp_steps";
 
 /// The span the plugin's GPU summary divides by (`torch_tb_profiler`
 /// 0.4.3 `event_parser.StepParser`, `gpu_metrics_parser`): from the first
-/// `ProfilerStep#N` (a CPU `user_annotation` or `cpu_op`) start to the last
-/// one's end; without them, the span of the `cpu_op` events (the plugin's
+/// `ProfilerStep#N` start to the last one's end, counting `user_annotation`,
+/// `cpu_op` and `gpu_user_annotation` ones (0.4.3 types both annotation
+/// categories alike, so a GPU-side step range is a step too: the MI300
+/// set's 3 steps are 6 to the plugin); without them, the span of the `cpu_op` events (the plugin's
 /// single step "0" over Python / Operator events). Not reproduced: the
 /// plugin's device adjustment of step ends, which 0.4.3 applies only to
 /// runtime events of category `runtime`; current traces write
 /// `cuda_runtime`, which 0.4.3 does not read, so it never applies there.
-pub(crate) fn plugin_steps_span(scan: &Scan) -> Option<(u64, u64)> {
-    let mut steps: Vec<&crate::scan::StepMark> =
-        scan.cpu_steps.iter().chain(&scan.op_steps).collect();
+/// Also the number of steps.
+pub(crate) fn plugin_steps_span(scan: &Scan) -> Option<(u64, u64, usize)> {
+    let mut steps: Vec<&crate::scan::StepMark> = scan
+        .cpu_steps
+        .iter()
+        .chain(&scan.op_steps)
+        .chain(&scan.gpu_steps)
+        .collect();
     steps.sort_by_key(|m| (m.start, m.ordinal));
     match (steps.first(), steps.last()) {
-        (Some(first), Some(last)) => Some((first.start, last.end)),
-        _ => scan.op_bounds,
+        (Some(first), Some(last)) => Some((first.start, last.end, steps.len())),
+        _ => scan.op_bounds.map(|(s, e)| (s, e, 1)),
     }
 }
 
@@ -127,7 +136,7 @@ pub(crate) fn identity(
     if let Some(gpu) = gpu {
         labels.insert("gpu".into(), gpu.to_owned());
     }
-    if let Some((start, end)) = plugin_steps_span(scan) {
+    if let Some((start, end, steps)) = plugin_steps_span(scan) {
         let base = meta.base_time_ns.unwrap_or(0);
         for (key, t) in [
             (PLUGIN_STEPS_START_LABEL, start),
@@ -135,6 +144,7 @@ pub(crate) fn identity(
         ] {
             labels.insert(key.into(), base.saturating_add(t).to_string());
         }
+        labels.insert(PLUGIN_STEPS_LABEL.into(), steps.to_string());
     }
     if let Some(end) = hta_last_step_end(scan) {
         let base = meta.base_time_ns.unwrap_or(0);
