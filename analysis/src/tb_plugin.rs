@@ -233,8 +233,60 @@ pub fn gpu_summary(kernels: &[PluginKernel<'_>], (s, e): (u64, u64)) -> GpuSumma
     out
 }
 
+/// The plugin's step-time roles in priority order
+/// (`overall_parser.OverallParser`, `consts.py`).
+pub const ROLES: [&str; 8] = [
+    "kernel",
+    "memcpy",
+    "memset",
+    "communication",
+    "runtime",
+    "dataloader",
+    "cpu_exec",
+    "other",
+];
+
+/// The plugin's step-time breakdown over `[s, e]`
+/// (`OverallParser.Statistics.create_from_range`): `roles` are the
+/// intervals of the first seven [`ROLES`]; role k's time is the length of
+/// its union inside the span minus every earlier role's; `other` is the
+/// rest of the span. Returns the eight times in [`ROLES`] order.
+pub fn role_times(roles: &[Vec<(u64, u64)>; 7], (s, e): (u64, u64)) -> [u64; 8] {
+    let mut out = [0u64; 8];
+    let mut taken: Vec<(u64, u64)> = Vec::new();
+    let mut taken_len = 0;
+    for (i, spans) in roles.iter().enumerate() {
+        taken.extend(spans.iter().copied());
+        let len = union_within(taken.clone(), s, e);
+        out[i] = len - taken_len;
+        taken_len = len;
+    }
+    out[7] = e.saturating_sub(s).saturating_sub(taken_len);
+    out
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn roles_take_time_in_priority_order() {
+        // The worked example of SEED-VIEWS.md §5.3 with `runtime` events:
+        // kernels 400..600, 700..800; runtimes 250..300, 620..650; CPU
+        // ops 200..500, 600..700; step 100..1100.
+        let roles = [
+            vec![(400, 600), (700, 800)],
+            vec![],
+            vec![],
+            vec![],
+            vec![(250, 300), (620, 650)],
+            vec![],
+            vec![(200, 500), (600, 700)],
+        ];
+        assert_eq!(
+            super::role_times(&roles, (100, 1100)),
+            [300, 0, 0, 0, 80, 0, 220, 400]
+        );
+    }
+
     use super::*;
 
     fn k(name: &str, start_ns: u64, end_ns: u64, bps: Option<f64>, occ: Option<f64>) -> PluginKernel<'_> {
