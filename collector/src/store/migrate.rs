@@ -333,7 +333,7 @@ mod tests {
             (7, "0007_traces", "fnv1a64:33d3b6253281c527"),
             (8, "0008_trace_ops", "fnv1a64:5b5e90ed4b191b72"),
             (9, "0009_ingest_intents", "fnv1a64:e4daec9fb376e443"),
-            (12, "0012_kernel_configs", "fnv1a64:0000000000000000"),
+            (12, "0012_kernel_configs", "fnv1a64:6b229c6b83886f75"),
         ];
         let actual: Vec<(u32, &str, String)> = MIGRATIONS
             .iter()
