@@ -31,6 +31,7 @@ mod telemetry;
 mod timeline;
 mod traces;
 mod ui;
+mod advice;
 mod overview;
 mod views;
 
@@ -77,6 +78,7 @@ pub fn router(state: ApiState) -> Router {
         .route("/api/v1/jobs/{job}/memcpy", get(gpu::memcpy))
         .route("/api/v1/jobs/{job}/launches", get(gpu::launches))
         .route("/api/v1/jobs/{job}/overview", get(overview::overview))
+        .route("/api/v1/jobs/{job}/advice", get(advice::advice))
         .route(
             "/api/v1/jobs/{job}/traces",
             post(traces::request).get(traces::list),
