@@ -103,6 +103,13 @@ enum Command {
     /// Kernel launch statistics per rank: short kernels, runtime and launch-delay
     /// outliers (HTA get_cuda_kernel_launch_stats).
     Launches(GpuArgs),
+    /// Per rank GPU utilization, Est. SM efficiency, Est. achieved occupancy,
+    /// Tensor Core share and the step-time breakdown (PyTorch Profiler
+    /// TensorBoard plugin's overview), with the job-wide spread.
+    Overview(rankscope_cli::query::views::ViewArgs),
+    /// Recommendations per rank and job-wide (the TensorBoard plugin's rules,
+    /// stragglers with their what-if gain, input stalls, launch-bound ranks).
+    Advice(rankscope_cli::query::views::ViewArgs),
     /// Import PyTorch profiler (Kineto) traces: files or folders, one file per rank.
     Import(ImportArgs),
     /// Alerts (straggler, hang, low GPU utilization, collective slowdown).
@@ -713,6 +720,14 @@ async fn run(cli: Cli) -> Result<()> {
         Command::Queue(a) => gpu_view(&http(), &cli.collector, GpuView::Queue, &a).await,
         Command::Memcpy(a) => gpu_view(&http(), &cli.collector, GpuView::Memcpy, &a).await,
         Command::Launches(a) => gpu_view(&http(), &cli.collector, GpuView::Launches, &a).await,
+        Command::Overview(a) => {
+            print!("{}", rankscope_cli::query::views::overview(&http(), &cli.collector, &a).await?);
+            Ok(())
+        }
+        Command::Advice(a) => {
+            print!("{}", rankscope_cli::query::views::advice(&http(), &cli.collector, &a).await?);
+            Ok(())
+        }
         Command::Stragglers(a) => {
             view(
                 &http(),

@@ -184,6 +184,35 @@ async fn bad_input_is_named() {
             .to_string();
         assert!(e.contains(code) && e.contains(text), "{path}: {e}");
     }
+    // The CLI's tables over the same routes.
+    use rankscope_cli::query::{gpu, views, OutputFormat};
+    let base = format!("http://{}", stack.http_addr());
+    let va = views::ViewArgs {
+        job: "bad".into(),
+        rank: None,
+        format: OutputFormat::Table,
+    };
+    let t = views::overview(&http, &base, &va).await.expect("overview");
+    assert!(t.contains("gpu_util_%") && t.contains("outlier_rank"), "{t}");
+    let t = views::advice(&http, &base, &va).await.expect("advice");
+    assert!(t.contains("low_gpu_utilization") && t.contains("not evaluated"), "{t}");
+    let ga = gpu::GpuArgs {
+        job: "bad".into(),
+        rank: Some(1),
+        top: None,
+        ratio: None,
+        kernel_delay_us: None,
+        runtime_cutoff_us: None,
+        launch_delay_cutoff_us: None,
+        exact: false,
+        by: Some("category".into()),
+        format: OutputFormat::Table,
+    };
+    let t = gpu::show(&http, &base, gpu::GpuView::Kernels, &ga).await.expect("by category");
+    assert!(t.contains("unknown") && t.contains("rank 1: GPU busy"), "{t}");
+    let ga = gpu::GpuArgs { by: Some("kernel".into()), ..ga };
+    let t = gpu::show(&http, &base, gpu::GpuView::Kernels, &ga).await.expect("by kernel");
+    assert!(t.contains("blocks/SM") && t.contains("occupancy_%"), "{t}");
     stack.stop().await;
 }
 
