@@ -33,6 +33,7 @@
 //! This crate depends on nothing of ours (and only on `std`); the collector
 //! and the trace importer convert their inputs into these types.
 
+pub mod annotations;
 pub mod breakdown;
 pub mod classify;
 pub mod collectives;

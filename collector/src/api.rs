@@ -32,6 +32,7 @@ mod timeline;
 mod traces;
 mod ui;
 mod advice;
+mod annotations;
 mod overview;
 mod views;
 
@@ -79,6 +80,7 @@ pub fn router(state: ApiState) -> Router {
         .route("/api/v1/jobs/{job}/launches", get(gpu::launches))
         .route("/api/v1/jobs/{job}/overview", get(overview::overview))
         .route("/api/v1/jobs/{job}/advice", get(advice::advice))
+        .route("/api/v1/jobs/{job}/annotations", get(annotations::annotations))
         .route(
             "/api/v1/jobs/{job}/traces",
             post(traces::request).get(traces::list),

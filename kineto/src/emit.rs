@@ -57,6 +57,8 @@ enum Body {
         category: proto::SpanCategory,
         name: u32,
         end: u64,
+        /// A GPU-side range (`gpu_user_annotation`): stream and device.
+        gpu: Option<(u32, i32)>,
     },
 }
 
@@ -210,6 +212,9 @@ enum What {
         span: Option<(proto::SpanCategory, u32)>,
         host_comm: bool,
     },
+    /// A `gpu_user_annotation` range (issue 29: GPU time per user
+    /// annotation): an `OTHER` span on its stream and device.
+    GpuSpan { name: u32, stream: u32, device: i32 },
 }
 
 /// A kernel's launch configuration from its args (Kineto's names, see
@@ -283,6 +288,24 @@ impl Pending {
                 }
                 What::Cpu { span, host_comm }
             }
+            Class::GpuAnnotation => What::GpuSpan {
+                name: names.intern(name),
+                stream: ev
+                    .args
+                    .stream
+                    .as_u64()
+                    .or_else(|| ev.tid.as_u64_loose())
+                    .and_then(|s| u32::try_from(s).ok())
+                    .unwrap_or(0),
+                device: ev
+                    .args
+                    .device
+                    .as_u64()
+                    .or_else(|| ev.pid.as_u64_loose())
+                    .and_then(|d| i32::try_from(d).ok())
+                    .unwrap_or(0)
+                    .max(0),
+            },
             _ => return None,
         };
         Some(Self {
@@ -300,6 +323,7 @@ impl Pending {
         match self.what {
             What::Gpu { nccl, .. } => 1 + usize::from(nccl),
             What::Cpu { span, host_comm } => usize::from(span.is_some()) + usize::from(host_comm),
+            What::GpuSpan { .. } => 1,
         }
     }
 }
@@ -377,8 +401,22 @@ impl Window<'_> {
                         category,
                         name,
                         end,
+                        gpu: None,
                     });
                 }
+            }
+            What::GpuSpan {
+                name,
+                stream,
+                device,
+            } => {
+                let seg = self.plan.cpu_seg(start);
+                self.offer((seg, start, ordinal, 0), |_| Body::Span {
+                    category: proto::SpanCategory::Other,
+                    name,
+                    end,
+                    gpu: Some((stream, device)),
+                });
             }
         }
     }
@@ -512,13 +550,14 @@ where
                     category,
                     name,
                     end,
+                    gpu,
                 } => proto::event::Kind::Span(proto::Span {
                     category: category as i32,
                     name_id: self.published.use_name(name),
                     start_ns: at(start),
                     end_ns: at(end),
-                    stream: 0,
-                    device: -1,
+                    stream: gpu.map_or(0, |g| g.0),
+                    device: gpu.map_or(-1, |g| g.1),
                 }),
             };
             self.push(proto::Event { kind: Some(kind) }, names)?;

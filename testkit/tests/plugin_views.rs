@@ -334,3 +334,58 @@ async fn advice_on_simulated_jobs_and_per_call_kernel_statistics() {
     }
     stack.stop().await;
 }
+
+/// `annotations` equals HTA 0.5.0's `get_gpu_user_annotation_breakdown` on
+/// the sets that have `gpu_user_annotation` ranges and that HTA 0.5.0 loads
+/// (`expected-hta-annotations.json`, written by
+/// `plugin_views/hta_annotations_oracle.py`); a set without any gives no
+/// rows and a note; bad input is named.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn annotations_match_hta() {
+    let stack = Stack::start_without_agent().await;
+    let mut checked = 0;
+    for (i, set) in SETS.iter().enumerate() {
+        let Ok(text) = std::fs::read_to_string(kineto(set).join("expected-hta-annotations.json"))
+        else {
+            continue;
+        };
+        let expected: Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(expected["tool"], "holistictraceanalysis 0.5.0");
+        let job = format!("ann{i}");
+        import_set(&stack, set, &job).await;
+        let body = stack.api_get(&format!("/api/v1/jobs/{job}/annotations")).await;
+        let ours = body["annotations"].as_array().unwrap_or_else(|| panic!("{body}"));
+        let theirs = expected["breakdown"].as_array().unwrap();
+        assert_eq!(ours.len(), theirs.len(), "{set}: {body}");
+        for (o, t) in ours.iter().zip(theirs) {
+            assert_eq!((&o["rank"], &o["name"]), (&t["rank"], &t["name"]), "{set}");
+            for (a, b) in [
+                ("sum_ns", "sum (us)"),
+                ("max_ns", "max (us)"),
+                ("min_ns", "min (us)"),
+                ("mean_ns", "mean (us)"),
+                ("stddev_ns", "stddev"),
+            ] {
+                let (x, y) = (f(&o[a]) / 1e3, f(&t[b]));
+                assert!((x - y).abs() <= 1e-6 * y.abs().max(1.0), "{set} {} {a}: {x} vs {y}", t["name"]);
+            }
+        }
+        checked += 1;
+    }
+    assert!(checked >= 2, "sets with HTA's annotation breakdown: {checked}");
+    // No GPU annotations: 200, no rows, a note.
+    import_set(&stack, "param_dlrm_8rank_v100", "noann").await;
+    let b = stack.api_get("/api/v1/jobs/noann/annotations").await;
+    assert_eq!(b["annotations"], serde_json::json!([]), "{b}");
+    assert!(b["note"].as_str().unwrap_or("").contains("no GPU-side"), "{b}");
+    let http = rankscope_cli::query::http::HttpClient::new(std::time::Duration::from_secs(10));
+    for (path, text) in [
+        ("/api/v1/jobs/nope/annotations", "not found"),
+        ("/api/v1/jobs/ann1/annotations?rank=7", "ranks with some: 0"),
+    ] {
+        let url = format!("http://{}{path}", stack.http_addr());
+        let e = http.get_json::<Value>(&url).await.expect_err("an error").to_string();
+        assert!(e.contains("404") && e.contains(text), "{path}: {e}");
+    }
+    stack.stop().await;
+}

@@ -6,7 +6,8 @@
 //! `tbp_*` labels the importer writes), the launch figures of kernels keyed
 //! like `kernel_launches` by (rank, correlation, kernel start)
 //! (`job_kernel_configs.sql`, table `kernel_configs`, migration 0012), and
-//! the `dataloader` spans (`job_dataloader_spans.sql`).
+//! the `dataloader` spans (`job_dataloader_spans.sql`) and the GPU-side
+//! user annotations (`job_gpu_annotations.sql`).
 
 use std::collections::HashMap;
 
@@ -19,6 +20,7 @@ use super::{Store, StoreError};
 const SPANS_SQL: QueryFile = query_file!("job_plugin_spans");
 const CONFIGS_SQL: QueryFile = query_file!("job_kernel_configs");
 const DATALOADER_SQL: QueryFile = query_file!("job_dataloader_spans");
+const ANNOTATIONS_SQL: QueryFile = query_file!("job_gpu_annotations");
 
 /// The plugin's "all steps" span of one rank (absolute ns) and its steps.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -66,6 +68,15 @@ struct IntervalRow {
     rank: u32,
     start_ns: u64,
     end_ns: u64,
+}
+
+/// One GPU-side user annotation range.
+#[derive(Debug, Clone, PartialEq, Eq, Row, Deserialize)]
+pub struct GpuAnnotation {
+    pub rank: u32,
+    pub name: String,
+    pub start_ns: u64,
+    pub end_ns: u64,
 }
 
 fn figure(v: f64) -> Option<f64> {
@@ -135,5 +146,15 @@ impl Store {
             out.entry(r.rank).or_default().push((r.start_ns, r.end_ns));
         }
         Ok(out)
+    }
+
+    /// The GPU-side user annotations of `job` (`gpu_user_annotation`), by
+    /// rank and start.
+    pub async fn gpu_annotations(&self, job: &str) -> Result<Vec<GpuAnnotation>, StoreError> {
+        self.read(ANNOTATIONS_SQL)
+            .bind(job)
+            .fetch_all()
+            .await
+            .map_err(StoreError::query("GPU user annotations"))
     }
 }
