@@ -30,7 +30,9 @@ pub struct AnnotationRow {
 }
 
 /// The breakdown of `(name, duration ns)` ranges (module doc).
-pub fn annotation_breakdown<'a>(ranges: impl IntoIterator<Item = (&'a str, i64)>) -> Vec<AnnotationRow> {
+pub fn annotation_breakdown<'a>(
+    ranges: impl IntoIterator<Item = (&'a str, i64)>,
+) -> Vec<AnnotationRow> {
     let mut by_name: BTreeMap<&str, Vec<i64>> = BTreeMap::new();
     for (name, dur) in ranges {
         by_name.entry(name).or_default().push(dur);
@@ -61,10 +63,16 @@ mod tests {
     fn per_name_statistics_as_pandas() {
         let rows = annotation_breakdown([("fwd", 10), ("bwd", 30), ("fwd", 20), ("fwd", 30)]);
         assert_eq!(rows.len(), 2);
-        assert_eq!((rows[0].name.as_str(), rows[0].count, rows[0].sum_ns), ("bwd", 1, 30));
+        assert_eq!(
+            (rows[0].name.as_str(), rows[0].count, rows[0].sum_ns),
+            ("bwd", 1, 30)
+        );
         assert_eq!(rows[0].stddev_ns, 0.0);
         let f = &rows[1];
-        assert_eq!((f.sum_ns, f.max_ns, f.min_ns, f.mean_ns), (60, 30, 10, 20.0));
+        assert_eq!(
+            (f.sum_ns, f.max_ns, f.min_ns, f.mean_ns),
+            (60, 30, 10, 20.0)
+        );
         assert!((f.stddev_ns - 10.0).abs() < 1e-12);
     }
 }

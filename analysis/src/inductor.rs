@@ -219,7 +219,10 @@ mod tests {
             ("ampere_sgemm_128x64_nn", 60),
         ];
         let (rows, busy) = category_breakdown(k, 100);
-        let got: Vec<(&str, u64, u64)> = rows.iter().map(|r| (r.category, r.calls, r.sum_ns)).collect();
+        let got: Vec<(&str, u64, u64)> = rows
+            .iter()
+            .map(|r| (r.category, r.calls, r.sum_ns))
+            .collect();
         assert_eq!(
             got,
             [

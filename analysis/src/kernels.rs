@@ -251,7 +251,12 @@ pub fn kernel_table(ops: &[GpuOp<'_>], duration_ratio: f64, num_kernels: usize) 
         }
         let mut rows: Vec<(KernelRow, Vec<i64>)> = by_name
             .into_iter()
-            .map(|(name, durs)| (KernelRow::of(type_name(class), name.to_owned(), &durs), durs))
+            .map(|(name, durs)| {
+                (
+                    KernelRow::of(type_name(class), name.to_owned(), &durs),
+                    durs,
+                )
+            })
             .collect();
         rows.sort_by(|a, b| {
             b.0.sum_ns
@@ -412,7 +417,10 @@ mod tests {
         assert_eq!((k01.calls, k01.sum_ns), (2, 16));
         assert_eq!((k01.max_ns, k01.min_ns, k01.mean_ns), (12, 4, 8.0));
         assert!((k01.stddev_ns - 32f64.sqrt()).abs() < 1e-9);
-        assert_eq!((k01.hta.max_ns, k01.hta.min_ns, k01.hta.mean_ns), (16, 16, 16.0));
+        assert_eq!(
+            (k01.hta.max_ns, k01.hta.min_ns, k01.hta.mean_ns),
+            (16, 16, 16.0)
+        );
         let others = rows.last().unwrap();
         assert_eq!(others.name, "others");
         assert_eq!((others.max_ns, others.min_ns, others.mean_ns), (3, 1, 2.0));

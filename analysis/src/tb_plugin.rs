@@ -130,7 +130,11 @@ pub fn kernel_view(kernels: &[PluginKernel<'_>]) -> Vec<KernelViewRow> {
             }
         })
         .collect();
-    rows.sort_by(|a, b| b.total_ns.cmp(&a.total_ns).then_with(|| a.name.cmp(&b.name)));
+    rows.sort_by(|a, b| {
+        b.total_ns
+            .cmp(&a.total_ns)
+            .then_with(|| a.name.cmp(&b.name))
+    });
     rows
 }
 
@@ -182,7 +186,11 @@ pub fn gpu_summary(kernels: &[PluginKernel<'_>], (s, e): (u64, u64)) -> GpuSumma
         return out;
     }
     let span = (e - s) as f64;
-    let busy = union_within(kernels.iter().map(|k| (k.start_ns, k.end_ns)).collect(), s, e);
+    let busy = union_within(
+        kernels.iter().map(|k| (k.start_ns, k.end_ns)).collect(),
+        s,
+        e,
+    );
     out.gpu_util_pct = Some(100.0 * busy as f64 / span);
 
     // Est. SM Efficiency: sweep, a start before an end at the same time.
@@ -289,7 +297,13 @@ mod tests {
 
     use super::*;
 
-    fn k(name: &str, start_ns: u64, end_ns: u64, bps: Option<f64>, occ: Option<f64>) -> PluginKernel<'_> {
+    fn k(
+        name: &str,
+        start_ns: u64,
+        end_ns: u64,
+        bps: Option<f64>,
+        occ: Option<f64>,
+    ) -> PluginKernel<'_> {
         PluginKernel {
             name,
             start_ns,
@@ -306,8 +320,20 @@ mod tests {
     #[test]
     fn seed_worked_example() {
         let ks = [
-            k("volta_sgemm_128x64_nn", 400_000, 600_000, Some(0.5), Some(25.0)),
-            k("elementwise_kernel", 700_000, 800_000, Some(2.0), Some(100.0)),
+            k(
+                "volta_sgemm_128x64_nn",
+                400_000,
+                600_000,
+                Some(0.5),
+                Some(25.0),
+            ),
+            k(
+                "elementwise_kernel",
+                700_000,
+                800_000,
+                Some(2.0),
+                Some(100.0),
+            ),
         ];
         let g = gpu_summary(&ks, (100_000, 1_100_000));
         assert!((g.gpu_util_pct.unwrap() - 30.0).abs() < 1e-9);
@@ -334,14 +360,24 @@ mod tests {
         let v = kernel_view(&ks);
         assert_eq!(v[0].name, "a_xmma_gemm");
         assert!(v[0].tensor_cores_used && !v[1].tensor_cores_used);
-        assert_eq!((v[0].calls, v[0].total_ns, v[0].max_ns, v[0].min_ns), (2, 200, 100, 100));
+        assert_eq!(
+            (v[0].calls, v[0].total_ns, v[0].max_ns, v[0].min_ns),
+            (2, 200, 100, 100)
+        );
         // (0.6 * 100 + 0 * 100) / 200: a missing figure is 0 in the mean.
         assert!((v[0].mean_blocks_per_sm - 0.3).abs() < 1e-12);
         assert!((v[0].mean_est_achieved_occupancy_pct - 50.0).abs() < 1e-12);
         assert_eq!(v[1].mean_est_achieved_occupancy_pct, 0.0);
         // Kernels outside the span count for none of the span figures.
         let g = gpu_summary(&ks, (1000, 2000));
-        assert_eq!((g.gpu_util_pct, g.sm_efficiency_pct, g.achieved_occupancy_pct), (Some(0.0), None, None));
+        assert_eq!(
+            (
+                g.gpu_util_pct,
+                g.sm_efficiency_pct,
+                g.achieved_occupancy_pct
+            ),
+            (Some(0.0), None, None)
+        );
         assert_eq!(gpu_summary(&ks, (5, 5)).gpu_util_pct, None);
     }
 }

@@ -110,6 +110,9 @@ enum Command {
     /// Recommendations per rank and job-wide (the TensorBoard plugin's rules,
     /// stragglers with their what-if gain, input stalls, launch-bound ranks).
     Advice(rankscope_cli::query::views::ViewArgs),
+    /// GPU time per user annotation (gpu_user_annotation), per rank (HTA
+    /// get_gpu_user_annotation_breakdown).
+    Annotations(rankscope_cli::query::views::ViewArgs),
     /// Import PyTorch profiler (Kineto) traces: files or folders, one file per rank.
     Import(ImportArgs),
     /// Alerts (straggler, hang, low GPU utilization, collective slowdown).
@@ -721,11 +724,22 @@ async fn run(cli: Cli) -> Result<()> {
         Command::Memcpy(a) => gpu_view(&http(), &cli.collector, GpuView::Memcpy, &a).await,
         Command::Launches(a) => gpu_view(&http(), &cli.collector, GpuView::Launches, &a).await,
         Command::Overview(a) => {
-            print!("{}", rankscope_cli::query::views::overview(&http(), &cli.collector, &a).await?);
+            print!(
+                "{}",
+                rankscope_cli::query::views::overview(&http(), &cli.collector, &a).await?
+            );
+            Ok(())
+        }
+        Command::Annotations(a) => {
+            let out = rankscope_cli::query::views::annotations(&http(), &cli.collector, &a).await?;
+            print!("{out}");
             Ok(())
         }
         Command::Advice(a) => {
-            print!("{}", rankscope_cli::query::views::advice(&http(), &cli.collector, &a).await?);
+            print!(
+                "{}",
+                rankscope_cli::query::views::advice(&http(), &cli.collector, &a).await?
+            );
             Ok(())
         }
         Command::Stragglers(a) => {

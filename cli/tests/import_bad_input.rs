@@ -151,7 +151,9 @@ fn missing_or_bad_distributed_info() {
     assert_eq!((s.identity.rank, s.identity.world_size), (0, 1));
     let warnings = &s.stats.warnings;
     assert!(
-        warnings.iter().any(|w| w.contains("no distributedInfo") && w.contains("rank 0 of 1")),
+        warnings
+            .iter()
+            .any(|w| w.contains("no distributedInfo") && w.contains("rank 0 of 1")),
         "{warnings:?}"
     );
     // --world-size alone: rank 0 of that world, no note.

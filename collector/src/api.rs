@@ -21,19 +21,19 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde::{Deserialize, Serialize};
 
+mod advice;
 mod alerts;
 mod analytics;
+mod annotations;
 mod diff;
 mod goodput;
 mod gpu;
 pub mod matrix;
+mod overview;
 mod telemetry;
 mod timeline;
 mod traces;
 mod ui;
-mod advice;
-mod annotations;
-mod overview;
 mod views;
 
 use crate::store::{JobRow, StepTimeRow, Store};
@@ -80,7 +80,10 @@ pub fn router(state: ApiState) -> Router {
         .route("/api/v1/jobs/{job}/launches", get(gpu::launches))
         .route("/api/v1/jobs/{job}/overview", get(overview::overview))
         .route("/api/v1/jobs/{job}/advice", get(advice::advice))
-        .route("/api/v1/jobs/{job}/annotations", get(annotations::annotations))
+        .route(
+            "/api/v1/jobs/{job}/annotations",
+            get(annotations::annotations),
+        )
         .route(
             "/api/v1/jobs/{job}/traces",
             post(traces::request).get(traces::list),

@@ -16,7 +16,8 @@ use rankscope_proto::v1 as proto;
 use rankscope_proto::validate::{self, StepState, ValidationError};
 
 use crate::store::{
-    BatchRow, CollectiveRow, KernelConfigRow, KernelRow, LaunchRow, RankRow, RowSet, SpanRow, StepRow, Text,
+    BatchRow, CollectiveRow, KernelConfigRow, KernelRow, LaunchRow, RankRow, RowSet, SpanRow,
+    StepRow, Text,
 };
 use crate::stream::{RankInput, StreamEvent, StreamInput};
 

@@ -57,8 +57,8 @@ pub use recover::{
     RecoverRank, RecoverSpan, RecoverVerdict,
 };
 pub use rows::{
-    AlertRow, BatchRow, BreakdownRow, CollectiveRow, HangRow, KernelConfigRow, KernelRow, LaunchRow, RankRow,
-    RowSet, SpanRow, StepRow, Text, TraceOpRow, TraceRankRow, VerdictRow,
+    AlertRow, BatchRow, BreakdownRow, CollectiveRow, HangRow, KernelConfigRow, KernelRow,
+    LaunchRow, RankRow, RowSet, SpanRow, StepRow, Text, TraceOpRow, TraceRankRow, VerdictRow,
 };
 pub use writer::{
     spawn_writer, spawn_writer_counting, Queued, TableCounters, WriteError, WriteOutcome,

@@ -132,9 +132,15 @@ mod tests {
             .iter()
             .map(|f| f.file_name().unwrap().to_string_lossy().into_owned())
             .collect();
-        assert!(names.contains(&"worker1.1700000000150.pt.trace.json".to_owned()), "{names:?}");
+        assert!(
+            names.contains(&"worker1.1700000000150.pt.trace.json".to_owned()),
+            "{names:?}"
+        );
         assert!(names.contains(&"rank2.json".to_owned()), "{names:?}");
-        assert!(!names.contains(&"worker0.99.pt.trace.json".to_owned()), "{names:?}");
+        assert!(
+            !names.contains(&"worker0.99.pt.trace.json".to_owned()),
+            "{names:?}"
+        );
         assert_eq!(notes.len(), 1, "{notes:?}");
         assert!(notes[0].contains("worker \"worker0\""), "{notes:?}");
         assert!(notes[0].contains("worker0.99.pt.trace.json"), "{notes:?}");

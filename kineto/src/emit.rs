@@ -220,9 +220,7 @@ enum What {
 /// A kernel's launch configuration from its args (Kineto's names, see
 /// `proto::KernelConfig`); `None` when it records none of them.
 fn kernel_config(a: &super::raw::RawArgs) -> Option<Box<proto::KernelConfig>> {
-    let dims = |v: &super::scalar::Scalar| -> Vec<u32> {
-        v.as_ranks().unwrap_or_default()
-    };
+    let dims = |v: &super::scalar::Scalar| -> Vec<u32> { v.as_ranks().unwrap_or_default() };
     let small = |v: &super::scalar::Scalar| v.as_u64().and_then(|x| u32::try_from(x).ok());
     let c = proto::KernelConfig {
         blocks_per_sm: a.blocks_per_sm.as_f64().filter(|x| x.is_finite()),

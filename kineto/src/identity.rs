@@ -161,19 +161,22 @@ pub(crate) fn identity(
             labels.insert(key.into(), v.to_owned());
         }
     }
-    Ok((proto::RankIdentity {
-        job_id: opts.job.clone(),
-        rank,
-        world_size,
-        local_rank: device.and_then(|d| u32::try_from(d).ok()).unwrap_or(0),
-        node: opts.node.clone(),
-        pid: scan
-            .host_pid
-            .and_then(|p| u32::try_from(p).ok())
-            .unwrap_or(0),
-        run_id: opts.run_id.clone(),
-        labels,
-    }, note))
+    Ok((
+        proto::RankIdentity {
+            job_id: opts.job.clone(),
+            rank,
+            world_size,
+            local_rank: device.and_then(|d| u32::try_from(d).ok()).unwrap_or(0),
+            node: opts.node.clone(),
+            pid: scan
+                .host_pid
+                .and_then(|p| u32::try_from(p).ok())
+                .unwrap_or(0),
+            run_id: opts.run_id.clone(),
+            labels,
+        },
+        note,
+    ))
 }
 
 #[cfg(test)]

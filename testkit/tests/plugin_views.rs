@@ -111,8 +111,16 @@ async fn every_set_matches_torch_tb_profiler() {
             assert_eq!(gpus.len(), 1, "{key}: one GPU per rank");
             let g = gpus.values().next().unwrap();
             let pct = |v: &Value| v.as_f64().map(|x| x * 100.0).into();
-            close(&format!("{key} gpu_util"), &o["gpu_util_pct"], &pct(&g["gpu_util"]));
-            close(&format!("{key} sm_eff"), &o["sm_efficiency_pct"], &pct(&g["sm_efficiency"]));
+            close(
+                &format!("{key} gpu_util"),
+                &o["gpu_util_pct"],
+                &pct(&g["gpu_util"]),
+            );
+            close(
+                &format!("{key} sm_eff"),
+                &o["sm_efficiency_pct"],
+                &pct(&g["sm_efficiency"]),
+            );
             close(
                 &format!("{key} occupancy"),
                 &o["achieved_occupancy_pct"],
@@ -138,8 +146,16 @@ async fn every_set_matches_torch_tb_profiler() {
                 let kk = format!("{key} {name}");
                 assert_eq!(k["calls"], t["calls"], "{kk}");
                 assert_eq!(k["tensor_cores_used"], t["tensor_cores_used"], "{kk}");
-                close(&format!("{kk} total"), &(f(&k["sum_ns"]) / 1e3).into(), &t["total_us"]);
-                close(&format!("{kk} max"), &(f(&k["max_ns"]) / 1e3).into(), &t["max_us"]);
+                close(
+                    &format!("{kk} total"),
+                    &(f(&k["sum_ns"]) / 1e3).into(),
+                    &t["total_us"],
+                );
+                close(
+                    &format!("{kk} max"),
+                    &(f(&k["max_ns"]) / 1e3).into(),
+                    &t["max_us"],
+                );
                 close(
                     &format!("{kk} blocks/SM"),
                     &k["mean_blocks_per_sm"],
@@ -169,8 +185,16 @@ async fn bad_input_is_named() {
     import_set(&stack, "hta_trace_filter_2rank_sm80", "bad").await;
     let http = rankscope_cli::query::http::HttpClient::new(std::time::Duration::from_secs(10));
     for (path, code, text) in [
-        ("/api/v1/jobs/nope/overview", "404", "job \"nope\" not found"),
-        ("/api/v1/jobs/bad/overview?rank=9", "404", "ranks with some: 0, 1"),
+        (
+            "/api/v1/jobs/nope/overview",
+            "404",
+            "job \"nope\" not found",
+        ),
+        (
+            "/api/v1/jobs/bad/overview?rank=9",
+            "404",
+            "ranks with some: 0, 1",
+        ),
         ("/api/v1/jobs/bad/kernels?by=kernel&rank=9", "404", "rank 9"),
         ("/api/v1/jobs/bad/kernels?by=nope", "400", "by must be"),
         ("/api/v1/jobs/bad/kernels?top=0", "400", "top must be"),
@@ -193,9 +217,15 @@ async fn bad_input_is_named() {
         format: OutputFormat::Table,
     };
     let t = views::overview(&http, &base, &va).await.expect("overview");
-    assert!(t.contains("gpu_util_%") && t.contains("outlier_rank"), "{t}");
+    assert!(
+        t.contains("gpu_util_%") && t.contains("outlier_rank"),
+        "{t}"
+    );
     let t = views::advice(&http, &base, &va).await.expect("advice");
-    assert!(t.contains("low_gpu_utilization") && t.contains("not evaluated"), "{t}");
+    assert!(
+        t.contains("low_gpu_utilization") && t.contains("not evaluated"),
+        "{t}"
+    );
     let ga = gpu::GpuArgs {
         job: "bad".into(),
         rank: Some(1),
@@ -208,10 +238,20 @@ async fn bad_input_is_named() {
         by: Some("category".into()),
         format: OutputFormat::Table,
     };
-    let t = gpu::show(&http, &base, gpu::GpuView::Kernels, &ga).await.expect("by category");
-    assert!(t.contains("unknown") && t.contains("rank 1: GPU busy"), "{t}");
-    let ga = gpu::GpuArgs { by: Some("kernel".into()), ..ga };
-    let t = gpu::show(&http, &base, gpu::GpuView::Kernels, &ga).await.expect("by kernel");
+    let t = gpu::show(&http, &base, gpu::GpuView::Kernels, &ga)
+        .await
+        .expect("by category");
+    assert!(
+        t.contains("unknown") && t.contains("rank 1: GPU busy"),
+        "{t}"
+    );
+    let ga = gpu::GpuArgs {
+        by: Some("kernel".into()),
+        ..ga
+    };
+    let t = gpu::show(&http, &base, gpu::GpuView::Kernels, &ga)
+        .await
+        .expect("by kernel");
     assert!(t.contains("blocks/SM") && t.contains("occupancy_%"), "{t}");
     stack.stop().await;
 }
@@ -232,7 +272,9 @@ async fn advice_on_the_trace_sets_follows_the_plugins_rules() {
         .unwrap();
         let advice = stack.api_get(&format!("/api/v1/jobs/{job}/advice")).await;
         let overview = stack.api_get(&format!("/api/v1/jobs/{job}/overview")).await;
-        let items = advice["advice"].as_array().unwrap_or_else(|| panic!("{advice}"));
+        let items = advice["advice"]
+            .as_array()
+            .unwrap_or_else(|| panic!("{advice}"));
         let mut want: Vec<u32> = Vec::new();
         for (file, e) in expected["files"].as_object().unwrap() {
             let low = e["recommendations"]
@@ -247,7 +289,9 @@ async fn advice_on_the_trace_sets_follows_the_plugins_rules() {
         want.sort();
         let mut got: Vec<u32> = items
             .iter()
-            .filter(|a| a["rule"] == "low_gpu_utilization" && a["ranks"].as_array().unwrap().len() == 1)
+            .filter(|a| {
+                a["rule"] == "low_gpu_utilization" && a["ranks"].as_array().unwrap().len() == 1
+            })
             .map(|a| a["ranks"][0].as_u64().unwrap() as u32)
             .collect();
         got.sort();
@@ -265,10 +309,15 @@ async fn advice_on_the_trace_sets_follows_the_plugins_rules() {
             let fig = f(&a["figure"]);
             match a["rule"].as_str().unwrap() {
                 "low_gpu_utilization" => {
-                    assert!(fig < 50.0 && (fig - f(&o["gpu_util_pct"])).abs() < 1e-9, "{a}")
+                    assert!(
+                        fig < 50.0 && (fig - f(&o["gpu_util_pct"])).abs() < 1e-9,
+                        "{a}"
+                    )
                 }
                 "communication" => assert!(
-                    fig > 10.0 && (fig - 100.0 * f(&o["communication_us"]) / f(&o["step_us"])).abs() < 1e-9,
+                    fig > 10.0
+                        && (fig - 100.0 * f(&o["communication_us"]) / f(&o["step_us"])).abs()
+                            < 1e-9,
                     "{a}"
                 ),
                 "dataloader" => assert!(fig > 5.0, "{a}"),
@@ -288,7 +337,10 @@ async fn advice_on_the_trace_sets_follows_the_plugins_rules() {
 async fn advice_on_simulated_jobs_and_per_call_kernel_statistics() {
     let stack = Stack::start().await;
     let mut slow = sim_config("adv-slow", 4, 30);
-    slow.stragglers = vec![rankscope_cli::simulate::Straggler { rank: 2, factor: 1.5 }];
+    slow.stragglers = vec![rankscope_cli::simulate::Straggler {
+        rank: 2,
+        factor: 1.5,
+    }];
     let balanced = sim_config("adv-ok", 4, 30);
     for sim in [&slow, &balanced] {
         rankscope_cli::simulate::run(sim, &stack.agent_url())
@@ -299,7 +351,8 @@ async fn advice_on_simulated_jobs_and_per_call_kernel_statistics() {
     }
     stack
         .api_poll("/api/v1/jobs/adv-slow/stragglers", "stragglers", |r| {
-            r.iter().any(|s| s["rank"] == 2 && s["expected_gain_pct"].is_number())
+            r.iter()
+                .any(|s| s["rank"] == 2 && s["expected_gain_pct"].is_number())
         })
         .await;
     let a = stack.api_get("/api/v1/jobs/adv-slow/advice").await;
@@ -328,7 +381,12 @@ async fn advice_on_simulated_jobs_and_per_call_kernel_statistics() {
         .collect::<Vec<_>>();
     assert!(!many.is_empty(), "{k}");
     for r in many {
-        let (sum, max, min, mean) = (f(&r["sum_ns"]), f(&r["max_ns"]), f(&r["min_ns"]), f(&r["mean_ns"]));
+        let (sum, max, min, mean) = (
+            f(&r["sum_ns"]),
+            f(&r["max_ns"]),
+            f(&r["min_ns"]),
+            f(&r["mean_ns"]),
+        );
         assert!(max < sum && min <= mean && mean <= max, "{r}");
         assert!((mean - sum / f(&r["calls"])).abs() < 1e-6 * sum, "{r}");
     }
@@ -353,8 +411,12 @@ async fn annotations_match_hta() {
         assert_eq!(expected["tool"], "holistictraceanalysis 0.5.0");
         let job = format!("ann{i}");
         import_set(&stack, set, &job).await;
-        let body = stack.api_get(&format!("/api/v1/jobs/{job}/annotations")).await;
-        let ours = body["annotations"].as_array().unwrap_or_else(|| panic!("{body}"));
+        let body = stack
+            .api_get(&format!("/api/v1/jobs/{job}/annotations"))
+            .await;
+        let ours = body["annotations"]
+            .as_array()
+            .unwrap_or_else(|| panic!("{body}"));
         let theirs = expected["breakdown"].as_array().unwrap();
         assert_eq!(ours.len(), theirs.len(), "{set}: {body}");
         for (o, t) in ours.iter().zip(theirs) {
@@ -367,24 +429,49 @@ async fn annotations_match_hta() {
                 ("stddev_ns", "stddev"),
             ] {
                 let (x, y) = (f(&o[a]) / 1e3, f(&t[b]));
-                assert!((x - y).abs() <= 1e-6 * y.abs().max(1.0), "{set} {} {a}: {x} vs {y}", t["name"]);
+                assert!(
+                    (x - y).abs() <= 1e-6 * y.abs().max(1.0),
+                    "{set} {} {a}: {x} vs {y}",
+                    t["name"]
+                );
             }
         }
         checked += 1;
     }
-    assert!(checked >= 2, "sets with HTA's annotation breakdown: {checked}");
+    assert!(
+        checked >= 2,
+        "sets with HTA's annotation breakdown: {checked}"
+    );
     // No GPU annotations: 200, no rows, a note.
     import_set(&stack, "param_dlrm_8rank_v100", "noann").await;
+    let base = format!("http://{}", stack.http_addr());
+    let va = rankscope_cli::query::views::ViewArgs {
+        job: "ann1".into(),
+        rank: None,
+        format: rankscope_cli::query::OutputFormat::Table,
+    };
+    let http0 = rankscope_cli::query::http::HttpClient::new(std::time::Duration::from_secs(10));
+    let t = rankscope_cli::query::views::annotations(&http0, &base, &va)
+        .await
+        .expect("table");
+    assert!(t.contains("nccl:all_reduce") && t.contains("sum_ms"), "{t}");
     let b = stack.api_get("/api/v1/jobs/noann/annotations").await;
     assert_eq!(b["annotations"], serde_json::json!([]), "{b}");
-    assert!(b["note"].as_str().unwrap_or("").contains("no GPU-side"), "{b}");
+    assert!(
+        b["note"].as_str().unwrap_or("").contains("no GPU-side"),
+        "{b}"
+    );
     let http = rankscope_cli::query::http::HttpClient::new(std::time::Duration::from_secs(10));
     for (path, text) in [
         ("/api/v1/jobs/nope/annotations", "not found"),
         ("/api/v1/jobs/ann1/annotations?rank=7", "ranks with some: 0"),
     ] {
         let url = format!("http://{}{path}", stack.http_addr());
-        let e = http.get_json::<Value>(&url).await.expect_err("an error").to_string();
+        let e = http
+            .get_json::<Value>(&url)
+            .await
+            .expect_err("an error")
+            .to_string();
         assert!(e.contains("404") && e.contains(text), "{path}: {e}");
     }
     stack.stop().await;

@@ -251,8 +251,12 @@ pub async fn show(
             let mut out = render(&rows, CATEGORIES, a.format);
             if a.format == OutputFormat::Table {
                 for b in body["busy"].as_array().into_iter().flatten() {
-                    let who = b["rank"].as_u64().map_or("job".into(), |r| format!("rank {r}"));
-                    let pct = b["busy_pct"].as_f64().map_or("-".into(), |p| format!("{p:.2}%"));
+                    let who = b["rank"]
+                        .as_u64()
+                        .map_or("job".into(), |r| format!("rank {r}"));
+                    let pct = b["busy_pct"]
+                        .as_f64()
+                        .map_or("-".into(), |p| format!("{p:.2}%"));
                     out.push_str(&format!("{who}: GPU busy {pct} of the profiled span\n"));
                 }
             }

@@ -1,5 +1,5 @@
-//! The issue-29 commands `overview` and `advice` over
-//! `GET /api/v1/jobs/{job}/{overview,advice}` (definitions: the collector's
+//! The issue-29 commands `overview`, `advice` and `annotations` over
+//! `GET /api/v1/jobs/{job}/{overview,advice,annotations}` (definitions: the collector's
 //! `api::overview` / `api::advice`, the PyTorch Profiler TensorBoard
 //! plugin's overview and recommendations).
 //!
@@ -61,6 +61,34 @@ const ADVICE: &[Column] = &[
     col("text", "text", Kind::Plain),
 ];
 
+const ANNOTATIONS: &[Column] = &[
+    col("rank", "rank", Kind::Plain),
+    col("name", "name", Kind::Name),
+    col("count", "count", Kind::Plain),
+    col("sum_ns", "sum_ms", Kind::NsAsMs),
+    col("max_ns", "max_ms", Kind::NsAsMs),
+    col("min_ns", "min_ms", Kind::NsAsMs),
+    col("mean_ns", "mean_ms", Kind::NsAsMs),
+    col("stddev_ns", "stddev_ms", Kind::NsAsMs),
+];
+
+/// `rankscope annotations` (HTA 0.5.0's GPU user-annotation breakdown).
+pub async fn annotations(
+    client: &HttpClient,
+    collector: &str,
+    a: &ViewArgs,
+) -> Result<String, HttpError> {
+    let body: Value = client.get_json(&url(collector, "annotations", a)).await?;
+    if a.format == OutputFormat::Json {
+        return Ok(format!("{body}\n"));
+    }
+    let mut out = render(&array(&body, "annotations"), ANNOTATIONS, a.format);
+    if let (Some(n), OutputFormat::Table) = (body["note"].as_str(), a.format) {
+        out.push_str(&format!("note: {n}\n"));
+    }
+    Ok(out)
+}
+
 /// `{collector}/api/v1/jobs/{job}/{route}[?rank=R]`.
 pub fn url(collector: &str, route: &str, a: &ViewArgs) -> String {
     let mut u = format!(
@@ -79,7 +107,11 @@ fn array(body: &Value, field: &str) -> Vec<Value> {
 }
 
 /// `rankscope overview`.
-pub async fn overview(client: &HttpClient, collector: &str, a: &ViewArgs) -> Result<String, HttpError> {
+pub async fn overview(
+    client: &HttpClient,
+    collector: &str,
+    a: &ViewArgs,
+) -> Result<String, HttpError> {
     let body: Value = client.get_json(&url(collector, "overview", a)).await?;
     if a.format == OutputFormat::Json {
         return Ok(format!("{body}\n"));
@@ -107,7 +139,11 @@ pub async fn overview(client: &HttpClient, collector: &str, a: &ViewArgs) -> Res
 }
 
 /// `rankscope advice`.
-pub async fn advice(client: &HttpClient, collector: &str, a: &ViewArgs) -> Result<String, HttpError> {
+pub async fn advice(
+    client: &HttpClient,
+    collector: &str,
+    a: &ViewArgs,
+) -> Result<String, HttpError> {
     let body: Value = client.get_json(&url(collector, "advice", a)).await?;
     if a.format == OutputFormat::Json {
         return Ok(format!("{body}\n"));
@@ -147,8 +183,14 @@ mod tests {
             rank: None,
             format: OutputFormat::Table,
         };
-        assert_eq!(url("http://c/", "overview", &a), "http://c/api/v1/jobs/a%2Fb/overview");
+        assert_eq!(
+            url("http://c/", "overview", &a),
+            "http://c/api/v1/jobs/a%2Fb/overview"
+        );
         a.rank = Some(3);
-        assert_eq!(url("http://c", "advice", &a), "http://c/api/v1/jobs/a%2Fb/advice?rank=3");
+        assert_eq!(
+            url("http://c", "advice", &a),
+            "http://c/api/v1/jobs/a%2Fb/advice?rank=3"
+        );
     }
 }

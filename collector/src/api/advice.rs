@@ -54,17 +54,32 @@ fn threshold_rule(
     fires: impl Fn(f64) -> bool,
     text: impl Fn(f64) -> String,
 ) {
-    let vals: Vec<(u32, f64)> = rows.iter().filter_map(|o| Some((o.rank, value(o)?))).collect();
+    let vals: Vec<(u32, f64)> = rows
+        .iter()
+        .filter_map(|o| Some((o.rank, value(o)?)))
+        .collect();
     if vals.is_empty() {
         return;
     }
     let mean = vals.iter().map(|v| v.1).sum::<f64>() / vals.len() as f64;
     let firing: Vec<u32> = vals.iter().filter(|v| fires(v.1)).map(|v| v.0).collect();
     if vals.len() > 1 && fires(mean) {
-        out.push(item(rule, firing.clone(), mean, "pct", format!("job-wide: {}", text(mean))));
+        out.push(item(
+            rule,
+            firing.clone(),
+            mean,
+            "pct",
+            format!("job-wide: {}", text(mean)),
+        ));
     }
     for (rank, v) in vals.iter().filter(|v| fires(v.1)) {
-        out.push(item(rule, vec![*rank], *v, "pct", format!("rank {rank}: {}", text(*v))));
+        out.push(item(
+            rule,
+            vec![*rank],
+            *v,
+            "pct",
+            format!("rank {rank}: {}", text(*v)),
+        ));
     }
 }
 
@@ -76,16 +91,25 @@ pub(super) async fn advice(
     let rows = overviews(&st, &job, q.rank).await?;
     let mut out = Vec::new();
     let loader = |o: &RankOverview| share(o.roles_us[5], o.step_us);
-    threshold_rule(&mut out, &rows, "dataloader", loader, |p| p > DATALOADER_SHARE, |p| {
-        format!("{p:.1}% of the step time is in DataLoader; set num_workers on the DataLoader to load in several processes")
-    });
+    threshold_rule(
+        &mut out,
+        &rows,
+        "dataloader",
+        loader,
+        |p| p > DATALOADER_SHARE,
+        |p| {
+            format!("{p:.1}% of the step time is in DataLoader; set num_workers on the DataLoader to load in several processes")
+        },
+    );
     threshold_rule(
         &mut out,
         &rows,
         "communication",
         |o| share(o.roles_us[3], o.step_us),
         |p| p > COMMUNICATION_SHARE,
-        |p| format!("{p:.1}% of the step time is in communication not hidden by compute; try gradient compression, gradient accumulation or a larger batch"),
+        |p| {
+            format!("{p:.1}% of the step time is in communication not hidden by compute; try gradient compression, gradient accumulation or a larger batch")
+        },
     );
     threshold_rule(
         &mut out,

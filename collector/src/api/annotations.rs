@@ -63,7 +63,12 @@ pub(super) async fn annotations(
     }
     if !q.exact.unwrap_or(false) {
         let windows = st.store.hta_windows(&job).await?;
-        all.retain(|a| keeps(windows.get(&a.rank).copied().unwrap_or_default(), Some(a.start_ns)));
+        all.retain(|a| {
+            keeps(
+                windows.get(&a.rank).copied().unwrap_or_default(),
+                Some(a.start_ns),
+            )
+        });
         for a in &mut all {
             (a.start_ns, a.end_ns) = round_inward_us(a.start_ns, a.end_ns);
         }

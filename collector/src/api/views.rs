@@ -71,7 +71,9 @@ pub(super) async fn plugin_ranks(
     if ranks.iter().any(|r| !spans.contains_key(&r.rank)) {
         for w in st.store.step_windows(job, 0, u64::MAX).await? {
             let end = w.step_start_ns.saturating_add(w.step_time_ns);
-            let e = step_spans.entry(w.rank).or_insert((w.step_start_ns, end, 0));
+            let e = step_spans
+                .entry(w.rank)
+                .or_insert((w.step_start_ns, end, 0));
             e.0 = e.0.min(w.step_start_ns);
             e.1 = e.1.max(end);
             e.2 += 1;
