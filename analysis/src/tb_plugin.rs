@@ -19,8 +19,8 @@
 //! - GPU Utilization (`gpu_metrics_parser.calculate_gpu_utilization`): the
 //!   union of the kernels' intervals inside the steps span over the span;
 //! - Est. SM Efficiency (`calculate_approximated_sm_efficiency`,
-//!   `range_utils.merge_ranges_with_value`): kernels with `blocks per SM`
-//!   > 0 only; a sweep over their start / end points (a start before an end
+//!   `range_utils.merge_ranges_with_value`): kernels with a positive
+//!   `blocks per SM` only; a sweep over their start / end points (a start before an end
 //!   at the same time) gives, for each stretch, `min(Σ blocks per SM of the
 //!   running kernels, 1)`; Σ value · length inside the span over the span;
 //!   absent when no such stretch is in the span;
@@ -201,7 +201,7 @@ pub fn gpu_summary(kernels: &[PluginKernel<'_>], (s, e): (u64, u64)) -> GpuSumma
             points.push((k.end_ns, 1, b));
         }
     }
-    points.sort_by(|x, y| (x.0, x.1).cmp(&(y.0, y.1)));
+    points.sort_by_key(|x| (x.0, x.1));
     if let Some(first) = points.first() {
         let (mut last_t, mut value) = (first.0, first.2);
         let (mut weighted, mut any) = (0.0, false);
