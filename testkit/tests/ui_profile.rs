@@ -5,6 +5,8 @@
 //! the console stays free of errors. Skipped with a loud note without
 //! Chromium (fails under `CI=true`), as `ui.rs`.
 
+// Shared with ui.rs, which uses the rest of it.
+#[allow(dead_code)]
 #[path = "ui/cdp.rs"]
 mod cdp;
 mod common;
