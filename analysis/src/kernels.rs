@@ -33,8 +33,12 @@
 //!   position `num_kernels` or later. HTA then aggregates the rows again by
 //!   name over their sums, so in such a type every kept name's max / min /
 //!   mean equal its sum (stddev 0) and `others` has the max / min / mean /
-//!   stddev of the folded names' sums; we keep that, to print HTA's numbers,
-//!   and add `calls` (the real number of calls).
+//!   stddev of the folded names' sums. Those figures are kept as
+//!   [`KernelRow::hta`] (to print HTA's numbers); the row's own `max_ns` /
+//!   `min_ns` / `mean_ns` / `stddev_ns` are always per call (over the calls
+//!   of that name, or of every folded name for `others`), with `calls` the
+//!   real number of calls. (Issue 29: a simulated job's many kernel names
+//!   made HTA's folding show max = min = mean = sum for every kept name.)
 
 use std::collections::BTreeMap;
 
@@ -176,6 +180,17 @@ pub fn kernel_type_times(ops: &[GpuOp<'_>]) -> Vec<(String, u64)> {
     out
 }
 
+/// Statistics of one kernel-table row as HTA 0.5.0 prints them: per call,
+/// unless the row's type was folded (module doc), where they are over the
+/// per-name sums.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct HtaStats {
+    pub max_ns: i64,
+    pub min_ns: i64,
+    pub mean_ns: f64,
+    pub stddev_ns: f64,
+}
+
 /// One row of the kernel table.
 #[derive(Debug, Clone, PartialEq)]
 pub struct KernelRow {
@@ -183,12 +198,39 @@ pub struct KernelRow {
     /// Kernel name, or `others`.
     pub name: String,
     pub calls: u64,
-    /// Durations are signed: see [`GpuOp`].
+    /// Durations are signed: see [`GpuOp`]. Per call (module doc).
     pub sum_ns: i64,
     pub max_ns: i64,
     pub min_ns: i64,
     pub mean_ns: f64,
     pub stddev_ns: f64,
+    /// HTA's own figures for the row (module doc).
+    pub hta: HtaStats,
+}
+
+impl KernelRow {
+    fn of(kernel_type: &'static str, name: String, durs: &[i64]) -> Self {
+        let sum: i64 = durs.iter().sum();
+        let f: Vec<f64> = durs.iter().map(|&d| d as f64).collect();
+        let n = durs.len().max(1) as f64;
+        let stats = HtaStats {
+            max_ns: durs.iter().copied().max().unwrap_or(0),
+            min_ns: durs.iter().copied().min().unwrap_or(0),
+            mean_ns: sum as f64 / n,
+            stddev_ns: sample_std(&f).unwrap_or(0.0),
+        };
+        KernelRow {
+            kernel_type,
+            name,
+            calls: durs.len() as u64,
+            sum_ns: sum,
+            max_ns: stats.max_ns,
+            min_ns: stats.min_ns,
+            mean_ns: stats.mean_ns,
+            stddev_ns: stats.stddev_ns,
+            hta: stats,
+        }
+    }
 }
 
 /// Defaults of HTA's `get_gpu_kernel_breakdown`.
@@ -207,38 +249,40 @@ pub fn kernel_table(ops: &[GpuOp<'_>], duration_ratio: f64, num_kernels: usize) 
         {
             by_name.entry(o.name).or_default().push(o.dur_ns());
         }
-        let mut rows: Vec<KernelRow> = by_name
+        let mut rows: Vec<(KernelRow, Vec<i64>)> = by_name
             .into_iter()
             .map(|(name, durs)| {
-                let sum: i64 = durs.iter().sum();
-                let f: Vec<f64> = durs.iter().map(|&d| d as f64).collect();
-                KernelRow {
-                    kernel_type: type_name(class),
-                    name: name.to_owned(),
-                    calls: durs.len() as u64,
-                    sum_ns: sum,
-                    max_ns: durs.iter().copied().max().unwrap_or(0),
-                    min_ns: durs.iter().copied().min().unwrap_or(0),
-                    mean_ns: sum as f64 / durs.len() as f64,
-                    stddev_ns: sample_std(&f).unwrap_or(0.0),
-                }
+                (
+                    KernelRow::of(type_name(class), name.to_owned(), &durs),
+                    durs,
+                )
             })
             .collect();
-        rows.sort_by(|a, b| b.sum_ns.cmp(&a.sum_ns).then_with(|| a.name.cmp(&b.name)));
+        rows.sort_by(|a, b| {
+            b.0.sum_ns
+                .cmp(&a.0.sum_ns)
+                .then_with(|| a.0.name.cmp(&b.0.name))
+        });
         if rows.len() > num_kernels {
-            rows = fold_others(rows, duration_ratio, num_kernels);
+            out.extend(fold_others(rows, duration_ratio, num_kernels));
+        } else {
+            out.extend(rows.into_iter().map(|r| r.0));
         }
-        out.extend(rows);
     }
     out
 }
 
-/// HTA's `_aggr_gpu_kernel_time` folding (see the module doc).
-fn fold_others(rows: Vec<KernelRow>, duration_ratio: f64, num_kernels: usize) -> Vec<KernelRow> {
+/// HTA's `_aggr_gpu_kernel_time` folding (see the module doc); each row
+/// comes with its calls' durations, for the per-call statistics.
+fn fold_others(
+    rows: Vec<(KernelRow, Vec<i64>)>,
+    duration_ratio: f64,
+    num_kernels: usize,
+) -> Vec<KernelRow> {
     let cumsum: Vec<f64> = rows
         .iter()
         .scan(0i64, |acc, r| {
-            *acc += r.sum_ns;
+            *acc += r.0.sum_ns;
             Some(*acc as f64)
         })
         .collect();
@@ -248,15 +292,20 @@ fn fold_others(rows: Vec<KernelRow>, duration_ratio: f64, num_kernels: usize) ->
     let q = quantile_linear(&sorted, duration_ratio).unwrap_or(f64::INFINITY);
     let mut kept = Vec::new();
     let mut folded: Vec<KernelRow> = Vec::new();
-    for (i, r) in rows.into_iter().enumerate() {
+    let mut folded_durs: Vec<i64> = Vec::new();
+    for (i, (r, durs)) in rows.into_iter().enumerate() {
         if cumsum[i] > q || i >= num_kernels {
             folded.push(r);
+            folded_durs.extend(durs);
         } else {
+            let s = r.sum_ns;
             kept.push(KernelRow {
-                max_ns: r.sum_ns,
-                min_ns: r.sum_ns,
-                mean_ns: r.sum_ns as f64,
-                stddev_ns: 0.0,
+                hta: HtaStats {
+                    max_ns: s,
+                    min_ns: s,
+                    mean_ns: s as f64,
+                    stddev_ns: 0.0,
+                },
                 ..r
             });
         }
@@ -264,103 +313,18 @@ fn fold_others(rows: Vec<KernelRow>, duration_ratio: f64, num_kernels: usize) ->
     if let Some(first) = folded.first() {
         let sums: Vec<f64> = folded.iter().map(|r| r.sum_ns as f64).collect();
         let sum: i64 = folded.iter().map(|r| r.sum_ns).sum();
-        kept.push(KernelRow {
-            kernel_type: first.kernel_type,
-            name: "others".to_owned(),
-            calls: folded.iter().map(|r| r.calls).sum(),
-            sum_ns: sum,
+        let mut others = KernelRow::of(first.kernel_type, "others".to_owned(), &folded_durs);
+        others.hta = HtaStats {
             max_ns: folded.iter().map(|r| r.sum_ns).max().unwrap_or(0),
             min_ns: folded.iter().map(|r| r.sum_ns).min().unwrap_or(0),
             mean_ns: sum as f64 / folded.len() as f64,
             stddev_ns: sample_std(&sums).unwrap_or(0.0),
-        });
+        };
+        kept.push(others);
     }
     kept
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn op(name: &str, start_ns: u64, end_ns: u64) -> GpuOp<'_> {
-        GpuOp {
-            name,
-            kind: GpuEventKind::Kernel,
-            stream: 7,
-            start_ns,
-            end_ns,
-            launch: None,
-        }
-    }
-
-    #[test]
-    fn overlapping_time_is_its_own_type() {
-        let ops = [
-            op("gemm", 0, 100),
-            op("relu", 50, 120),
-            op("ncclKernel_AllReduce", 80, 300),
-            op("Memcpy DtoD", 290, 310),
-        ];
-        let t = kernel_type_times(&ops);
-        let get = |n: &str| t.iter().find(|(k, _)| k == n).map(|(_, v)| *v);
-        assert_eq!(get("COMPUTATION"), Some(80));
-        assert_eq!(get("COMPUTATION overlapping COMMUNICATION"), Some(40));
-        assert_eq!(get("COMMUNICATION"), Some(170));
-        assert_eq!(get("COMMUNICATION overlapping MEMORY"), Some(10));
-        assert_eq!(get("MEMORY"), Some(10));
-        // The parts add up to the union of all GPU time.
-        assert_eq!(t.iter().map(|(_, v)| v).sum::<u64>(), 310);
-        let mut rev = ops.to_vec();
-        rev.reverse();
-        assert_eq!(kernel_type_times(&rev), t);
-    }
-
-    #[test]
-    fn an_interval_rounded_below_zero_counts_as_in_hta() {
-        // HTA rounds a 0.5 us memset at 5.3 us to [6, 5): alone in its
-        // group, its end comes before its start in the sweep, and the
-        // stretch between them counts for no type (COMPUTATION loses it).
-        let ops = [op("gemm", 0, 10_000), op("Memset (Device)", 6_000, 5_000)];
-        let t = kernel_type_times(&ops);
-        assert_eq!(t, vec![("COMPUTATION".to_owned(), 9_000)]);
-        // Inside a longer one of its type it merges away.
-        let ops = [
-            op("Memset (Device)", 1_000, 8_000),
-            op("Memset (Device)", 6_000, 5_000),
-        ];
-        assert_eq!(kernel_type_times(&ops), vec![("MEMORY".to_owned(), 7_000)]);
-        // Its duration is -1 us in the table, as HTA sums it.
-        let rows = kernel_table(&ops, 0.8, 10);
-        assert_eq!((rows[0].sum_ns, rows[0].min_ns), (6_000, -1_000));
-    }
-
-    #[test]
-    fn table_folds_the_tail_into_others_as_hta() {
-        // 12 names, sums 12, 11, ..., 1: more than 10, so folding applies.
-        let names: Vec<String> = (1..=12).map(|i| format!("k{i:02}")).collect();
-        let mut ops = Vec::new();
-        let mut t = 0;
-        for (i, n) in names.iter().enumerate() {
-            let d = 12 - i as u64;
-            ops.push(op(n, t, t + d));
-            t += 100;
-        }
-        let rows = kernel_table(&ops, 0.8, 10);
-        // Running sums 12, 23, 33, 42, 50, 57, 63, 68, 72, 75, 77, 78; the
-        // 0.8 quantile is 72 + 0.8 * 3 = 74.4: k10.. go to others.
-        let names_kept: Vec<&str> = rows.iter().map(|r| r.name.as_str()).collect();
-        assert_eq!(
-            names_kept,
-            ["k01", "k02", "k03", "k04", "k05", "k06", "k07", "k08", "k09", "others"]
-        );
-        let others = rows.last().unwrap();
-        assert_eq!((others.sum_ns, others.calls), (3 + 2 + 1, 3));
-        assert_eq!((others.max_ns, others.min_ns, others.mean_ns), (3, 1, 2.0));
-        assert_eq!(rows[0].max_ns, 12);
-        // Few names: real per-call statistics, no folding.
-        let rows = kernel_table(&[op("a", 0, 10), op("a", 20, 40)], 0.8, 10);
-        assert_eq!(rows.len(), 1);
-        assert_eq!((rows[0].calls, rows[0].max_ns, rows[0].min_ns), (2, 20, 10));
-        assert!((rows[0].stddev_ns - 50f64.sqrt()).abs() < 1e-9);
-    }
-}
+#[path = "kernels_tests.rs"]
+mod tests;

@@ -33,6 +33,7 @@
 //! This crate depends on nothing of ours (and only on `std`); the collector
 //! and the trace importer convert their inputs into these types.
 
+pub mod annotations;
 pub mod breakdown;
 pub mod classify;
 pub mod collectives;
@@ -40,12 +41,14 @@ pub mod describe;
 pub mod goodput;
 pub mod hta_load;
 pub mod idle;
+pub mod inductor;
 pub mod interval;
 pub mod kernels;
 pub mod launches;
 pub mod memcpy;
 pub mod stats;
 pub mod straggler;
+pub mod tb_plugin;
 
 #[cfg(test)]
 mod test_rng;

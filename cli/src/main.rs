@@ -104,6 +104,16 @@ enum Command {
     /// Kernel launch statistics per rank: short kernels, runtime and launch-delay
     /// outliers (HTA get_cuda_kernel_launch_stats).
     Launches(GpuArgs),
+    /// Per rank GPU utilization, Est. SM efficiency, Est. achieved occupancy,
+    /// Tensor Core share and the step-time breakdown (PyTorch Profiler
+    /// TensorBoard plugin's overview), with the job-wide spread.
+    Overview(rankscope_cli::query::views::ViewArgs),
+    /// Recommendations per rank and job-wide (the TensorBoard plugin's rules,
+    /// stragglers with their what-if gain, input stalls, launch-bound ranks).
+    Advice(rankscope_cli::query::views::ViewArgs),
+    /// GPU time per user annotation (gpu_user_annotation), per rank (HTA
+    /// get_gpu_user_annotation_breakdown).
+    Annotations(rankscope_cli::query::views::ViewArgs),
     /// Import PyTorch profiler (Kineto) traces: files or folders, one file per rank.
     Import(ImportArgs),
     /// Alerts (straggler, hang, low GPU utilization, collective slowdown).
@@ -719,6 +729,25 @@ async fn run(cli: Cli) -> Result<()> {
         Command::Queue(a) => gpu_view(&http(), &cli.collector, GpuView::Queue, &a).await,
         Command::Memcpy(a) => gpu_view(&http(), &cli.collector, GpuView::Memcpy, &a).await,
         Command::Launches(a) => gpu_view(&http(), &cli.collector, GpuView::Launches, &a).await,
+        Command::Overview(a) => {
+            print!(
+                "{}",
+                rankscope_cli::query::views::overview(&http(), &cli.collector, &a).await?
+            );
+            Ok(())
+        }
+        Command::Annotations(a) => {
+            let out = rankscope_cli::query::views::annotations(&http(), &cli.collector, &a).await?;
+            print!("{out}");
+            Ok(())
+        }
+        Command::Advice(a) => {
+            print!(
+                "{}",
+                rankscope_cli::query::views::advice(&http(), &cli.collector, &a).await?
+            );
+            Ok(())
+        }
         Command::Stragglers(a) => {
             view(
                 &http(),
@@ -743,7 +772,10 @@ async fn import_cmd(
     use rankscope_cli::import::{self, remote, send, wait};
     // A path that cannot be expanded (a store that is down, an empty
     // prefix) is reported; the others are imported all the same.
-    let (files, mut failed) = remote::discover_all(&a.paths).await;
+    let (files, mut failed, span_notes) = remote::discover_all_noted(&a.paths).await;
+    for n in &span_notes {
+        eprintln!("note: {n}");
+    }
     for e in &failed {
         eprintln!("error: {e}");
     }

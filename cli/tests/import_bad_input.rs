@@ -146,16 +146,27 @@ fn missing_or_bad_distributed_info() {
         no_dist: true,
     };
     write_synthetic(&p, &synth);
-    let e = fail(&p, &opts());
-    assert!(matches!(e.problem, Problem::MissingDistributedInfo), "{e}");
-    assert!(e.to_string().contains("distributedInfo"), "{e}");
-    // One override is not enough; both are.
+    // A single-process profile (issue 29): rank 0 of 1, with a note.
+    let s = import_checked(&p, &opts());
+    assert_eq!((s.identity.rank, s.identity.world_size), (0, 1));
+    let warnings = &s.stats.warnings;
+    assert!(
+        warnings
+            .iter()
+            .any(|w| w.contains("no distributedInfo") && w.contains("rank 0 of 1")),
+        "{warnings:?}"
+    );
+    // --world-size alone: rank 0 of that world, no note.
+    let mut o = opts();
+    o.world_size_override = Some(4);
+    let s = import_checked(&p, &o);
+    assert_eq!((s.identity.rank, s.identity.world_size), (0, 4));
+    // --rank alone is not enough; both are.
     let mut o = opts();
     o.rank_override = Some(5);
-    assert!(matches!(
-        fail(&p, &o).problem,
-        Problem::MissingDistributedInfo
-    ));
+    let e = fail(&p, &o);
+    assert!(matches!(e.problem, Problem::MissingDistributedInfo), "{e}");
+    assert!(e.to_string().contains("--world-size"), "{e}");
     o.world_size_override = Some(8);
     let s = import_checked(&p, &o);
     assert_eq!((s.identity.rank, s.identity.world_size), (5, 8));

@@ -21,16 +21,20 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde::{Deserialize, Serialize};
 
+mod advice;
 mod alerts;
 mod analytics;
+mod annotations;
 mod diff;
 mod goodput;
 mod gpu;
 pub mod matrix;
+mod overview;
 mod telemetry;
 mod timeline;
 mod traces;
 mod ui;
+mod views;
 
 use crate::store::{JobRow, StepTimeRow, Store};
 
@@ -74,6 +78,12 @@ pub fn router(state: ApiState) -> Router {
         .route("/api/v1/jobs/{job}/queue", get(gpu::queue))
         .route("/api/v1/jobs/{job}/memcpy", get(gpu::memcpy))
         .route("/api/v1/jobs/{job}/launches", get(gpu::launches))
+        .route("/api/v1/jobs/{job}/overview", get(overview::overview))
+        .route("/api/v1/jobs/{job}/advice", get(advice::advice))
+        .route(
+            "/api/v1/jobs/{job}/annotations",
+            get(annotations::annotations),
+        )
         .route(
             "/api/v1/jobs/{job}/traces",
             post(traces::request).get(traces::list),

@@ -16,7 +16,8 @@ use rankscope_proto::v1 as proto;
 use rankscope_proto::validate::{self, StepState, ValidationError};
 
 use crate::store::{
-    BatchRow, CollectiveRow, KernelRow, LaunchRow, RankRow, RowSet, SpanRow, StepRow, Text,
+    BatchRow, CollectiveRow, KernelConfigRow, KernelRow, LaunchRow, RankRow, RowSet, SpanRow,
+    StepRow, Text,
 };
 use crate::stream::{RankInput, StreamEvent, StreamInput};
 
@@ -170,6 +171,9 @@ fn push_group(
                 if k.launch_start_ns != 0 {
                     rows.launches.push(launch_row(&cx, k));
                 }
+                if let Some(c) = &k.config {
+                    rows.kernel_configs.push(config_row(&cx, k, c));
+                }
             }
             None => {} // rejected by validation
         }
@@ -286,6 +290,32 @@ fn launch_row(cx: &Ctx<'_>, k: &proto::Kernel) -> LaunchRow {
         api: cx.name(k.launch_name_id),
         start_ns: k.launch_start_ns,
         end_ns: k.launch_end_ns,
+        agent_id: cx.agent_id.clone(),
+        agent_session: cx.batch.agent_session,
+        batch_seq: cx.batch.seq,
+    }
+}
+
+/// A figure of a kernel's configuration, -1 when not recorded (or not a
+/// finite non-negative number).
+fn figure(v: Option<f64>) -> f64 {
+    v.filter(|x| x.is_finite() && *x >= 0.0).unwrap_or(-1.0)
+}
+
+fn config_row(cx: &Ctx<'_>, k: &proto::Kernel, c: &proto::KernelConfig) -> KernelConfigRow {
+    KernelConfigRow {
+        job_id: cx.job_id.clone(),
+        run_id: cx.run_id.clone(),
+        rank: cx.id.rank,
+        node: cx.node.clone(),
+        correlation: k.correlation,
+        kernel_start_ns: k.start_ns,
+        blocks_per_sm: figure(c.blocks_per_sm),
+        est_achieved_occupancy_pct: figure(c.est_achieved_occupancy_pct),
+        grid: c.grid.iter().take(3).copied().collect(),
+        block: c.block.iter().take(3).copied().collect(),
+        registers_per_thread: c.registers_per_thread,
+        shared_memory_bytes: c.shared_memory_bytes,
         agent_id: cx.agent_id.clone(),
         agent_session: cx.batch.agent_session,
         batch_seq: cx.batch.seq,

@@ -31,6 +31,7 @@ pub mod gpu_ops;
 mod migrate;
 pub mod native;
 pub mod per_step;
+pub mod plugin;
 mod read;
 mod recover;
 mod retention;
@@ -56,8 +57,8 @@ pub use recover::{
     RecoverRank, RecoverSpan, RecoverVerdict,
 };
 pub use rows::{
-    AlertRow, BatchRow, BreakdownRow, CollectiveRow, HangRow, KernelRow, LaunchRow, RankRow,
-    RowSet, SpanRow, StepRow, Text, TraceOpRow, TraceRankRow, VerdictRow,
+    AlertRow, BatchRow, BreakdownRow, CollectiveRow, HangRow, KernelConfigRow, KernelRow,
+    LaunchRow, RankRow, RowSet, SpanRow, StepRow, Text, TraceOpRow, TraceRankRow, VerdictRow,
 };
 pub use writer::{
     spawn_writer, spawn_writer_counting, Queued, TableCounters, WriteError, WriteOutcome,
@@ -215,11 +216,12 @@ pub enum Table {
     TraceRanks,
     TraceOps,
     IngestIntents,
+    KernelConfigs,
 }
 
 impl Table {
     /// Every table (the writer stores `ingest_batches` after the event tables).
-    pub const ALL: [Table; 19] = [
+    pub const ALL: [Table; 20] = [
         Table::Steps,
         Table::Spans,
         Table::Collectives,
@@ -239,6 +241,7 @@ impl Table {
         Table::TraceRanks,
         Table::TraceOps,
         Table::IngestIntents,
+        Table::KernelConfigs,
     ];
 
     /// The table's name in ClickHouse.
@@ -263,6 +266,7 @@ impl Table {
             Table::TraceRanks => "trace_ranks",
             Table::TraceOps => "trace_ops",
             Table::IngestIntents => "ingest_intents",
+            Table::KernelConfigs => "kernel_configs",
         }
     }
 
@@ -285,6 +289,7 @@ impl Table {
                 | Table::KernelLaunches
                 | Table::TraceRanks
                 | Table::TraceOps
+                | Table::KernelConfigs
         )
     }
 }

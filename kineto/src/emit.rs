@@ -44,6 +44,7 @@ enum Body {
         linked: bool,
         /// The launch call: start, end, interned name.
         launch: Option<(u64, u64, u32)>,
+        config: Option<Box<proto::KernelConfig>>,
     },
     Collective {
         index: usize,
@@ -56,6 +57,8 @@ enum Body {
         category: proto::SpanCategory,
         name: u32,
         end: u64,
+        /// A GPU-side range (`gpu_user_annotation`): stream and device.
+        gpu: Option<(u32, i32)>,
     },
 }
 
@@ -200,6 +203,8 @@ enum What {
         bytes: u64,
         /// An NCCL kernel (it may have a Collective record too).
         nccl: bool,
+        /// Its launch configuration, when the trace records one.
+        config: Option<Box<proto::KernelConfig>>,
     },
     /// A CPU annotation or op: a phase span (category, name) and/or a
     /// host-side collective (found by ordinal in the plan).
@@ -207,6 +212,25 @@ enum What {
         span: Option<(proto::SpanCategory, u32)>,
         host_comm: bool,
     },
+    /// A `gpu_user_annotation` range (issue 29: GPU time per user
+    /// annotation): an `OTHER` span on its stream and device.
+    GpuSpan { name: u32, stream: u32, device: i32 },
+}
+
+/// A kernel's launch configuration from its args (Kineto's names, see
+/// `proto::KernelConfig`); `None` when it records none of them.
+fn kernel_config(a: &super::raw::RawArgs) -> Option<Box<proto::KernelConfig>> {
+    let dims = |v: &super::scalar::Scalar| -> Vec<u32> { v.as_ranks().unwrap_or_default() };
+    let small = |v: &super::scalar::Scalar| v.as_u64().and_then(|x| u32::try_from(x).ok());
+    let c = proto::KernelConfig {
+        blocks_per_sm: a.blocks_per_sm.as_f64().filter(|x| x.is_finite()),
+        est_achieved_occupancy_pct: a.occupancy_pct.as_f64().filter(|x| x.is_finite()),
+        grid: dims(&a.grid),
+        block: dims(&a.block),
+        registers_per_thread: small(&a.registers).unwrap_or(0),
+        shared_memory_bytes: small(&a.shared_memory).unwrap_or(0),
+    };
+    (c != proto::KernelConfig::default()).then(|| Box::new(c))
 }
 
 impl Pending {
@@ -250,6 +274,10 @@ impl Pending {
                     }),
                 },
                 nccl: kind == proto::KernelKind::Kernel && event::is_nccl_kernel(name),
+                config: match kind {
+                    proto::KernelKind::Kernel => kernel_config(&ev.args),
+                    _ => None,
+                },
             },
             Class::CpuAnnotation | Class::CpuOp => {
                 let span = event::span_category(class, name)
@@ -260,6 +288,24 @@ impl Pending {
                 }
                 What::Cpu { span, host_comm }
             }
+            Class::GpuAnnotation => What::GpuSpan {
+                name: names.intern(name),
+                stream: ev
+                    .args
+                    .stream
+                    .as_u64()
+                    .or_else(|| ev.tid.as_u64_loose())
+                    .and_then(|s| u32::try_from(s).ok())
+                    .unwrap_or(0),
+                device: ev
+                    .args
+                    .device
+                    .as_u64()
+                    .or_else(|| ev.pid.as_u64_loose())
+                    .and_then(|d| i32::try_from(d).ok())
+                    .unwrap_or(0)
+                    .max(0),
+            },
             _ => return None,
         };
         Some(Self {
@@ -277,6 +323,7 @@ impl Pending {
         match self.what {
             What::Gpu { nccl, .. } => 1 + usize::from(nccl),
             What::Cpu { span, host_comm } => usize::from(span.is_some()) + usize::from(host_comm),
+            What::GpuSpan { .. } => 1,
         }
     }
 }
@@ -299,6 +346,7 @@ impl Window<'_> {
                 device,
                 bytes,
                 nccl: _,
+                config,
             } => {
                 let (seg, linked) = self.plan.gpu_seg(corr, start);
                 let launch = self.plan.launch_call(corr);
@@ -312,6 +360,7 @@ impl Window<'_> {
                     corr: corr.unwrap_or(0),
                     bytes,
                     linked,
+                    config,
                 });
                 let coll = self.plan.collective_index(ordinal);
                 if let Some((index, c)) = coll.filter(|(_, c)| c.op.is_some()) {
@@ -352,8 +401,22 @@ impl Window<'_> {
                         category,
                         name,
                         end,
+                        gpu: None,
                     });
                 }
+            }
+            What::GpuSpan {
+                name,
+                stream,
+                device,
+            } => {
+                let seg = self.plan.cpu_seg(start);
+                self.offer((seg, start, ordinal, 0), |_| Body::Span {
+                    category: proto::SpanCategory::Other,
+                    name,
+                    end,
+                    gpu: Some((stream, device)),
+                });
             }
         }
     }
@@ -434,6 +497,7 @@ where
                     bytes,
                     linked,
                     launch,
+                    config,
                 } => {
                     self.stats.gpu_events_unlinked += u64::from(!linked);
                     self.stats.gpu_events_outside_steps += u64::from(seg & 1 == 0);
@@ -449,6 +513,7 @@ where
                         launch_start_ns: launch.map_or(0, |l| at(l.0)),
                         launch_end_ns: launch.map_or(0, |l| at(l.1)),
                         launch_name_id: launch.map_or(0, |l| self.published.use_name(l.2)),
+                        config: config.map(|c| *c),
                     })
                 }
                 Body::Collective {
@@ -485,13 +550,14 @@ where
                     category,
                     name,
                     end,
+                    gpu,
                 } => proto::event::Kind::Span(proto::Span {
                     category: category as i32,
                     name_id: self.published.use_name(name),
                     start_ns: at(start),
                     end_ns: at(end),
-                    stream: 0,
-                    device: -1,
+                    stream: gpu.map_or(0, |g| g.0),
+                    device: gpu.map_or(-1, |g| g.1),
                 }),
             };
             self.push(proto::Event { kind: Some(kind) }, names)?;

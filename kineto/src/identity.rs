@@ -1,9 +1,12 @@
 //! The rank identity of an imported file.
 //!
 //! In: the options, `distributedInfo` / `deviceProperties` and what the
-//! scan saw. Out: a `RankIdentity`, or a [`Problem`] when rank and world
-//! size are unknown or inconsistent. Overrides win over `distributedInfo`;
-//! without `distributedInfo` both overrides are required. Labels: `source`,
+//! scan saw. Out: a `RankIdentity` (and a note to report, if any), or a
+//! [`Problem`] when rank and world size are inconsistent. Overrides win over
+//! `distributedInfo`; without `distributedInfo` (what `torch.profiler`
+//! writes for a job that is not distributed) the trace is rank 0 of 1 with
+//! a note, or `--world-size` alone places it as rank 0 of that world; a
+//! `--rank` needs `--world-size` there. Labels: `source`,
 //! `trace_file`, `gpu`, `backend`, `nccl_version` and, for HTA's loading
 //! rules, `hta_last_step_end_ns` ([`hta_last_step_end`]).
 
@@ -33,16 +36,55 @@ pub(crate) fn hta_last_step_end(scan: &Scan) -> Option<u64> {
     (names.len() >= 2).then(|| marks().map(|m| m.end).max())?
 }
 
-/// The rank identity from `distributedInfo`, the options and the trace.
+/// The note reported for a trace without `distributedInfo` taken as a
+/// single-process profile.
+pub const SINGLE_PROCESS_NOTE: &str = "no distributedInfo in the trace (a single-process \
+     profile): imported as rank 0 of 1; pass --rank and --world-size to place it in a larger job";
+
+/// The labels that carry the PyTorch Profiler TensorBoard plugin's (0.4.3)
+/// "all steps" span (see [`plugin_steps_span`]), trace ns + base.
+pub const PLUGIN_STEPS_START_LABEL: &str = "tbp_steps_start_ns";
+pub const PLUGIN_STEPS_END_LABEL: &str = "tbp_steps_end_ns";
+/// How many steps that span holds (1 for the plugin's single step "0").
+pub const PLUGIN_STEPS_LABEL: &str = "tbp_steps";
+
+/// The span the plugin's GPU summary divides by (`torch_tb_profiler`
+/// 0.4.3 `event_parser.StepParser`, `gpu_metrics_parser`): from the first
+/// `ProfilerStep#N` start to the last one's end, counting `user_annotation`,
+/// `cpu_op` and `gpu_user_annotation` ones (0.4.3 types both annotation
+/// categories alike, so a GPU-side step range is a step too: the MI300
+/// set's 3 steps are 6 to the plugin); without them, the span of the `cpu_op` events (the plugin's
+/// single step "0" over Python / Operator events). Not reproduced: the
+/// plugin's device adjustment of step ends, which 0.4.3 applies only to
+/// runtime events of category `runtime`; current traces write
+/// `cuda_runtime`, which 0.4.3 does not read, so it never applies there.
+/// Also the number of steps.
+pub(crate) fn plugin_steps_span(scan: &Scan) -> Option<(u64, u64, usize)> {
+    let mut steps: Vec<&crate::scan::StepMark> = scan
+        .cpu_steps
+        .iter()
+        .chain(&scan.op_steps)
+        .chain(&scan.gpu_steps)
+        .collect();
+    steps.sort_by_key(|m| (m.start, m.ordinal));
+    match (steps.first(), steps.last()) {
+        (Some(first), Some(last)) => Some((first.start, last.end, steps.len())),
+        _ => scan.op_bounds.map(|(s, e)| (s, e, 1)),
+    }
+}
+
+/// The rank identity from `distributedInfo`, the options and the trace,
+/// with the note to report when it was assumed (module doc).
 pub(crate) fn identity(
     path: &Path,
     opts: &ImportOptions,
     meta: &TopMeta,
     scan: &Scan,
-) -> Result<proto::RankIdentity, Problem> {
+) -> Result<(proto::RankIdentity, Option<&'static str>), Problem> {
     let dist = meta.dist.as_ref();
     let format = meta.format.format();
-    let mut opts = opts.clone();
+    let mut note = None;
+    let mut owned = opts.clone();
     if dist.is_none() && format != Format::Kineto {
         // Paddle and ORT files record no rank: the caller's, the file
         // name's `rank<N>`, or (ORT: one inference process) rank 0 of 1.
@@ -51,22 +93,33 @@ pub(crate) fn identity(
             .and_then(|n| n.to_str())
             .and_then(rank_in_name);
         let single = format == Format::OnnxRuntime;
-        let rank = opts
+        let rank = owned
             .rank_override
             .or(named)
             .or(single.then_some(0))
             .ok_or(Problem::NoRank(format.label()))?;
-        let world = opts
+        let world = owned
             .world_size_override
             .or((single && rank == 0).then_some(1))
             .ok_or(Problem::NoRank(format.label()))?;
-        opts.rank_override = Some(rank);
-        opts.world_size_override = Some(world);
+        owned.rank_override = Some(rank);
+        owned.world_size_override = Some(world);
+    } else if dist.is_none() {
+        // A single-process Kineto trace (no distributedInfo): rank 0 of 1
+        // with a note, or rank 0 of --world-size.
+        match (owned.rank_override, owned.world_size_override) {
+            (Some(_), None) => return Err(Problem::MissingDistributedInfo),
+            (None, w) => {
+                owned.rank_override = Some(0);
+                if w.is_none() {
+                    owned.world_size_override = Some(1);
+                    note = Some(SINGLE_PROCESS_NOTE);
+                }
+            }
+            (Some(_), Some(_)) => {}
+        }
     }
-    let opts = &opts;
-    if dist.is_none() && (opts.rank_override.is_none() || opts.world_size_override.is_none()) {
-        return Err(Problem::MissingDistributedInfo);
-    }
+    let opts = &owned;
     let field = |name: &str, v: Option<u64>, over: Option<u32>| -> Result<u32, Problem> {
         over.or_else(|| v.and_then(|v| u32::try_from(v).ok()))
             .ok_or_else(|| {
@@ -112,6 +165,16 @@ pub(crate) fn identity(
     if let Some(gpu) = gpu {
         labels.insert("gpu".into(), gpu.to_owned());
     }
+    if let Some((start, end, steps)) = plugin_steps_span(scan) {
+        let base = meta.base_time_ns.unwrap_or(0);
+        for (key, t) in [
+            (PLUGIN_STEPS_START_LABEL, start),
+            (PLUGIN_STEPS_END_LABEL, end),
+        ] {
+            labels.insert(key.into(), base.saturating_add(t).to_string());
+        }
+        labels.insert(PLUGIN_STEPS_LABEL.into(), steps.to_string());
+    }
     if let Some(end) = hta_last_step_end(scan) {
         let base = meta.base_time_ns.unwrap_or(0);
         labels.insert(
@@ -127,19 +190,22 @@ pub(crate) fn identity(
             labels.insert(key.into(), v.to_owned());
         }
     }
-    Ok(proto::RankIdentity {
-        job_id: opts.job.clone(),
-        rank,
-        world_size,
-        local_rank: device.and_then(|d| u32::try_from(d).ok()).unwrap_or(0),
-        node: opts.node.clone(),
-        pid: scan
-            .host_pid
-            .and_then(|p| u32::try_from(p).ok())
-            .unwrap_or(0),
-        run_id: opts.run_id.clone(),
-        labels,
-    })
+    Ok((
+        proto::RankIdentity {
+            job_id: opts.job.clone(),
+            rank,
+            world_size,
+            local_rank: device.and_then(|d| u32::try_from(d).ok()).unwrap_or(0),
+            node: opts.node.clone(),
+            pid: scan
+                .host_pid
+                .and_then(|p| u32::try_from(p).ok())
+                .unwrap_or(0),
+            run_id: opts.run_id.clone(),
+            labels,
+        },
+        note,
+    ))
 }
 
 /// `N` of the first `rank<N>` (also `rank_N`, `rank-N`, any case) in a

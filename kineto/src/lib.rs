@@ -110,7 +110,7 @@ use std::path::Path;
 use rankscope_proto::v1 as proto;
 
 pub use digest::Digest;
-pub use discover::discover;
+pub use discover::{discover, discover_spans};
 pub use error::{ImportError, Problem};
 pub use format::{Format, FORMATS_READ};
 pub use ops::{op_summary, OpStat};
@@ -364,7 +364,7 @@ where
         Some(&mut |n| progress(&at(n))),
     )?;
     check_events(&meta, &scan)?;
-    let identity = identity::identity(path, opts, &meta, &scan)?;
+    let (identity, id_note) = identity::identity(path, opts, &meta, &scan)?;
     let base_ns = meta.base_time_ns.unwrap_or(0);
     if let Some((_, end)) = scan.bounds {
         if base_ns.checked_add(end).is_none() {
@@ -375,6 +375,9 @@ where
         }
     }
     let mut stats = std::mem::take(&mut scan.stats);
+    if let Some(note) = id_note {
+        stats.warn(note);
+    }
     if stats.skipped_bad_events > 0 {
         stats.warn(format!(
             "{} event(s) without a usable ts/dur skipped",

@@ -78,6 +78,15 @@ pub(crate) struct RawArgs {
     pub provider: Scalar,
     /// PaddlePaddle `[memory]` events: the process's peak allocated bytes.
     pub peak_allocated: Scalar,
+    /// Kernel launch configuration (issue 29): `blocks per SM`,
+    /// `est. achieved occupancy %`, `grid`, `block`, `registers per thread`,
+    /// `shared memory`.
+    pub blocks_per_sm: Scalar,
+    pub occupancy_pct: Scalar,
+    pub grid: Scalar,
+    pub block: Scalar,
+    pub registers: Scalar,
+    pub shared_memory: Scalar,
     pub input_dims: InputDims,
     pub input_types: InputTypes,
 }
@@ -153,8 +162,8 @@ pub(crate) fn event_scalar(e: &mut RawEvent, k: usize) -> Option<&mut Scalar> {
 
 /// [`arg_key`] indexes of the two shapes; the keys below them are
 /// [`arg_scalar`]s.
-pub(crate) const ARG_INPUT_DIMS: usize = 16;
-pub(crate) const ARG_INPUT_TYPES: usize = 17;
+pub(crate) const ARG_INPUT_DIMS: usize = 22;
+pub(crate) const ARG_INPUT_TYPES: usize = 23;
 
 /// The scalar field of [`arg_key`] index `k` (`None`: a shape or skipped).
 pub(crate) fn arg_scalar(a: &mut RawArgs, k: usize) -> Option<&mut Scalar> {
@@ -175,6 +184,12 @@ pub(crate) fn arg_scalar(a: &mut RawArgs, k: usize) -> Option<&mut Scalar> {
         13 => &mut a.op_name,
         14 => &mut a.provider,
         15 => &mut a.peak_allocated,
+        16 => &mut a.blocks_per_sm,
+        17 => &mut a.occupancy_pct,
+        18 => &mut a.grid,
+        19 => &mut a.block,
+        20 => &mut a.registers,
+        21 => &mut a.shared_memory,
         _ => return None,
     })
 }
@@ -198,6 +213,12 @@ pub(crate) fn arg_key(k: &[u8]) -> usize {
         b"op_name" => 13,
         b"provider" => 14,
         b"peak_allocated" => 15,
+        b"blocks per SM" => 16,
+        b"est. achieved occupancy %" => 17,
+        b"grid" => 18,
+        b"block" => 19,
+        b"registers per thread" => 20,
+        b"shared memory" => 21,
         b"Input Dims" => ARG_INPUT_DIMS,
         b"Input type" => ARG_INPUT_TYPES,
         _ => usize::MAX,

@@ -70,6 +70,11 @@ pub(crate) struct Scan {
     /// without `ProfilerStep#N`, e.g. one libkineto's daemon mode started
     /// in an unmodified script); `step` is 0.
     pub optimizer_steps: Vec<StepMark>,
+    /// `ProfilerStep#N` written as `cpu_op` events (the TensorBoard plugin
+    /// takes those as steps too, see [`crate::identity::plugin_steps_span`]).
+    pub op_steps: Vec<StepMark>,
+    /// Earliest start and latest end of the `cpu_op` events.
+    pub op_bounds: Option<(u64, u64)>,
     pub launches: Vec<Launch>,
     /// Distinct names of the launch calls (`cudaLaunchKernel`, ...), by
     /// [`Launch::api`]; a name past `u16::MAX` distinct ones is stored as "".
@@ -261,6 +266,18 @@ impl EventHandler for Scan {
                 }
             }
             Class::CpuOp => {
+                self.op_bounds = Some(match self.op_bounds {
+                    None => (start, end),
+                    Some((a, b)) => (a.min(start), b.max(end)),
+                });
+                if let Some(step) = event::profiler_step(name) {
+                    self.op_steps.push(StepMark {
+                        step,
+                        start,
+                        end,
+                        ordinal,
+                    });
+                }
                 if name.starts_with("Optimizer.step#") {
                     self.optimizer_steps.push(StepMark {
                         step: 0,

@@ -42,6 +42,11 @@ const JOB_ROUTES: &[&str] = &[
     "timeline",
     "matrix",
     "collectives/steps",
+    "overview",
+    "advice",
+    "annotations",
+    "kernels?by=kernel",
+    "kernels?by=category",
 ];
 
 /// Keys whose values are wall-clock times of this run, not stored facts.

@@ -15,7 +15,7 @@ use std::path::PathBuf;
 
 pub use rankscope_objstore::{is_remote, RemoteFile};
 
-use super::{discover, looks_like_trace_source, TraceSource};
+use super::{discover_spans, looks_like_trace_source, TraceSource};
 
 /// One file to import.
 #[derive(Debug, Clone)]
@@ -74,8 +74,17 @@ impl TraceSource for Source<'_> {
 /// Every path's files (see the module doc), in command-line order, with the
 /// paths that failed and why.
 pub async fn discover_all(paths: &[PathBuf]) -> (Vec<TraceInput>, Vec<String>) {
+    let (files, errors, _notes) = discover_all_noted(paths).await;
+    (files, errors)
+}
+
+/// [`discover_all`], with the notes on the spans of a local folder left out
+/// (several spans of one worker: the latest is imported, see
+/// `rankscope_kineto::discover_spans`).
+pub async fn discover_all_noted(paths: &[PathBuf]) -> (Vec<TraceInput>, Vec<String>, Vec<String>) {
     let mut files = Vec::new();
     let mut errors = Vec::new();
+    let mut notes = Vec::new();
     let mut local = Vec::new();
     for path in paths {
         let Some(url) = path.to_str().filter(|s| is_remote(s)) else {
@@ -88,18 +97,21 @@ pub async fn discover_all(paths: &[PathBuf]) -> (Vec<TraceInput>, Vec<String>) {
         }
     }
     // Each local path on its own (one that fails does not stop the others),
-    // then sorted and without duplicates, as `discover` does for all at once.
+    // then sorted and without duplicates, as `discover_spans` does for all at once.
     let mut local_files = Vec::new();
     for path in local {
-        match discover(std::slice::from_ref(&path)) {
-            Ok(found) => local_files.extend(found),
+        match discover_spans(std::slice::from_ref(&path)) {
+            Ok((found, left_out)) => {
+                local_files.extend(found);
+                notes.extend(left_out);
+            }
             Err(e) => errors.push(e.to_string()),
         }
     }
     local_files.sort();
     local_files.dedup();
     files.extend(local_files.into_iter().map(TraceInput::Local));
-    (files, errors)
+    (files, errors, notes)
 }
 
 /// The trace files at `url`: a single object as is; under a prefix, those

@@ -53,6 +53,12 @@ pub struct GpuArgs {
     /// rounded inward to whole microseconds).
     #[arg(long)]
     pub exact: bool,
+    /// `kernels`: `hta` (HTA's kernel breakdown, the default), `kernel` (the
+    /// PyTorch Profiler TensorBoard plugin's kernel view: blocks per SM,
+    /// occupancy, Tensor Cores, Inductor category) or `category`
+    /// (TorchInductor's GPU time per kernel category and the GPU-busy percent).
+    #[arg(long, value_parser = ["hta", "kernel", "category"])]
+    pub by: Option<String>,
     /// Output format.
     #[arg(long, value_enum, default_value_t = OutputFormat::Table)]
     pub format: OutputFormat,
@@ -94,6 +100,7 @@ const KERNEL_TYPES: &[Column] = &[
 const KERNELS: &[Column] = &[
     col("rank", "rank", Kind::Plain),
     col("kernel_type", "kernel_type", Kind::Plain),
+    col("category", "category", Kind::Plain),
     col("name", "name", Kind::Name),
     col("calls", "calls", Kind::Plain),
     col("sum_ns", "sum_ms", Kind::NsAsMs),
@@ -101,6 +108,31 @@ const KERNELS: &[Column] = &[
     col("min_ns", "min_ms", Kind::NsAsMs),
     col("mean_ns", "mean_ms", Kind::NsAsMs),
     col("stddev_ns", "stddev_ms", Kind::NsAsMs),
+];
+
+/// `kernels --by kernel`: the TensorBoard plugin's kernel view.
+const KERNEL_VIEW: &[Column] = &[
+    col("rank", "rank", Kind::Plain),
+    col("category", "category", Kind::Plain),
+    col("name", "name", Kind::Name),
+    col("tensor_cores_used", "tc", Kind::Plain),
+    col("calls", "calls", Kind::Plain),
+    col("sum_ns", "sum_ms", Kind::NsAsMs),
+    col("mean_ns", "mean_ms", Kind::NsAsMs),
+    col("max_ns", "max_ms", Kind::NsAsMs),
+    col("min_ns", "min_ms", Kind::NsAsMs),
+    col("mean_blocks_per_sm", "blocks/SM", Kind::Float2),
+    col("mean_est_achieved_occupancy_pct", "occupancy_%", Kind::Pct),
+];
+
+/// `kernels --by category`: TorchInductor's categories.
+const CATEGORIES: &[Column] = &[
+    col("rank", "rank", Kind::Plain),
+    col("category", "category", Kind::Plain),
+    col("calls", "calls", Kind::Plain),
+    col("sum_ns", "sum_ms", Kind::NsAsMs),
+    col("pct_of_wall", "%_of_span", Kind::Pct),
+    col("pct_of_gpu_time", "%_of_gpu_time", Kind::Pct),
 ];
 
 const IDLE: &[Column] = &[
@@ -177,6 +209,9 @@ pub fn gpu_url(collector: &str, view: GpuView, a: &GpuArgs) -> String {
         if let Some(r) = a.ratio {
             params.push(("ratio", r.to_string()));
         }
+        if let Some(b) = &a.by {
+            params.push(("by", b.clone()));
+        }
     }
     if view == GpuView::Idle {
         if let Some(d) = a.kernel_delay_us {
@@ -210,7 +245,26 @@ pub async fn show(
         Some(Value::Array(rows)) => rows.clone(),
         _ => Vec::new(),
     };
-    Ok(render(&rows, view.columns(), a.format))
+    let columns = match (view, a.by.as_deref()) {
+        (GpuView::Kernels, Some("kernel")) => KERNEL_VIEW,
+        (GpuView::Kernels, Some("category")) => {
+            let mut out = render(&rows, CATEGORIES, a.format);
+            if a.format == OutputFormat::Table {
+                for b in body["busy"].as_array().into_iter().flatten() {
+                    let who = b["rank"]
+                        .as_u64()
+                        .map_or("job".into(), |r| format!("rank {r}"));
+                    let pct = b["busy_pct"]
+                        .as_f64()
+                        .map_or("-".into(), |p| format!("{p:.2}%"));
+                    out.push_str(&format!("{who}: GPU busy {pct} of the profiled span\n"));
+                }
+            }
+            return Ok(out);
+        }
+        _ => view.columns(),
+    };
+    Ok(render(&rows, columns, a.format))
 }
 
 #[cfg(test)]
@@ -228,11 +282,12 @@ mod tests {
             runtime_cutoff_us: Some(20),
             launch_delay_cutoff_us: None,
             exact: false,
+            by: Some("category".into()),
             format: OutputFormat::Table,
         };
         assert_eq!(
             gpu_url("http://c/", GpuView::Kernels, &a),
-            "http://c/api/v1/jobs/a%2Fb/kernels?rank=3&top=5&ratio=0.9"
+            "http://c/api/v1/jobs/a%2Fb/kernels?rank=3&top=5&ratio=0.9&by=category"
         );
         assert_eq!(
             gpu_url("http://c", GpuView::Idle, &a),

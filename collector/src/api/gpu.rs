@@ -47,6 +47,10 @@ pub struct GpuQuery {
     runtime_cutoff_us: Option<u64>,
     /// `launches`: HTA `launch_delay_cutoff`, microseconds (default 100).
     launch_delay_cutoff_us: Option<u64>,
+    /// `kernels`: `hta` (default: HTA's kernel breakdown), `kernel` (the
+    /// TensorBoard plugin's kernel view) or `category` (TorchInductor's
+    /// per-category breakdown); see `api::views`.
+    pub(super) by: Option<String>,
 }
 
 impl GpuQuery {
@@ -100,8 +104,19 @@ fn bad(msg: impl Into<String>) -> ApiError {
 /// The job's ranks with GPU activities, narrowed to `q.rank`, loaded as
 /// HTA does unless `q.exact`.
 async fn load(st: &ApiState, job: &str, q: &GpuQuery) -> Result<Vec<RankOps>, ApiError> {
+    load_ranks(st, job, q.rank, q.exact.unwrap_or(false)).await
+}
+
+/// [`load`] with its options spelled out (the issue-29 views take every
+/// activity: `exact`).
+pub(super) async fn load_ranks(
+    st: &ApiState,
+    job: &str,
+    rank: Option<u32>,
+    exact: bool,
+) -> Result<Vec<RankOps>, ApiError> {
     let mut all = st.store.gpu_ops(job).await?;
-    if !q.exact.unwrap_or(false) {
+    if !exact {
         let windows = st.store.hta_windows(job).await?;
         all = all
             .into_iter()
@@ -111,7 +126,6 @@ async fn load(st: &ApiState, job: &str, q: &GpuQuery) -> Result<Vec<RankOps>, Ap
             })
             .collect();
     }
-    let rank = q.rank;
     if all.is_empty() {
         st.require_job(job, true).await?;
     }
@@ -165,10 +179,22 @@ pub(super) async fn kernels(
     Query(q): Query<GpuQuery>,
 ) -> Result<Json<Value>, ApiError> {
     let (top, ratio) = q.kernels_args()?;
+    match q.by.as_deref() {
+        None | Some("hta") => {}
+        Some("kernel") => return super::views::kernel_view(&st, &job, q.rank).await,
+        Some("category") => return super::views::by_category(&st, &job, q.rank).await,
+        Some(other) => {
+            return Err(bad(format!(
+                "by must be hta, kernel or category, got {other:?}"
+            )))
+        }
+    }
     let ranks = load(&st, &job, &q).await?;
+    let figures = super::views::name_figures(&st, &job, q.rank).await?;
     let mut rows = Vec::new();
     for r in &ranks {
         for k in kernel_table(&r.gpu_ops(), ratio, top) {
+            let f = figures.get(&(r.rank, k.name.clone()));
             rows.push(json!({
                 "rank": r.rank,
                 "kernel_type": k.kernel_type,
@@ -179,6 +205,19 @@ pub(super) async fn kernels(
                 "min_ns": k.min_ns,
                 "mean_ns": k.mean_ns,
                 "stddev_ns": k.stddev_ns,
+                // HTA 0.5.0's own figures (over per-name sums in a folded type).
+                "hta_max_ns": k.hta.max_ns,
+                "hta_min_ns": k.hta.min_ns,
+                "hta_mean_ns": k.hta.mean_ns,
+                "hta_stddev_ns": k.hta.stddev_ns,
+                // Issue 29 (`api::views`): Inductor's category, the plugin's
+                // launch figures and Tensor Cores (absent for `others`).
+                "category": (k.name != "others")
+                    .then(|| rankscope_analysis::inductor::inductor_category(&k.name)),
+                "mean_blocks_per_sm": f.map(|f| f.mean_blocks_per_sm),
+                "mean_est_achieved_occupancy_pct": f.map(|f| f.mean_est_achieved_occupancy_pct),
+                "tensor_cores_used": (k.name != "others")
+                    .then(|| rankscope_analysis::tb_plugin::uses_tensor_cores(&k.name)),
             }));
         }
     }

@@ -25,6 +25,11 @@ const ASSETS: &[(&str, &str, &[u8])] = &[
     ("js/job.js", JS, include_bytes!("../../../ui/js/job.js")),
     ("js/tabs.js", JS, include_bytes!("../../../ui/js/tabs.js")),
     (
+        "js/profiler.js",
+        JS,
+        include_bytes!("../../../ui/js/profiler.js"),
+    ),
+    (
         "js/heatmap.js",
         JS,
         include_bytes!("../../../ui/js/heatmap.js"),

@@ -65,6 +65,8 @@ pub struct StoredOp {
     pub start_ns: u64,
     pub end_ns: u64,
     pub bytes: u64,
+    /// CUPTI correlation id (0 = none).
+    pub correlation: u64,
     /// The launch call and its name.
     pub launch: Option<(LaunchCall, Arc<str>)>,
 }
@@ -192,6 +194,7 @@ impl Store {
                 start_ns: r.start_ns,
                 end_ns: r.end_ns,
                 bytes: r.bytes,
+                correlation: r.correlation,
                 launch,
             };
             if let Some(last) = out.last_mut() {

@@ -116,6 +116,28 @@ pub struct LaunchRow {
     pub batch_seq: u64,
 }
 
+/// `kernel_configs`: the launch configuration of a `kernels` row (same job,
+/// rank, correlation and `kernel_start_ns` = its `start_ns`), when the trace
+/// recorded one (`rankscope.v1.KernelConfig`; -1 = a figure not recorded).
+#[derive(Debug, Clone, PartialEq, Row, Serialize, Deserialize)]
+pub struct KernelConfigRow {
+    pub job_id: Text,
+    pub run_id: Text,
+    pub rank: u32,
+    pub node: Text,
+    pub correlation: u64,
+    pub kernel_start_ns: u64,
+    pub blocks_per_sm: f64,
+    pub est_achieved_occupancy_pct: f64,
+    pub grid: Vec<u32>,
+    pub block: Vec<u32>,
+    pub registers_per_thread: u32,
+    pub shared_memory_bytes: u32,
+    pub agent_id: Text,
+    pub agent_session: u64,
+    pub batch_seq: u64,
+}
+
 /// `ranks`: the identity of a rank, refreshed (`seen_ns`) with every batch carrying it.
 #[derive(Debug, Clone, PartialEq, Eq, Row, Serialize, Deserialize)]
 pub struct RankRow {
@@ -259,6 +281,8 @@ pub struct RowSet {
     pub kernels: Vec<KernelRow>,
     /// Launch calls of some `kernels` rows (not counted as event rows).
     pub launches: Vec<LaunchRow>,
+    /// Launch configurations of some `kernels` rows (not counted as event rows).
+    pub kernel_configs: Vec<KernelConfigRow>,
     pub ranks: Vec<RankRow>,
     pub batches: Vec<BatchRow>,
     /// Analytics results (written by the stream task, not by ingest).
@@ -289,7 +313,7 @@ fn time_range<T>(rows: &[T], ts: impl Fn(&T) -> u64) -> Option<(u64, u64)> {
 impl RowSet {
     /// Per table with an agent batch's rows (`batch_seq` column): the table,
     /// its time column and the time range of the rows here.
-    pub fn batch_time_ranges(&self) -> [BatchTimeRange; 9] {
+    pub fn batch_time_ranges(&self) -> [BatchTimeRange; 10] {
         use super::Table as T;
         let t = &self.telemetry;
         [
@@ -313,6 +337,11 @@ impl RowSet {
                 T::KernelLaunches,
                 "kernel_start_ns",
                 time_range(&self.launches, |r| r.kernel_start_ns),
+            ),
+            (
+                T::KernelConfigs,
+                "kernel_start_ns",
+                time_range(&self.kernel_configs, |r| r.kernel_start_ns),
             ),
             (
                 T::GpuSamples,
@@ -347,6 +376,7 @@ impl RowSet {
             T::Collectives => self.collectives.clear(),
             T::Kernels => self.kernels.clear(),
             T::KernelLaunches => self.launches.clear(),
+            T::KernelConfigs => self.kernel_configs.clear(),
             T::Ranks => self.ranks.clear(),
             T::StepBreakdown => self.breakdowns.clear(),
             T::StragglerVerdicts => self.verdicts.clear(),
@@ -377,6 +407,7 @@ impl RowSet {
     pub fn total_rows(&self) -> usize {
         self.len()
             + self.launches.len()
+            + self.kernel_configs.len()
             + self.ranks.len()
             + self.batches.len()
             + self.breakdowns.len()

@@ -741,6 +741,8 @@ async fn commit_tables(
             .kernels),
         write_table(store, metrics, timeout, Table::KernelLaunches, sets, |r| &r
             .launches),
+        write_table(store, metrics, timeout, Table::KernelConfigs, sets, |r| &r
+            .kernel_configs),
         write_table(store, metrics, timeout, Table::Ranks, sets, |r| &r.ranks),
         write_table(store, metrics, timeout, Table::StepBreakdown, sets, |r| &r
             .breakdowns),
@@ -785,11 +787,11 @@ async fn commit_tables(
             |r| { &r.telemetry.evidence }
         ),
     );
-    let (r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, r15, r16) = results;
+    let (r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, r15, r16, r17) = results;
     let mut written = 0u32;
     let mut first_error = None;
     for r in [
-        r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, r15, r16,
+        r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, r15, r16, r17,
     ] {
         match r {
             Ok(table) => written |= table_bit(table),

@@ -126,10 +126,10 @@ pub async fn kernels(stack: &Stack, job: &str, a: &Value, set: &str, worst: &mut
         }
         for (o, t) in [
             ("sum_ns", "sum (us)"),
-            ("max_ns", "max (us)"),
-            ("min_ns", "min (us)"),
-            ("mean_ns", "mean (us)"),
-            ("stddev_ns", "stddev"),
+            ("hta_max_ns", "max (us)"),
+            ("hta_min_ns", "min (us)"),
+            ("hta_mean_ns", "mean (us)"),
+            ("hta_stddev_ns", "stddev"),
         ] {
             let what = "kernel stat us";
             worst.check(

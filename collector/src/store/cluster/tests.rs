@@ -77,6 +77,10 @@ const SCHEMA: &[(&str, &[Expect])] = &[
         "0009_ingest_intents",
         &[Create("ingest_intents", NODE, "MergeTree")],
     ),
+    (
+        "0012_kernel_configs",
+        &[Create("kernel_configs", JOB, "MergeTree")],
+    ),
 ];
 
 fn schema() -> ClusterSchema {
