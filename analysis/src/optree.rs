@@ -181,7 +181,10 @@ pub struct OpNode {
     /// Index into the input hosts.
     pub host: usize,
     pub host_total_ns: u64,
-    pub host_self_ns: u64,
+    /// Signed as in the plugin: a runtime call inside a non-operator child
+    /// (e.g. an `nccl:all_reduce` annotation) is subtracted with that child
+    /// too.
+    pub host_self_ns: i64,
     /// Σ durations of the runtime calls attached to it (what `host_self`
     /// leaves out besides the children).
     pub runtime_ns: u64,
@@ -282,9 +285,7 @@ fn build(hosts: &[Host], runtimes: &[Runtime]) -> Tree {
             };
             match only {
                 Some(c)
-                    if hosts[i].operator
-                        && hosts[c].operator
-                        && hosts[c].name == hosts[i].name =>
+                    if hosts[i].operator && hosts[c].operator && hosts[c].name == hosts[i].name =>
                 {
                     t.children[i] = std::mem::take(&mut t.children[c]);
                     t.runtimes[i] = std::mem::take(&mut t.runtimes[c]);
@@ -332,7 +333,13 @@ fn fill(hosts: &[Host], runtimes: &[Runtime], devices: &[Device], t: &Tree) -> V
     // Device work per correlation id.
     let mut dev: Vec<(u64, u64, u64)> = devices
         .iter()
-        .map(|d| (d.correlation, d.dur_ns, if d.tensor_cores { d.dur_ns } else { 0 }))
+        .map(|d| {
+            (
+                d.correlation,
+                d.dur_ns,
+                if d.tensor_cores { d.dur_ns } else { 0 },
+            )
+        })
         .collect();
     dev.sort_unstable();
     let dev_of = |corr: u64| -> (u64, u64) {
@@ -384,7 +391,7 @@ fn fill(hosts: &[Host], runtimes: &[Runtime], devices: &[Device], t: &Tree) -> V
                     s.tc_eligible = true;
                 }
             }
-            s.host_self_ns = self_host.max(0) as u64;
+            s.host_self_ns = self_host as i64;
             st[i] = s;
         }
     }

@@ -73,6 +73,17 @@ pub(crate) struct RawArgs {
     pub dtype: Scalar,
     pub pg_name: Scalar,
     pub pg_ranks: Scalar,
+    /// `[memory]` instant events (`profile_memory=True`).
+    pub mem_bytes: Scalar,
+    pub mem_addr: Scalar,
+    pub total_allocated: Scalar,
+    pub total_reserved: Scalar,
+    pub device_type: Scalar,
+    pub device_id: Scalar,
+    /// `Call stack` of a cpu_op (`;`-joined frames).
+    pub call_stack: Scalar,
+    /// `Python module id` of a python_function (an nn.Module's forward).
+    pub python_module_id: Scalar,
     pub input_dims: InputDims,
     pub input_types: InputTypes,
 }
@@ -148,8 +159,8 @@ pub(crate) fn event_scalar(e: &mut RawEvent, k: usize) -> Option<&mut Scalar> {
 
 /// [`arg_key`] indexes of the two shapes; the keys below them are
 /// [`arg_scalar`]s.
-pub(crate) const ARG_INPUT_DIMS: usize = 13;
-pub(crate) const ARG_INPUT_TYPES: usize = 14;
+pub(crate) const ARG_INPUT_DIMS: usize = 21;
+pub(crate) const ARG_INPUT_TYPES: usize = 22;
 
 /// The scalar field of [`arg_key`] index `k` (`None`: a shape or skipped).
 pub(crate) fn arg_scalar(a: &mut RawArgs, k: usize) -> Option<&mut Scalar> {
@@ -167,6 +178,14 @@ pub(crate) fn arg_scalar(a: &mut RawArgs, k: usize) -> Option<&mut Scalar> {
         10 => &mut a.dtype,
         11 => &mut a.pg_name,
         12 => &mut a.pg_ranks,
+        13 => &mut a.mem_bytes,
+        14 => &mut a.mem_addr,
+        15 => &mut a.total_allocated,
+        16 => &mut a.total_reserved,
+        17 => &mut a.device_type,
+        18 => &mut a.device_id,
+        19 => &mut a.call_stack,
+        20 => &mut a.python_module_id,
         _ => return None,
     })
 }
@@ -186,8 +205,16 @@ pub(crate) fn arg_key(k: &[u8]) -> usize {
         b"dtype" => 10,
         b"Process Group Name" => 11,
         b"Process Group Ranks" => 12,
-        b"Input Dims" => 13,
-        b"Input type" => 14,
+        b"Bytes" => 13,
+        b"Addr" => 14,
+        b"Total Allocated" => 15,
+        b"Total Reserved" => 16,
+        b"Device Type" => 17,
+        b"Device Id" => 18,
+        b"Call stack" => 19,
+        b"Python module id" => 20,
+        b"Input Dims" => 21,
+        b"Input type" => 22,
         _ => usize::MAX,
     }
 }

@@ -100,7 +100,11 @@ pub fn peaks(records: &[MemRecord]) -> Vec<(MemDevice, f64, f64)> {
 
 /// The per-operator table: `(device, name id, row)`, sorted by device then
 /// name id.
-pub fn op_memory_table(hosts: &[Host], tree: &Tree, records: &[MemRecord]) -> Vec<(MemDevice, u32, MemOpRow)> {
+pub fn op_memory_table(
+    hosts: &[Host],
+    tree: &Tree,
+    records: &[MemRecord],
+) -> Vec<(MemDevice, u32, MemOpRow)> {
     let n = hosts.len();
     let mut visited = vec![false; n];
     // Per node: its own records' (device, bytes).
@@ -142,14 +146,15 @@ pub fn op_memory_table(hosts: &[Host], tree: &Tree, records: &[MemRecord]) -> Ve
     type Metrics = Vec<(MemDevice, [i64; 6])>;
     let mut per_node: Vec<Metrics> = vec![Vec::new(); n];
     let mut calls: Vec<(u32, u64)> = Vec::new();
-    let add = |m: &mut Metrics, d: MemDevice, i: usize, v: i64| match m.iter_mut().find(|x| x.0 == d) {
-        Some(x) => x.1[i] += v,
-        None => {
-            let mut a = [0; 6];
-            a[i] = v;
-            m.push((d, a));
-        }
-    };
+    let add =
+        |m: &mut Metrics, d: MemDevice, i: usize, v: i64| match m.iter_mut().find(|x| x.0 == d) {
+            Some(x) => x.1[i] += v,
+            None => {
+                let mut a = [0; 6];
+                a[i] = v;
+                m.push((d, a));
+            }
+        };
     for (_, top) in &tree.roots {
         let mut stack: Vec<(usize, bool)> = top.iter().rev().map(|&i| (i, false)).collect();
         while let Some((i, done)) = stack.pop() {
