@@ -31,6 +31,7 @@ mod telemetry;
 mod timeline;
 mod traces;
 mod ui;
+mod views;
 
 use crate::store::{JobRow, StepTimeRow, Store};
 
@@ -89,6 +90,8 @@ pub fn router(state: ApiState) -> Router {
         )
         .route("/api/v1/alerts", get(alerts::alerts))
         .route("/api/v1/gpus", get(telemetry::gpus))
+        .route("/api/v1/jobs/{job}/ops", get(views::ops))
+        .route("/api/v1/jobs/{job}/memory", get(views::memory))
         .route("/", get(ui::index))
         .route("/ui/{*path}", get(ui::asset))
         .route_layer(axum::middleware::from_fn_with_state(
@@ -241,6 +244,8 @@ pub const QUERY_ROUTES: &[&str] = &[
     "diff",
     "traces/list",
     "traces/diff",
+    "ops",
+    "memory",
 ];
 
 /// A route's query string as its handler takes it, without the store:
@@ -272,6 +277,8 @@ pub fn check_query(route: &str, uri: &http::Uri) -> Result<(), String> {
         "diff" => parse::<diff::DiffQuery>(uri).map(drop),
         "traces/list" => parse::<traces::ListQuery>(uri).map(drop),
         "traces/diff" => parse::<traces::DiffQuery>(uri).map(drop),
+        "ops" => checked(parse::<views::OpsQuery>(uri)?.check()),
+        "memory" => parse::<views::MemoryQuery>(uri).map(drop),
         _ => Err(format!("unknown route {route:?}")),
     }
 }

@@ -39,6 +39,7 @@ pub mod sql;
 pub mod telemetry;
 pub mod timeline;
 pub mod traces;
+pub mod views;
 mod writer;
 
 use std::collections::HashMap;
@@ -56,8 +57,8 @@ pub use recover::{
     RecoverRank, RecoverSpan, RecoverVerdict,
 };
 pub use rows::{
-    AlertRow, BatchRow, BreakdownRow, CollectiveRow, HangRow, KernelRow, LaunchRow, RankRow,
-    RowSet, SpanRow, StepRow, Text, TraceOpRow, TraceRankRow, VerdictRow,
+    AlertRow, BatchRow, BreakdownRow, CollectiveRow, HangRow, KernelRow, LaunchRow, MemoryStatRow,
+    OperatorStatRow, RankRow, RowSet, SpanRow, StepRow, Text, TraceOpRow, TraceRankRow, VerdictRow,
 };
 pub use writer::{
     spawn_writer, spawn_writer_counting, Queued, TableCounters, WriteError, WriteOutcome,
@@ -215,11 +216,13 @@ pub enum Table {
     TraceRanks,
     TraceOps,
     IngestIntents,
+    OperatorStats,
+    MemoryStats,
 }
 
 impl Table {
     /// Every table (the writer stores `ingest_batches` after the event tables).
-    pub const ALL: [Table; 19] = [
+    pub const ALL: [Table; 21] = [
         Table::Steps,
         Table::Spans,
         Table::Collectives,
@@ -239,6 +242,8 @@ impl Table {
         Table::TraceRanks,
         Table::TraceOps,
         Table::IngestIntents,
+        Table::OperatorStats,
+        Table::MemoryStats,
     ];
 
     /// The table's name in ClickHouse.
@@ -263,6 +268,8 @@ impl Table {
             Table::TraceRanks => "trace_ranks",
             Table::TraceOps => "trace_ops",
             Table::IngestIntents => "ingest_intents",
+            Table::OperatorStats => "operator_stats",
+            Table::MemoryStats => "memory_stats",
         }
     }
 
@@ -285,6 +292,8 @@ impl Table {
                 | Table::KernelLaunches
                 | Table::TraceRanks
                 | Table::TraceOps
+                | Table::OperatorStats
+                | Table::MemoryStats
         )
     }
 }

@@ -86,6 +86,16 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "0009_ingest_intents",
         sql: include_str!("../../schema/0009_ingest_intents.sql"),
     },
+    Migration {
+        version: 10,
+        name: "0010_operator_stats",
+        sql: include_str!("../../schema/0010_operator_stats.sql"),
+    },
+    Migration {
+        version: 11,
+        name: "0011_memory_stats",
+        sql: include_str!("../../schema/0011_memory_stats.sql"),
+    },
 ];
 
 const CREATE_TABLE_SQL: &str = include_str!("../../queries/schema_migrations.sql");
@@ -328,6 +338,8 @@ mod tests {
             (7, "0007_traces", "fnv1a64:33d3b6253281c527"),
             (8, "0008_trace_ops", "fnv1a64:5b5e90ed4b191b72"),
             (9, "0009_ingest_intents", "fnv1a64:e4daec9fb376e443"),
+            (10, "0010_operator_stats", "fnv1a64:b4f23a2fa7274377"),
+            (11, "0011_memory_stats", "fnv1a64:ce1dfb428c43ce4c"),
         ];
         let actual: Vec<(u32, &str, String)> = MIGRATIONS
             .iter()

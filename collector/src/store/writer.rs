@@ -759,6 +759,10 @@ async fn commit_tables(
             .traces),
         write_table(store, metrics, timeout, Table::TraceOps, sets, |r| &r
             .trace_ops),
+        write_table(store, metrics, timeout, Table::OperatorStats, sets, |r| &r
+            .operator_stats),
+        write_table(store, metrics, timeout, Table::MemoryStats, sets, |r| &r
+            .memory_stats),
         write_table(store, metrics, timeout, Table::GpuSamples, sets, |r| {
             &r.telemetry.gpu_samples
         }),
@@ -785,11 +789,12 @@ async fn commit_tables(
             |r| { &r.telemetry.evidence }
         ),
     );
-    let (r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, r15, r16) = results;
+    let (r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, r15, r16, r17, r18) =
+        results;
     let mut written = 0u32;
     let mut first_error = None;
     for r in [
-        r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, r15, r16,
+        r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, r15, r16, r17, r18,
     ] {
         match r {
             Ok(table) => written |= table_bit(table),

@@ -77,6 +77,14 @@ const SCHEMA: &[(&str, &[Expect])] = &[
         "0009_ingest_intents",
         &[Create("ingest_intents", NODE, "MergeTree")],
     ),
+    (
+        "0010_operator_stats",
+        &[Create("operator_stats", JOB, "MergeTree")],
+    ),
+    (
+        "0011_memory_stats",
+        &[Create("memory_stats", JOB, "MergeTree")],
+    ),
 ];
 
 fn schema() -> ClusterSchema {
