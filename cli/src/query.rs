@@ -20,6 +20,7 @@ pub mod gpus;
 pub mod http;
 pub mod timeline;
 pub mod traces;
+pub mod views;
 
 use http::{HttpClient, HttpError};
 use serde::{Deserialize, Serialize};
