@@ -286,3 +286,10 @@ fn df_index_resolver_ops_memory_table_and_peaks_equal_the_plugin() {
 fn negative_queue_ops_equal_the_plugin() {
     check("hta_negative_queue_rank0_a100", "rank0.json.gz");
 }
+
+#[test]
+fn cpu_memory_stack_set_ops_memory_table_and_peaks_equal_the_plugin() {
+    // A real torch 2.15 CPU DDP job (profile_memory=True, with_stack=True).
+    check("cpu_memory_stack_2rank", "rank0.pt.trace.json.gz");
+    check("cpu_memory_stack_2rank", "rank1.pt.trace.json.gz");
+}

@@ -42,6 +42,9 @@ const JOB_ROUTES: &[&str] = &[
     "timeline",
     "matrix",
     "collectives/steps",
+    "ops",
+    "ops?rank=0&group_by=stack",
+    "memory?ops=true",
 ];
 
 /// Keys whose values are wall-clock times of this run, not stored facts.

@@ -177,6 +177,67 @@ async fn ops_and_memory_of_imported_sets_equal_the_plugin() {
     }
     assert!(!v["curve"].as_array().unwrap().is_empty(), "a rank's curve");
 
+    // A real torch CPU DDP job (profile_memory=True, with_stack=True; rank 1
+    // holds an extra 4 MiB): peaks and table equal the plugin's, rank 1 has
+    // the larger peak, and the stacks name the script's own file and line.
+    import_set(&stack, "cpu_memory_stack_2rank", "torchmem").await;
+    let v = stack.api_get("/api/v1/jobs/torchmem/memory?ops=true").await;
+    let mut peak = [0.0; 2];
+    for r in 0..2u32 {
+        let exp = expected("cpu_memory_stack_2rank", &format!("rank{r}"));
+        let want = &exp["as_is"]["memory_peaks"]["CPU"];
+        let p = v["peaks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|p| p["rank"] == r && p["device"] == "CPU")
+            .unwrap_or_else(|| panic!("rank {r}: {v}"));
+        assert_eq!(p["peak_allocated_bytes"].as_f64(), want[0].as_f64(), "{p}");
+        peak[r as usize] = want[0].as_f64().unwrap();
+        let rows = exp["as_is"]["memory_ops"]["CPU"].as_array().unwrap();
+        let ours: Vec<&Value> = v["ops"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|o| o["rank"] == r)
+            .collect();
+        assert_eq!(ours.len(), rows.len(), "rank {r}");
+        for t in rows {
+            let o = ours
+                .iter()
+                .find(|o| o["name"] == t[0])
+                .unwrap_or_else(|| panic!("{t}"));
+            assert_eq!(o["calls"].as_u64(), t[1].as_u64(), "{t}");
+            assert_eq!(o["size_increase_bytes"].as_f64(), t[2].as_f64(), "{t}");
+            assert_eq!(
+                o["self_allocation_size_bytes"].as_f64(),
+                t[7].as_f64(),
+                "{t}"
+            );
+        }
+    }
+    assert!(
+        peak[1] > peak[0] + 4.0e6,
+        "rank 1 holds 4 MiB more: {peak:?}"
+    );
+    let v = stack
+        .api_get("/api/v1/jobs/torchmem/ops?rank=0&group_by=stack")
+        .await;
+    assert!(v["notes"].as_array().unwrap().is_empty(), "{v}");
+    let script = v["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|r| r["frames"].as_array().unwrap().iter())
+        .find(|f| {
+            f["file"]
+                .as_str()
+                .unwrap()
+                .ends_with("make_cpu_memory_stack_traces.py")
+        })
+        .unwrap_or_else(|| panic!("no frame of the script: {v}"));
+    assert!(script["line"].as_u64().unwrap() > 0, "{script}");
+
     // Bad input.
     let none = stack.api_get("/api/v1/jobs/dlrm/memory").await;
     assert_eq!(none["peaks"].as_array().map(Vec::len), Some(0));
