@@ -741,12 +741,22 @@ async fn run(cli: Cli) -> Result<()> {
             if a.format == OutputFormat::Json {
                 println!("{}", serde_json::to_string_pretty(&v)?);
             } else {
+                let traced = v["peaks"].as_array().is_some_and(|p| !p.is_empty());
                 let (key, cols) = if a.ops {
                     ("ops", views::MEMORY_OPS)
+                } else if !traced && v["live"]["ranks"].as_array().is_some_and(|r| !r.is_empty()) {
+                    if let (Some(s), OutputFormat::Table) = (views::live_summary(&v), a.format) {
+                        println!("{s}");
+                    }
+                    ("live", views::LIVE_RANKS)
                 } else {
                     ("peaks", views::PEAKS)
                 };
-                let rows = v[key].as_array().cloned().unwrap_or_default();
+                let rows = if key == "live" {
+                    v["live"]["ranks"].as_array().cloned().unwrap_or_default()
+                } else {
+                    v[key].as_array().cloned().unwrap_or_default()
+                };
                 print!("{}", columns::render(&rows, cols, a.format));
                 for n in v["notes"].as_array().into_iter().flatten() {
                     eprintln!("note: {}", n.as_str().unwrap_or(""));

@@ -189,8 +189,8 @@ pub fn op_memory_table(
             let mut m = std::mem::take(&mut per_node[i]);
             for &c in &tree.children[i] {
                 for (d, cm) in &per_node[c] {
-                    for k in 3..6 {
-                        add(&mut m, *d, k, cm[k]);
+                    for (k, v) in cm.iter().enumerate().skip(3) {
+                        add(&mut m, *d, k, *v);
                     }
                 }
             }

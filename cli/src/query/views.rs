@@ -52,6 +52,31 @@ pub const PEAKS: &[Column] = &[
     col("peak_reserved_bytes", "peak reserved", Kind::Bytes),
 ];
 
+/// `memory` of a live job: per rank its peak over the steps.
+pub const LIVE_RANKS: &[Column] = &[
+    col("rank", "rank", Kind::Plain),
+    col("source", "source", Kind::Plain),
+    col("peak_bytes", "peak", Kind::Bytes),
+    col("total_bytes", "device/node memory", Kind::Bytes),
+    col("headroom_pct", "headroom %", Kind::Pct),
+];
+
+/// The line above the live table: the max rank and the worst imbalance.
+pub fn live_summary(v: &Value) -> Option<String> {
+    let l = &v["live"];
+    let rank = l["max_rank"].as_u64()?;
+    let worst = l["imbalance"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|s| s["imbalance"].as_f64())
+        .fold(0.0f64, f64::max);
+    Some(format!(
+        "largest peak: rank {rank}, {:.1} MiB; worst step imbalance (max / median) {worst:.2}",
+        l["max_peak_bytes"].as_f64().unwrap_or(0.0) / 1048576.0
+    ))
+}
+
 /// `memory --ops`: the per-operator memory table.
 pub const MEMORY_OPS: &[Column] = &[
     col("rank", "rank", Kind::Plain),

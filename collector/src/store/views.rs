@@ -10,6 +10,35 @@ use super::{Store, StoreError};
 
 const JOB_OPERATOR_STATS_SQL: QueryFile = query_file!("job_operator_stats");
 const JOB_MEMORY_STATS_SQL: QueryFile = query_file!("job_memory_stats");
+const JOB_RANK_RSS_SQL: QueryFile = query_file!("job_rank_rss");
+const JOB_NODE_MEMORY_SQL: QueryFile = query_file!("job_node_memory");
+const STEP_WINDOWS_SQL: QueryFile = query_file!("step_windows");
+
+/// One RSS sample of a rank's process.
+#[derive(Debug, Clone, PartialEq, Row, Deserialize)]
+pub struct RssSample {
+    pub rank: u32,
+    pub node: String,
+    pub ts_ns: u64,
+    pub period_ns: u64,
+    pub rss_bytes: u64,
+}
+
+/// A node's memory.
+#[derive(Debug, Clone, PartialEq, Row, Deserialize)]
+pub struct NodeMemory {
+    pub node: String,
+    pub mem_total_bytes: u64,
+}
+
+/// A (step, rank) window.
+#[derive(Debug, Clone, PartialEq, Row, Deserialize)]
+pub struct Window {
+    pub step: u64,
+    pub rank: u32,
+    pub step_start_ns: u64,
+    pub step_time_ns: u64,
+}
 
 /// One operator of one rank (summed over that rank's traces).
 #[derive(Debug, Clone, PartialEq, Row, Deserialize)]
@@ -54,6 +83,35 @@ pub struct MemStat {
 }
 
 impl Store {
+    /// Per-rank RSS samples of `job`, by (rank, ts).
+    pub async fn job_rank_rss(&self, job: &str) -> Result<Vec<RssSample>, StoreError> {
+        self.read(JOB_RANK_RSS_SQL)
+            .bind(job)
+            .fetch_all()
+            .await
+            .map_err(StoreError::query("job rank RSS"))
+    }
+
+    /// Memory of the nodes `job` ran on.
+    pub async fn job_node_memory(&self, job: &str) -> Result<Vec<NodeMemory>, StoreError> {
+        self.read(JOB_NODE_MEMORY_SQL)
+            .bind(job)
+            .fetch_all()
+            .await
+            .map_err(StoreError::query("job node memory"))
+    }
+
+    /// Every (step, rank) window of `job`.
+    pub async fn job_step_windows(&self, job: &str) -> Result<Vec<Window>, StoreError> {
+        self.read(STEP_WINDOWS_SQL)
+            .bind(job)
+            .bind(0u64)
+            .bind(i64::MAX as u64)
+            .fetch_all()
+            .await
+            .map_err(StoreError::query("step windows"))
+    }
+
     /// Every operator row of `job`, by (rank, name, call stack).
     pub async fn job_operator_stats(&self, job: &str) -> Result<Vec<OpStat>, StoreError> {
         self.read(JOB_OPERATOR_STATS_SQL)
