@@ -9,10 +9,11 @@ import { crumbs, setLive, setParams, showError } from './app.js';
 import { METRICS, createHeatmap } from './heatmap.js';
 import { segments } from './bars.js';
 import { activeFlags, loadCollectives, loadGpus, loadRanks } from './tabs.js';
+import { loadMemory, loadOps } from './views.js';
 
 const LIVE_NS = 60e9;
-const TABS = ['overview', 'ranks', 'collectives', 'gpus'];
-const TAB_LABELS = { overview: 'Overview', ranks: 'Ranks', collectives: 'Collectives', gpus: 'GPUs' };
+const TABS = ['overview', 'ranks', 'collectives', 'gpus', 'ops', 'memory'];
+const TAB_LABELS = { overview: 'Overview', ranks: 'Ranks', collectives: 'Collectives', gpus: 'GPUs', ops: 'Ops', memory: 'Memory' };
 
 /** Fields of the breakdown panel: [API field, label, formatter]. */
 const BREAKDOWN_FIELDS = [
@@ -264,6 +265,7 @@ export function jobView(job) {
     st.heatmap = null;
     if (st.tab === 'ranks') return loadRanks(body, job);
     if (st.tab === 'collectives') return loadCollectives(body, job, range(), st.charts);
+    if (st.tab === 'ops' || st.tab === 'memory') return (st.tab === 'ops' ? loadOps(body, job) : loadMemory(body, job, st.charts));
     return loadGpus(body, job, range(), st.charts);
   }
 
