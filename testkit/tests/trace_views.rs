@@ -238,6 +238,42 @@ async fn ops_and_memory_of_imported_sets_equal_the_plugin() {
         .unwrap_or_else(|| panic!("no frame of the script: {v}"));
     assert!(script["line"].as_u64().unwrap() > 0, "{script}");
 
+    // The CLI: the stack rows name the script's file:line.
+    let bin = std::env::current_exe()
+        .expect("test exe")
+        .parent()
+        .and_then(std::path::Path::parent)
+        .expect("target dir")
+        .join("rankscope");
+    let out = std::process::Command::new(&bin)
+        .args(["--collector", &format!("http://{}", stack.http_addr())])
+        .args([
+            "ops",
+            "--job",
+            "torchmem",
+            "--rank",
+            "0",
+            "--group-by",
+            "stack",
+            "--format",
+            "csv",
+        ])
+        .output()
+        .expect("rankscope ops");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    assert!(text.contains("make_cpu_memory_stack_traces.py:"), "{text}");
+    let out = std::process::Command::new(&bin)
+        .args(["--collector", &format!("http://{}", stack.http_addr())])
+        .args(["ops", "--job", "dlrm", "--top", "0"])
+        .output()
+        .expect("rankscope ops");
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("top must be"),
+        "{out:?}"
+    );
+
     // Bad input.
     let none = stack.api_get("/api/v1/jobs/dlrm/memory").await;
     assert_eq!(none["peaks"].as_array().map(Vec::len), Some(0));
