@@ -25,6 +25,9 @@
 //! - [`hta_load`]: HTA's trace-loading rules (ProfilerStep window, whole
 //!   microseconds rounded inward) applied before the HTA-defined views;
 //! - [`memcpy`]: memcpy / memset calls, bytes, time and GB/s per direction;
+//! - [`optree`]: the PyTorch Profiler TensorBoard plugin's operator tree
+//!   (host/device self and total per operator) and its Memory view
+//!   (per-operator memory table, peaks);
 //! - [`describe`]: pandas `describe()` (count, mean, std, quartiles).
 //!
 //! Units: times are `u64` nanoseconds (`*_ns`); bandwidths are GB/s with
@@ -46,6 +49,7 @@ pub mod interval;
 pub mod kernels;
 pub mod launches;
 pub mod memcpy;
+pub mod optree;
 pub mod stats;
 pub mod straggler;
 pub mod tb_plugin;

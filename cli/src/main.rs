@@ -128,6 +128,12 @@ enum Command {
     /// Where a job's wall time went (compute, exposed communication, straggler
     /// wait, input stalls, idle, hung) and, with --flops-per-step, its MFU.
     Goodput(GoodputArgs),
+    /// Operator view of traced ranks (PyTorch Profiler TensorBoard plugin
+    /// columns, Paddle's min/max/mean and ratios): per rank, or across ranks.
+    Ops(OpsArgs),
+    /// Memory view of traced ranks: peak allocated/reserved per rank and device,
+    /// with --ops the per-operator memory table.
+    Memory(MemoryArgs),
     /// Trace ranks of a job with Kineto through their agents (processes started
     /// with KINETO_USE_DAEMON=1; no code change) and import the traces.
     Trace(TraceArgs),
@@ -233,6 +239,44 @@ struct TimelineArgs {
     /// Output file (`.json`, or `.json.gz` for gzip).
     #[arg(short = 'o', long = "output")]
     output: std::path::PathBuf,
+}
+
+#[derive(Debug, Args)]
+struct OpsArgs {
+    /// The job.
+    #[arg(long)]
+    job: String,
+    /// One rank (default: one row per operator across the ranks).
+    #[arg(long)]
+    rank: Option<u32>,
+    /// Row key: name, shape or stack (file:line frames of with_stack=True traces).
+    #[arg(long, default_value = "name")]
+    group_by: String,
+    /// Most rows (1..=10000).
+    #[arg(long)]
+    top: Option<usize>,
+    /// Output format.
+    #[arg(long, value_enum, default_value_t = OutputFormat::Table)]
+    format: OutputFormat,
+}
+
+#[derive(Debug, Args)]
+struct MemoryArgs {
+    /// The job.
+    #[arg(long)]
+    job: String,
+    /// One rank.
+    #[arg(long)]
+    rank: Option<u32>,
+    /// The per-operator memory table.
+    #[arg(long)]
+    ops: bool,
+    /// Allocation/release events.
+    #[arg(long)]
+    events: bool,
+    /// Output format.
+    #[arg(long, value_enum, default_value_t = OutputFormat::Table)]
+    format: OutputFormat,
 }
 
 #[derive(Debug, Args)]
@@ -684,6 +728,55 @@ async fn run(cli: Cli) -> Result<()> {
                     println!("{}", goodput::summary(&v));
                 }
                 print!("{}", columns::render(&rows, goodput::PARTS, a.format));
+            }
+            Ok(())
+        }
+        Command::Ops(a) => {
+            use rankscope_cli::query::opsmem as views;
+            let v = views::ops(&http(), &cli.collector, &a.job, a.rank, &a.group_by, a.top).await?;
+            if a.format == OutputFormat::Json {
+                println!("{}", serde_json::to_string_pretty(&v)?);
+            } else {
+                let mut rows = v["rows"].as_array().cloned().unwrap_or_default();
+                views::with_frames(&mut rows);
+                let cols = if a.rank.is_some() {
+                    views::RANK_OPS
+                } else {
+                    views::JOB_OPS
+                };
+                print!("{}", columns::render(&rows, cols, a.format));
+                for n in v["notes"].as_array().into_iter().flatten() {
+                    eprintln!("note: {}", n.as_str().unwrap_or(""));
+                }
+            }
+            Ok(())
+        }
+        Command::Memory(a) => {
+            use rankscope_cli::query::opsmem as views;
+            let v = views::memory(&http(), &cli.collector, &a.job, a.rank, a.ops, a.events).await?;
+            if a.format == OutputFormat::Json {
+                println!("{}", serde_json::to_string_pretty(&v)?);
+            } else {
+                let traced = v["peaks"].as_array().is_some_and(|p| !p.is_empty());
+                let (key, cols) = if a.ops {
+                    ("ops", views::MEMORY_OPS)
+                } else if !traced && v["live"]["ranks"].as_array().is_some_and(|r| !r.is_empty()) {
+                    if let (Some(s), OutputFormat::Table) = (views::live_summary(&v), a.format) {
+                        println!("{s}");
+                    }
+                    ("live", views::LIVE_RANKS)
+                } else {
+                    ("peaks", views::PEAKS)
+                };
+                let rows = if key == "live" {
+                    v["live"]["ranks"].as_array().cloned().unwrap_or_default()
+                } else {
+                    v[key].as_array().cloned().unwrap_or_default()
+                };
+                print!("{}", columns::render(&rows, cols, a.format));
+                for n in v["notes"].as_array().into_iter().flatten() {
+                    eprintln!("note: {}", n.as_str().unwrap_or(""));
+                }
             }
             Ok(())
         }

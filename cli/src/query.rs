@@ -18,6 +18,7 @@ pub mod goodput;
 pub mod gpu;
 pub mod gpus;
 pub mod http;
+pub mod opsmem;
 pub mod timeline;
 pub mod traces;
 pub mod views;

@@ -29,6 +29,7 @@ mod diff;
 mod goodput;
 mod gpu;
 pub mod matrix;
+mod opsmem;
 mod overview;
 mod telemetry;
 mod timeline;
@@ -99,6 +100,8 @@ pub fn router(state: ApiState) -> Router {
         )
         .route("/api/v1/alerts", get(alerts::alerts))
         .route("/api/v1/gpus", get(telemetry::gpus))
+        .route("/api/v1/jobs/{job}/ops", get(opsmem::ops))
+        .route("/api/v1/jobs/{job}/memory", get(opsmem::memory))
         .route("/", get(ui::index))
         .route("/ui/{*path}", get(ui::asset))
         .route_layer(axum::middleware::from_fn_with_state(
@@ -251,6 +254,8 @@ pub const QUERY_ROUTES: &[&str] = &[
     "diff",
     "traces/list",
     "traces/diff",
+    "ops",
+    "memory",
 ];
 
 /// A route's query string as its handler takes it, without the store:
@@ -282,6 +287,8 @@ pub fn check_query(route: &str, uri: &http::Uri) -> Result<(), String> {
         "diff" => parse::<diff::DiffQuery>(uri).map(drop),
         "traces/list" => parse::<traces::ListQuery>(uri).map(drop),
         "traces/diff" => parse::<traces::DiffQuery>(uri).map(drop),
+        "ops" => checked(parse::<opsmem::OpsQuery>(uri)?.check()),
+        "memory" => parse::<opsmem::MemoryQuery>(uri).map(drop),
         _ => Err(format!("unknown route {route:?}")),
     }
 }

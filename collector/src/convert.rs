@@ -16,8 +16,8 @@ use rankscope_proto::v1 as proto;
 use rankscope_proto::validate::{self, StepState, ValidationError};
 
 use crate::store::{
-    BatchRow, CollectiveRow, KernelConfigRow, KernelRow, LaunchRow, RankRow, RowSet, SpanRow,
-    StepRow, Text,
+    BatchRow, CollectiveRow, KernelConfigRow, KernelRow, LaunchRow, MemoryStatRow, OperatorStatRow,
+    RankRow, RowSet, SpanRow, StepRow, Text,
 };
 use crate::stream::{RankInput, StreamEvent, StreamInput};
 
@@ -175,9 +175,93 @@ fn push_group(
                     rows.kernel_configs.push(config_row(&cx, k, c));
                 }
             }
+            Some(Kind::OperatorStat(o)) => {
+                rows.operator_stats.push(operator_row(&cx, o, received_ns))
+            }
+            Some(Kind::MemoryOpStat(_) | Kind::MemoryPeak(_) | Kind::MemorySample(_)) => {
+                if let Some(r) = memory_row(&cx, ev, received_ns) {
+                    rows.memory_stats.push(r);
+                }
+            }
             None => {} // rejected by validation
         }
     }
+}
+
+fn operator_row(cx: &Ctx<'_>, o: &proto::OperatorStat, received_ns: u64) -> OperatorStatRow {
+    OperatorStatRow {
+        job_id: cx.job_id.clone(),
+        run_id: cx.run_id.clone(),
+        rank: cx.id.rank,
+        node: cx.node.clone(),
+        name: cx.name(o.name_id),
+        call_stack: o.call_stack.clone(),
+        calls: o.calls,
+        host_self_ns: o.host_self_ns,
+        host_total_ns: o.host_total_ns,
+        device_self_ns: o.device_self_ns,
+        device_total_ns: o.device_total_ns,
+        tc_self_ns: o.tc_self_ns,
+        tc_total_ns: o.tc_total_ns,
+        tc_eligible: u8::from(o.tc_eligible),
+        runtime_ns: o.runtime_ns,
+        host_total_min_ns: o.host_total_min_ns,
+        host_total_max_ns: o.host_total_max_ns,
+        device_total_min_ns: o.device_total_min_ns,
+        device_total_max_ns: o.device_total_max_ns,
+        ts_ns: received_ns,
+        agent_id: cx.agent_id.clone(),
+        agent_session: cx.batch.agent_session,
+        batch_seq: cx.batch.seq,
+    }
+}
+
+fn memory_row(cx: &Ctx<'_>, ev: &proto::Event, received_ns: u64) -> Option<MemoryStatRow> {
+    use proto::event::Kind;
+    let mut r = MemoryStatRow {
+        job_id: cx.job_id.clone(),
+        run_id: cx.run_id.clone(),
+        rank: cx.id.rank,
+        node: cx.node.clone(),
+        name: cx.empty.clone(),
+        ts_ns: received_ns,
+        agent_id: cx.agent_id.clone(),
+        agent_session: cx.batch.agent_session,
+        batch_seq: cx.batch.seq,
+        ..Default::default()
+    };
+    match &ev.kind {
+        Some(Kind::MemoryOpStat(m)) => {
+            r.kind = Text::from("op");
+            r.device = m.device;
+            r.name = cx.name(m.name_id);
+            r.calls = m.calls;
+            r.size_increase_bytes = m.size_increase_bytes;
+            r.self_size_increase_bytes = m.self_size_increase_bytes;
+            r.allocation_count = m.allocation_count;
+            r.self_allocation_count = m.self_allocation_count;
+            r.allocation_size_bytes = m.allocation_size_bytes;
+            r.self_allocation_size_bytes = m.self_allocation_size_bytes;
+        }
+        Some(Kind::MemoryPeak(p)) => {
+            r.kind = Text::from("peak");
+            r.device = p.device;
+            r.allocated_bytes = p.peak_allocated_bytes;
+            r.reserved_bytes = p.peak_reserved_bytes;
+            r.device_total_bytes = p.device_total_bytes;
+            r.step = p.step;
+            r.per_step = u8::from(p.per_step);
+        }
+        Some(Kind::MemorySample(s)) => {
+            r.kind = Text::from("sample");
+            r.device = s.device;
+            r.allocated_bytes = s.allocated_bytes;
+            r.reserved_bytes = s.reserved_bytes;
+            r.ts_ns = s.ts_ns;
+        }
+        _ => return None,
+    }
+    Some(r)
 }
 
 fn step_row(cx: &Ctx<'_>, step: u64, kind: i8, ts_ns: u64) -> StepRow {

@@ -40,6 +40,7 @@ pub mod sql;
 pub mod telemetry;
 pub mod timeline;
 pub mod traces;
+pub mod views;
 mod writer;
 
 use std::collections::HashMap;
@@ -58,7 +59,8 @@ pub use recover::{
 };
 pub use rows::{
     AlertRow, BatchRow, BreakdownRow, CollectiveRow, HangRow, KernelConfigRow, KernelRow,
-    LaunchRow, RankRow, RowSet, SpanRow, StepRow, Text, TraceOpRow, TraceRankRow, VerdictRow,
+    LaunchRow, MemoryStatRow, OperatorStatRow, RankRow, RowSet, SpanRow, StepRow, Text, TraceOpRow,
+    TraceRankRow, VerdictRow,
 };
 pub use writer::{
     spawn_writer, spawn_writer_counting, Queued, TableCounters, WriteError, WriteOutcome,
@@ -217,11 +219,13 @@ pub enum Table {
     TraceOps,
     IngestIntents,
     KernelConfigs,
+    OperatorStats,
+    MemoryStats,
 }
 
 impl Table {
     /// Every table (the writer stores `ingest_batches` after the event tables).
-    pub const ALL: [Table; 20] = [
+    pub const ALL: [Table; 22] = [
         Table::Steps,
         Table::Spans,
         Table::Collectives,
@@ -242,6 +246,8 @@ impl Table {
         Table::TraceOps,
         Table::IngestIntents,
         Table::KernelConfigs,
+        Table::OperatorStats,
+        Table::MemoryStats,
     ];
 
     /// The table's name in ClickHouse.
@@ -267,6 +273,8 @@ impl Table {
             Table::TraceOps => "trace_ops",
             Table::IngestIntents => "ingest_intents",
             Table::KernelConfigs => "kernel_configs",
+            Table::OperatorStats => "operator_stats",
+            Table::MemoryStats => "memory_stats",
         }
     }
 
@@ -290,6 +298,8 @@ impl Table {
                 | Table::TraceRanks
                 | Table::TraceOps
                 | Table::KernelConfigs
+                | Table::OperatorStats
+                | Table::MemoryStats
         )
     }
 }

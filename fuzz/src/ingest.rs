@@ -317,6 +317,15 @@ fn mutate_event(rng: &mut SmallRng, e: &mut proto::Event) {
             4 => c.group_ranks.push(v as u32),
             _ => c.group_size = v as u32,
         },
+        Some(Kind::OperatorStat(o)) => match f {
+            0 => o.name_id = v as u32,
+            1 => o.calls = v,
+            2 => o.device_self_ns = v,
+            _ => o.device_total_ns = v,
+        },
+        Some(Kind::MemoryOpStat(m)) => m.name_id = v as u32,
+        Some(Kind::MemoryPeak(p)) => p.device = v as i32,
+        Some(Kind::MemorySample(m)) => m.ts_ns = v,
     }
     if rng.random_ratio(1, 20) {
         e.kind = None;

@@ -565,9 +565,24 @@ where
         Ok(())
     }
 
-    /// Emits the remaining step markers and the last chunk.
-    pub(crate) fn finish(mut self, names: &Interner) -> Result<ImportStats, Problem> {
+    /// Emits the remaining step markers, then `views` (operator and
+    /// memory view events, outside the steps; their name ids are `names`'),
+    /// and the last chunk.
+    pub(crate) fn finish(
+        mut self,
+        views: Vec<proto::Event>,
+        names: &Interner,
+    ) -> Result<ImportStats, Problem> {
         self.advance(u32::MAX, names)?;
+        for mut ev in views {
+            use proto::event::Kind;
+            match &mut ev.kind {
+                Some(Kind::OperatorStat(o)) => o.name_id = self.published.use_name(o.name_id),
+                Some(Kind::MemoryOpStat(m)) => m.name_id = self.published.use_name(m.name_id),
+                _ => {}
+            }
+            self.push(ev, names)?;
+        }
         self.flush(names)?;
         Ok(self.stats)
     }

@@ -65,7 +65,7 @@ pub(crate) fn event(b: &[u8], ev: &mut RawEvent) -> Option<usize> {
     c.i += 1;
     // Fields written by this element (bit = key index); the others are
     // reset at the end, so a string field keeps its buffer across events.
-    let (mut seen, mut args_seen) = (0u32, 0u32);
+    let (mut seen, mut args_seen) = (0u32, 0u64);
     if c.peek()? == b'}' {
         c.i += 1;
     } else {
@@ -317,7 +317,7 @@ impl<'a> Cursor<'a> {
 
     /// The value of `args` into `a`, marking the fields written in `seen`
     /// (a value that is not an object writes none, as `ArgsSeed`).
-    fn args(&mut self, a: &mut RawArgs, seen: &mut u32) -> Option<()> {
+    fn args(&mut self, a: &mut RawArgs, seen: &mut u64) -> Option<()> {
         if self.peek()? != b'{' {
             return self.skip(2);
         }

@@ -103,6 +103,7 @@ mod shapes;
 mod source;
 mod stats;
 mod time;
+mod views;
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -353,12 +354,13 @@ where
     // Pass 1: the facts needed to place events.
     let mut meta = TopMeta::default();
     let mut scan = Scan::keeping(opts.max_buffered_events.max(1));
+    let mut views = views::Collect::default();
     let at = report(1);
     let first = source::pass(
         input,
         max_json,
         &mut meta,
-        &mut scan,
+        &mut Both(&mut scan, &mut views),
         true,
         true,
         Some(&mut |n| progress(&at(n))),
@@ -397,6 +399,7 @@ where
     let kept = scan.keep.take();
     let mut interner = std::mem::take(&mut scan.names);
     drop(scan);
+    let view_events = views.finish(&mut interner, base_ns);
 
     let mut emitter = Emitter::new(
         &plan,
@@ -452,7 +455,7 @@ where
             }
         }
     }
-    let mut stats = emitter.finish(&interner)?;
+    let mut stats = emitter.finish(view_events, &interner)?;
     stats.passes = passes;
     if stats.gpu_events_unlinked > 0 {
         stats.warn(format!(
@@ -492,3 +495,13 @@ fn check_events(meta: &TopMeta, scan: &Scan) -> Result<(), Problem> {
 
 #[cfg(test)]
 mod tests;
+
+/// The scan and the views' collector on one pass.
+struct Both<'a>(&'a mut Scan, &'a mut views::Collect);
+
+impl raw::EventHandler for Both<'_> {
+    fn event(&mut self, ordinal: u64, ev: &raw::RawEvent) {
+        self.0.event(ordinal, ev);
+        self.1.event(ordinal, ev);
+    }
+}

@@ -87,6 +87,17 @@ pub(crate) struct RawArgs {
     pub block: Scalar,
     pub registers: Scalar,
     pub shared_memory: Scalar,
+    /// `[memory]` instant events (`profile_memory=True`).
+    pub mem_bytes: Scalar,
+    pub mem_addr: Scalar,
+    pub total_allocated: Scalar,
+    pub total_reserved: Scalar,
+    pub device_type: Scalar,
+    pub device_id: Scalar,
+    /// `Call stack` of a cpu_op (`;`-joined frames).
+    pub call_stack: Scalar,
+    /// `Python module id` of a python_function (an nn.Module's forward).
+    pub python_module_id: Scalar,
     pub input_dims: InputDims,
     pub input_types: InputTypes,
 }
@@ -162,8 +173,8 @@ pub(crate) fn event_scalar(e: &mut RawEvent, k: usize) -> Option<&mut Scalar> {
 
 /// [`arg_key`] indexes of the two shapes; the keys below them are
 /// [`arg_scalar`]s.
-pub(crate) const ARG_INPUT_DIMS: usize = 22;
-pub(crate) const ARG_INPUT_TYPES: usize = 23;
+pub(crate) const ARG_INPUT_DIMS: usize = 30;
+pub(crate) const ARG_INPUT_TYPES: usize = 31;
 
 /// The scalar field of [`arg_key`] index `k` (`None`: a shape or skipped).
 pub(crate) fn arg_scalar(a: &mut RawArgs, k: usize) -> Option<&mut Scalar> {
@@ -190,6 +201,14 @@ pub(crate) fn arg_scalar(a: &mut RawArgs, k: usize) -> Option<&mut Scalar> {
         19 => &mut a.block,
         20 => &mut a.registers,
         21 => &mut a.shared_memory,
+        22 => &mut a.mem_bytes,
+        23 => &mut a.mem_addr,
+        24 => &mut a.total_allocated,
+        25 => &mut a.total_reserved,
+        26 => &mut a.device_type,
+        27 => &mut a.device_id,
+        28 => &mut a.call_stack,
+        29 => &mut a.python_module_id,
         _ => return None,
     })
 }
@@ -219,6 +238,14 @@ pub(crate) fn arg_key(k: &[u8]) -> usize {
         b"block" => 19,
         b"registers per thread" => 20,
         b"shared memory" => 21,
+        b"Bytes" => 22,
+        b"Addr" => 23,
+        b"Total Allocated" => 24,
+        b"Total Reserved" => 25,
+        b"Device Type" => 26,
+        b"Device Id" => 27,
+        b"Call stack" => 28,
+        b"Python module id" => 29,
         b"Input Dims" => ARG_INPUT_DIMS,
         b"Input type" => ARG_INPUT_TYPES,
         _ => usize::MAX,

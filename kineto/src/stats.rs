@@ -17,6 +17,9 @@ pub struct EventCounts {
     pub span: u64,
     pub kernel: u64,
     pub collective: u64,
+    /// Operator and memory view records (`OperatorStat`, `MemoryOpStat`,
+    /// `MemoryPeak`, `MemorySample`).
+    pub views: u64,
 }
 
 impl EventCounts {
@@ -29,13 +32,19 @@ impl EventCounts {
             Some(Kind::Span(_)) => self.span += 1,
             Some(Kind::Kernel(_)) => self.kernel += 1,
             Some(Kind::Collective(_)) => self.collective += 1,
+            Some(
+                Kind::OperatorStat(_)
+                | Kind::MemoryOpStat(_)
+                | Kind::MemoryPeak(_)
+                | Kind::MemorySample(_),
+            ) => self.views += 1,
             None => {}
         }
     }
 
     /// All events.
     pub fn total(&self) -> u64 {
-        self.step_begin + self.step_end + self.span + self.kernel + self.collective
+        self.step_begin + self.step_end + self.span + self.kernel + self.collective + self.views
     }
 }
 

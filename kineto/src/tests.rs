@@ -193,8 +193,11 @@ fn render(r: &ImportedRank) -> Vec<String> {
             Some(Kind::Kernel(k)) => format!("K:{}@{}", name(k.name_id), k.start_ns),
             Some(Kind::Collective(c)) => format!("C@{}", c.start_ns),
             Some(Kind::Span(s)) => format!("S:{}@{}", name(s.name_id), s.start_ns),
+            // Operator and memory view records: tested in tests/tbp_views.rs.
+            Some(_) => String::new(),
             None => "?".into(),
         })
+        .filter(|s| !s.is_empty())
         .collect()
 }
 

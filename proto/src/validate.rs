@@ -383,6 +383,26 @@ pub fn validate_events(
                     )?;
                 }
             }
+            Kind::OperatorStat(o) => {
+                if o.calls == 0 {
+                    return Err(ValidationError::MissingField {
+                        index,
+                        kind: "operator_stat",
+                        field: "calls",
+                    });
+                }
+                check_name(index, "operator_stat", "name_id", o.name_id, &defined)?;
+                check_interval(
+                    index,
+                    "operator_stat device",
+                    o.device_self_ns,
+                    o.device_total_ns,
+                )?;
+            }
+            Kind::MemoryOpStat(m) => {
+                check_name(index, "memory_op_stat", "name_id", m.name_id, &defined)?;
+            }
+            Kind::MemoryPeak(_) | Kind::MemorySample(_) => {}
         }
     }
     Ok(st)

@@ -24,7 +24,8 @@ fn shift(e: &mut proto::Event, d: u64) {
         Some(Kind::Span(s)) => (s.start_ns, s.end_ns) = (s.start_ns + d, s.end_ns + d),
         Some(Kind::Kernel(k)) => (k.start_ns, k.end_ns) = (k.start_ns + d, k.end_ns + d),
         Some(Kind::Collective(c)) => (c.start_ns, c.end_ns) = (c.start_ns + d, c.end_ns + d),
-        None => {}
+        Some(Kind::MemorySample(m)) => m.ts_ns += d,
+        Some(_) | None => {}
     }
 }
 

@@ -47,6 +47,9 @@ const JOB_ROUTES: &[&str] = &[
     "annotations",
     "kernels?by=kernel",
     "kernels?by=category",
+    "ops",
+    "ops?rank=0&group_by=stack",
+    "memory?ops=true",
 ];
 
 /// Keys whose values are wall-clock times of this run, not stored facts.

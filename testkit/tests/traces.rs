@@ -317,6 +317,16 @@ async fn every_rank_of_a_plain_torch_job_is_traced_on_the_same_iterations_and_im
         .parse()
         .unwrap();
         assert!(n > 0, "rank {rank}: no collectives");
+        // The daemon trace went through the same import: its operators too.
+        let ops = stack
+            .api_get(&format!("/api/v1/jobs/{job}/ops?rank={rank}"))
+            .await;
+        assert!(
+            ops["rows"].as_array().is_some_and(|r| r
+                .iter()
+                .any(|o| o["name"] == "aten::mm" || o["name"] == "aten::addmm")),
+            "rank {rank}: no operator rows: {ops}"
+        );
     }
     let steps = stack
         .api_poll(&format!("/api/v1/jobs/{job}/steps"), "steps", |r| {

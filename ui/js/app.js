@@ -1,6 +1,6 @@
 // Entry point: hash routing, the token form, and the refresh loop.
 //
-// Routes: `#/` jobs list; `#/job/<job>?tab=overview|ranks|collectives|gpus
+// Routes: `#/` jobs list; `#/job/<job>?tab=overview|ranks|collectives|gpus|ops|memory
 // &from_step=&to_step=&metric=&step=&rank=` a job. Each view is
 // `{ render(main, params) -> Promise, refresh() -> Promise, dispose() }`;
 // while a view is shown, `refresh` runs every POLL_MS (slower when the

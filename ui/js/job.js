@@ -10,6 +10,7 @@ import { METRICS, createHeatmap } from './heatmap.js';
 import { segments } from './bars.js';
 import { activeFlags, loadCollectives, loadGpus, loadRanks } from './tabs.js';
 import { EXTRA_TABS } from './profiler.js';
+import { loadMemory, loadOps } from './views.js';
 
 const LIVE_NS = 60e9;
 // What each straggler cause means (the verdict table's tooltips).
@@ -19,8 +20,8 @@ const CAUSES = {
   communication: 'its own collective transfers take longer',
   other: 'its own time (step time minus collective wait) is longer outside forward, backward, optimizer and input',
 };
-const TABS = ['overview', 'ranks', 'collectives', 'gpus', ...Object.keys(EXTRA_TABS)];
-const TAB_LABELS = { overview: 'Overview', ranks: 'Ranks', collectives: 'Collectives', gpus: 'GPUs',
+const TABS = ['overview', 'ranks', 'collectives', 'gpus', 'ops', 'memory', ...Object.keys(EXTRA_TABS)];
+const TAB_LABELS = { overview: 'Overview', ranks: 'Ranks', collectives: 'Collectives', gpus: 'GPUs', ops: 'Ops', memory: 'Memory',
   ...Object.fromEntries(Object.entries(EXTRA_TABS).map(([k, t]) => [k, t.label])) };
 
 /** Fields of the breakdown panel: [API field, label, formatter]. */
@@ -273,6 +274,7 @@ export function jobView(job) {
     st.heatmap = null;
     if (st.tab === 'ranks') return loadRanks(body, job);
     if (st.tab === 'collectives') return loadCollectives(body, job, range(), st.charts);
+    if (st.tab === 'ops' || st.tab === 'memory') return (st.tab === 'ops' ? loadOps(body, job) : loadMemory(body, job, st.charts));
     if (EXTRA_TABS[st.tab]) return EXTRA_TABS[st.tab].load(body, job);
     return loadGpus(body, job, range(), st.charts);
   }

@@ -210,7 +210,11 @@ fn referenced_ids(events: &[proto::Event]) -> Vec<u32> {
             Kind::Span(s) => Some(s.name_id),
             Kind::Collective(c) => Some(c.process_group_id),
             Kind::Kernel(k) => Some(k.name_id),
-            Kind::StepBegin(_) | Kind::StepEnd(_) => None,
+            Kind::OperatorStat(o) => Some(o.name_id),
+            Kind::MemoryOpStat(m) => Some(m.name_id),
+            Kind::StepBegin(_) | Kind::StepEnd(_) | Kind::MemoryPeak(_) | Kind::MemorySample(_) => {
+                None
+            }
         })
         .filter(|id| *id != 0)
         .collect();

@@ -80,7 +80,8 @@ impl EventCounts {
             Some(Kind::Span(_)) => self.spans += 1,
             Some(Kind::Collective(_)) => self.collectives += 1,
             Some(Kind::Kernel(_)) => self.kernels += 1,
-            None => {}
+            // Trace views: the simulator does not send them.
+            Some(_) | None => {}
         }
     }
 
@@ -251,7 +252,8 @@ pub fn event_start_ns(event: &proto::Event) -> u64 {
         Some(Kind::Span(s)) => s.start_ns,
         Some(Kind::Collective(c)) => c.start_ns,
         Some(Kind::Kernel(k)) => k.start_ns,
-        None => 0,
+        Some(Kind::MemorySample(m)) => m.ts_ns,
+        Some(_) | None => 0,
     }
 }
 
@@ -264,7 +266,8 @@ pub fn event_end_ns(event: &proto::Event) -> u64 {
         Some(Kind::Span(s)) => s.end_ns,
         Some(Kind::Collective(c)) => c.end_ns,
         Some(Kind::Kernel(k)) => k.end_ns,
-        None => 0,
+        Some(Kind::MemorySample(m)) => m.ts_ns,
+        Some(_) | None => 0,
     }
 }
 

@@ -24,6 +24,7 @@ const ASSETS: &[(&str, &str, &[u8])] = &[
     ("js/jobs.js", JS, include_bytes!("../../../ui/js/jobs.js")),
     ("js/job.js", JS, include_bytes!("../../../ui/js/job.js")),
     ("js/tabs.js", JS, include_bytes!("../../../ui/js/tabs.js")),
+    ("js/views.js", JS, include_bytes!("../../../ui/js/views.js")),
     (
         "js/profiler.js",
         JS,

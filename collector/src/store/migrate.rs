@@ -87,6 +87,16 @@ pub const MIGRATIONS: &[Migration] = &[
         sql: include_str!("../../schema/0009_ingest_intents.sql"),
     },
     Migration {
+        version: 10,
+        name: "0010_operator_stats",
+        sql: include_str!("../../schema/0010_operator_stats.sql"),
+    },
+    Migration {
+        version: 11,
+        name: "0011_memory_stats",
+        sql: include_str!("../../schema/0011_memory_stats.sql"),
+    },
+    Migration {
         version: 12,
         name: "0012_kernel_configs",
         sql: include_str!("../../schema/0012_kernel_configs.sql"),
@@ -333,6 +343,8 @@ mod tests {
             (7, "0007_traces", "fnv1a64:33d3b6253281c527"),
             (8, "0008_trace_ops", "fnv1a64:5b5e90ed4b191b72"),
             (9, "0009_ingest_intents", "fnv1a64:e4daec9fb376e443"),
+            (10, "0010_operator_stats", "fnv1a64:b4f23a2fa7274377"),
+            (11, "0011_memory_stats", "fnv1a64:ce1dfb428c43ce4c"),
             (12, "0012_kernel_configs", "fnv1a64:6b229c6b83886f75"),
         ];
         let actual: Vec<(u32, &str, String)> = MIGRATIONS
@@ -348,11 +360,8 @@ mod tests {
 
     #[test]
     fn versions_are_dense_and_match_names() {
-        // Numbers are handed to parallel branches, so one branch may hold a
-        // gap (0010, 0011) until the others merge: ascending and unique.
         for (i, m) in MIGRATIONS.iter().enumerate() {
-            let prev = i.checked_sub(1).map_or(0, |p| MIGRATIONS[p].version);
-            assert!(m.version > prev, "{} after version {prev}", m.name);
+            assert_eq!(m.version as usize, i + 1, "{}", m.name);
             assert!(
                 m.name.starts_with(&format!("{:04}_", m.version)),
                 "{}",

@@ -138,6 +138,64 @@ pub struct KernelConfigRow {
     pub batch_seq: u64,
 }
 
+/// `operator_stats`: one operator's figures of a traced rank
+/// (`rankscope.v1.OperatorStat`).
+#[derive(Debug, Clone, PartialEq, Eq, Row, Serialize, Deserialize)]
+pub struct OperatorStatRow {
+    pub job_id: Text,
+    pub run_id: Text,
+    pub rank: u32,
+    pub node: Text,
+    pub name: Text,
+    pub call_stack: String,
+    pub calls: u64,
+    pub host_self_ns: i64,
+    pub host_total_ns: u64,
+    pub device_self_ns: u64,
+    pub device_total_ns: u64,
+    pub tc_self_ns: u64,
+    pub tc_total_ns: u64,
+    pub tc_eligible: u8,
+    pub runtime_ns: u64,
+    pub host_total_min_ns: u64,
+    pub host_total_max_ns: u64,
+    pub device_total_min_ns: u64,
+    pub device_total_max_ns: u64,
+    pub ts_ns: u64,
+    pub agent_id: Text,
+    pub agent_session: u64,
+    pub batch_seq: u64,
+}
+
+/// `memory_stats`: a memory-table row, a peak or a curve point of a rank
+/// (`kind` `op` / `peak` / `sample`; see `schema/0011_memory_stats.sql`).
+#[derive(Debug, Clone, PartialEq, Eq, Row, Serialize, Deserialize, Default)]
+pub struct MemoryStatRow {
+    pub job_id: Text,
+    pub run_id: Text,
+    pub rank: u32,
+    pub node: Text,
+    pub kind: Text,
+    pub device: i32,
+    pub name: Text,
+    pub calls: u64,
+    pub size_increase_bytes: i64,
+    pub self_size_increase_bytes: i64,
+    pub allocation_count: u64,
+    pub self_allocation_count: u64,
+    pub allocation_size_bytes: i64,
+    pub self_allocation_size_bytes: i64,
+    pub allocated_bytes: i64,
+    pub reserved_bytes: i64,
+    pub device_total_bytes: u64,
+    pub step: u64,
+    pub per_step: u8,
+    pub ts_ns: u64,
+    pub agent_id: Text,
+    pub agent_session: u64,
+    pub batch_seq: u64,
+}
+
 /// `ranks`: the identity of a rank, refreshed (`seen_ns`) with every batch carrying it.
 #[derive(Debug, Clone, PartialEq, Eq, Row, Serialize, Deserialize)]
 pub struct RankRow {
@@ -297,6 +355,9 @@ pub struct RowSet {
     pub trace_ops: Vec<TraceOpRow>,
     /// Agent telemetry (see [`TelemetryRows`]).
     pub telemetry: TelemetryRows,
+    /// Operator and memory views of traced ranks (not counted as event rows).
+    pub operator_stats: Vec<OperatorStatRow>,
+    pub memory_stats: Vec<MemoryStatRow>,
 }
 
 /// A table, its time column and the first and last time of some rows.
@@ -313,7 +374,7 @@ fn time_range<T>(rows: &[T], ts: impl Fn(&T) -> u64) -> Option<(u64, u64)> {
 impl RowSet {
     /// Per table with an agent batch's rows (`batch_seq` column): the table,
     /// its time column and the time range of the rows here.
-    pub fn batch_time_ranges(&self) -> [BatchTimeRange; 10] {
+    pub fn batch_time_ranges(&self) -> [BatchTimeRange; 12] {
         use super::Table as T;
         let t = &self.telemetry;
         [
@@ -363,6 +424,16 @@ impl RowSet {
                 "ts_ns",
                 time_range(&t.rank_process, |r| r.ts_ns),
             ),
+            (
+                T::OperatorStats,
+                "ts_ns",
+                time_range(&self.operator_stats, |r| r.ts_ns),
+            ),
+            (
+                T::MemoryStats,
+                "ts_ns",
+                time_range(&self.memory_stats, |r| r.ts_ns),
+            ),
         ]
     }
 
@@ -389,6 +460,8 @@ impl RowSet {
             T::RankGpuSamples => self.telemetry.rank_gpu.clear(),
             T::RankProcessSamples => self.telemetry.rank_process.clear(),
             T::StragglerEvidence => self.telemetry.evidence.clear(),
+            T::OperatorStats => self.operator_stats.clear(),
+            T::MemoryStats => self.memory_stats.clear(),
             T::IngestBatches | T::IngestIntents => {}
         }
     }
@@ -417,6 +490,8 @@ impl RowSet {
             + self.traces.len()
             + self.trace_ops.len()
             + self.telemetry.len()
+            + self.operator_stats.len()
+            + self.memory_stats.len()
     }
 }
 

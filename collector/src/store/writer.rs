@@ -761,6 +761,10 @@ async fn commit_tables(
             .traces),
         write_table(store, metrics, timeout, Table::TraceOps, sets, |r| &r
             .trace_ops),
+        write_table(store, metrics, timeout, Table::OperatorStats, sets, |r| &r
+            .operator_stats),
+        write_table(store, metrics, timeout, Table::MemoryStats, sets, |r| &r
+            .memory_stats),
         write_table(store, metrics, timeout, Table::GpuSamples, sets, |r| {
             &r.telemetry.gpu_samples
         }),
@@ -787,11 +791,12 @@ async fn commit_tables(
             |r| { &r.telemetry.evidence }
         ),
     );
-    let (r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, r15, r16, r17) = results;
+    let (r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, r15, r16, r17, r18, r19) =
+        results;
     let mut written = 0u32;
     let mut first_error = None;
     for r in [
-        r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, r15, r16, r17,
+        r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, r15, r16, r17, r18, r19,
     ] {
         match r {
             Ok(table) => written |= table_bit(table),

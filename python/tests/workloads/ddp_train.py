@@ -3,7 +3,8 @@
 Run by torchrun. Options (argv): --steps N, --slow-rank R, --slow-kind
 compute|input|none, --slow-factor F (compute: the slow rank runs its forward
 F times, input: its batches take F x 20 ms to load), --info FILE (rank 0
-writes DDP's gradient bucket sizes there, as DDP reports them).
+writes DDP's gradient bucket sizes there, as DDP reports them), --big-rank R
+--big-mb M (rank R holds an extra M MiB tensor for the whole run).
 """
 
 import argparse
@@ -56,11 +57,14 @@ def main() -> None:
     p.add_argument("--progress", default="", help="rank 0 writes the number of finished steps here")
     p.add_argument("--step-ms", type=float, default=0.0, help="every rank sleeps this long per step")
     p.add_argument("--timing", default="", help="rank 0 writes each step's wall time (s) here, as JSON")
+    p.add_argument("--big-rank", type=int, default=-1, help="this rank holds an extra --big-mb MiB tensor")
+    p.add_argument("--big-mb", type=int, default=0)
     a = p.parse_args()
     torch.set_num_threads(1)
     dist.init_process_group("gloo")
     rank = dist.get_rank()
     slow = rank == a.slow_rank
+    big = torch.ones(a.big_mb * 262144) if rank == a.big_rank else None  # float32: 4 bytes each
     extra = int(a.slow_factor * 8) if slow and a.slow_kind == "compute" else 0
     load_s = a.slow_factor * 0.02 if slow and a.slow_kind == "input" else 0.0
     model = DDP(Net(extra), bucket_cap_mb=1)
@@ -93,6 +97,7 @@ def main() -> None:
     if rank == 0 and a.timing:
         with open(a.timing, "w") as f:
             json.dump(times, f)
+    del big
     dist.destroy_process_group()
 
 

@@ -78,6 +78,14 @@ const SCHEMA: &[(&str, &[Expect])] = &[
         &[Create("ingest_intents", NODE, "MergeTree")],
     ),
     (
+        "0010_operator_stats",
+        &[Create("operator_stats", JOB, "MergeTree")],
+    ),
+    (
+        "0011_memory_stats",
+        &[Create("memory_stats", JOB, "MergeTree")],
+    ),
+    (
         "0012_kernel_configs",
         &[Create("kernel_configs", JOB, "MergeTree")],
     ),

@@ -1,0 +1,27 @@
+//! The Operator and Memory views of traced ranks (issue 29):
+//!
+//! - `GET /api/v1/jobs/{job}/ops[?rank=R][&group_by=name|shape|stack][&top=N]`:
+//!   per rank and operator the TensorBoard plugin 0.4.3's columns
+//!   (`rankscope_analysis::optree`: calls, host/device self and total,
+//!   tensor cores) and Paddle's per-call min / max / mean and ratio columns
+//!   (`paddle.profiler` 3.3.1 Operator Summary: ratio = the row's total /
+//!   Σ totals of the rank's operators). Without `rank`: one row per operator
+//!   with the median over ranks, the max and its rank. Sorted like the
+//!   plugin: device self time descending when the job has device time, else
+//!   host self. Answer `{"job", "rank", "group_by", "rows", "notes"}`.
+//! - `GET /api/v1/jobs/{job}/memory[?rank=R][&ops=true][&curve=true]`: per
+//!   rank and device the peak allocated / reserved bytes of its traces'
+//!   `[memory]` events, with `ops` the plugin's per-operator memory table,
+//!   with `curve` (or a `rank`) the down-sampled curve. Answer
+//!   `{"job", "rank", "peaks", "ops", "curve", "notes"}`; a job without
+//!   memory events answers empty lists and a note.
+//!
+//! 400 for a bad parameter (`top` outside 1..=10000, an unknown
+//! `group_by`), 404 for an unknown job or a rank the job has no rows of.
+
+mod live;
+mod memory;
+mod ops;
+
+pub(super) use memory::{memory, MemoryQuery};
+pub(super) use ops::{ops, OpsQuery};

@@ -1,0 +1,180 @@
+//! `GET /api/v1/jobs/{job}/memory` (see the parent module).
+
+use std::collections::BTreeMap;
+
+use axum::extract::{Path, Query, State};
+use axum::http::StatusCode;
+use axum::Json;
+use serde::{Deserialize, Serialize};
+
+use super::super::{ApiError, ApiState};
+use crate::store::views::MemStat;
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(in crate::api) struct MemoryQuery {
+    rank: Option<u32>,
+    ops: Option<bool>,
+    curve: Option<bool>,
+    events: Option<bool>,
+}
+
+#[derive(Debug, Serialize)]
+pub(in crate::api) struct PeakRow {
+    rank: u32,
+    device: String,
+    peak_allocated_bytes: i64,
+    peak_reserved_bytes: i64,
+}
+
+#[derive(Debug, Serialize)]
+pub(in crate::api) struct MemOpRow {
+    rank: u32,
+    device: String,
+    name: String,
+    calls: u64,
+    size_increase_bytes: i64,
+    self_size_increase_bytes: i64,
+    allocation_count: u64,
+    self_allocation_count: u64,
+    allocation_size_bytes: i64,
+    self_allocation_size_bytes: i64,
+}
+
+#[derive(Debug, Serialize)]
+pub(in crate::api) struct CurvePoint {
+    rank: u32,
+    device: String,
+    ts_ns: u64,
+    allocated_bytes: i64,
+    reserved_bytes: i64,
+}
+
+#[derive(Debug, Serialize)]
+pub(in crate::api) struct MemoryOut {
+    job: String,
+    rank: Option<u32>,
+    peaks: Vec<PeakRow>,
+    ops: Vec<MemOpRow>,
+    curve: Vec<CurvePoint>,
+    /// Per (step, rank) peaks while the job runs (no trace needed).
+    live: super::live::Live,
+    notes: Vec<String>,
+}
+
+/// `CPU` or `GPU{n}` (the plugin's device names).
+fn device_name(d: i32) -> String {
+    if d < 0 {
+        "CPU".to_owned()
+    } else {
+        format!("GPU{d}")
+    }
+}
+
+pub(in crate::api) async fn memory(
+    State(st): State<ApiState>,
+    Path(job): Path<String>,
+    Query(q): Query<MemoryQuery>,
+) -> Result<Json<MemoryOut>, ApiError> {
+    let keep = |r: &MemStat| q.rank.is_none_or(|k| k == r.rank);
+    let peaks_all = st.store.job_memory_stats(&job, "peak").await?;
+    let ops_all = if q.ops.unwrap_or(false) {
+        st.store.job_memory_stats(&job, "op").await?
+    } else {
+        Vec::new()
+    };
+    let rss = st.store.job_rank_rss(&job).await?;
+    let sdk_peaks: Vec<MemStat> = peaks_all
+        .iter()
+        .filter(|p| p.per_step != 0)
+        .cloned()
+        .collect();
+    let live = if rss.is_empty() && sdk_peaks.is_empty() {
+        super::live::Live::default()
+    } else {
+        let windows = st.store.job_step_windows(&job).await?;
+        let nodes = st.store.job_node_memory(&job).await?;
+        super::live::live(&windows, &rss, &nodes, &sdk_peaks, q.rank)
+    };
+    let traced = peaks_all.iter().any(|p| p.per_step == 0);
+    if !traced && rss.is_empty() && sdk_peaks.is_empty() {
+        st.require_job(&job, true).await?;
+    }
+    let mut notes = Vec::new();
+    if !traced {
+        notes.push(
+            "no memory records: the job's traces have no [memory] events (take them with \
+             profile_memory=True)"
+                .to_owned(),
+        );
+    }
+    if q.events.unwrap_or(false) {
+        notes.push("allocation/release events are not imported; see the ops table".to_owned());
+    }
+    let mut peaks: BTreeMap<(u32, i32), (i64, i64)> = BTreeMap::new();
+    for r in peaks_all.iter().filter(|r| keep(r) && r.per_step == 0) {
+        let p = peaks
+            .entry((r.rank, r.device))
+            .or_insert((i64::MIN, i64::MIN));
+        p.0 = p.0.max(r.allocated_bytes);
+        p.1 = p.1.max(r.reserved_bytes);
+    }
+    if let Some(rank) = q.rank {
+        if peaks.is_empty() && live.max_rank.is_none() && (traced || !rss.is_empty()) {
+            return Err(ApiError(
+                StatusCode::NOT_FOUND,
+                format!("job {job:?} has no memory records of rank {rank}"),
+            ));
+        }
+    }
+    let curve = if q.curve.unwrap_or(false) || q.rank.is_some() {
+        st.store
+            .job_memory_stats(&job, "sample")
+            .await?
+            .into_iter()
+            .filter(keep)
+            .map(|r| CurvePoint {
+                rank: r.rank,
+                device: device_name(r.device),
+                ts_ns: r.ts_ns,
+                allocated_bytes: r.allocated_bytes,
+                reserved_bytes: r.reserved_bytes,
+            })
+            .collect()
+    } else {
+        Vec::new()
+    };
+    let ops = ops_all
+        .into_iter()
+        .filter(keep)
+        .map(|r| MemOpRow {
+            rank: r.rank,
+            device: device_name(r.device),
+            name: r.name,
+            calls: r.calls,
+            size_increase_bytes: r.size_increase_bytes,
+            self_size_increase_bytes: r.self_size_increase_bytes,
+            allocation_count: r.allocation_count,
+            self_allocation_count: r.self_allocation_count,
+            allocation_size_bytes: r.allocation_size_bytes,
+            self_allocation_size_bytes: r.self_allocation_size_bytes,
+        })
+        .collect();
+    Ok(Json(MemoryOut {
+        job,
+        rank: q.rank,
+        peaks: peaks
+            .into_iter()
+            .map(|((rank, device), (a, r))| PeakRow {
+                rank,
+                device: device_name(device),
+                peak_allocated_bytes: a,
+                peak_reserved_bytes: r,
+            })
+            .collect(),
+        ops,
+        curve,
+        live,
+        notes,
+    }))
+}

@@ -1,0 +1,137 @@
+//! Reads of the Operator and Memory views (`api::views`): the rows of
+//! `operator_stats` (migration 0010) and `memory_stats` (0011), written
+//! from the importer's `OperatorStat` / `Memory*` events.
+
+use clickhouse::Row;
+use serde::Deserialize;
+
+use super::sql::{query_file, QueryFile};
+use super::{Store, StoreError};
+
+const JOB_OPERATOR_STATS_SQL: QueryFile = query_file!("job_operator_stats");
+const JOB_MEMORY_STATS_SQL: QueryFile = query_file!("job_memory_stats");
+const JOB_RANK_RSS_SQL: QueryFile = query_file!("job_rank_rss");
+const JOB_NODE_MEMORY_SQL: QueryFile = query_file!("job_node_memory");
+const STEP_WINDOWS_SQL: QueryFile = query_file!("step_windows");
+
+/// One RSS sample of a rank's process.
+#[derive(Debug, Clone, PartialEq, Row, Deserialize)]
+pub struct RssSample {
+    pub rank: u32,
+    pub node: String,
+    pub ts_ns: u64,
+    pub period_ns: u64,
+    pub rss_bytes: u64,
+}
+
+/// A node's memory.
+#[derive(Debug, Clone, PartialEq, Row, Deserialize)]
+pub struct NodeMemory {
+    pub node: String,
+    pub mem_total_bytes: u64,
+}
+
+/// A (step, rank) window.
+#[derive(Debug, Clone, PartialEq, Row, Deserialize)]
+pub struct Window {
+    pub step: u64,
+    pub rank: u32,
+    pub step_start_ns: u64,
+    pub step_time_ns: u64,
+}
+
+/// One operator of one rank (summed over that rank's traces).
+#[derive(Debug, Clone, PartialEq, Row, Deserialize)]
+pub struct OpStat {
+    pub rank: u32,
+    pub name: String,
+    pub call_stack: String,
+    pub calls: u64,
+    pub host_self_ns: i64,
+    pub host_total_ns: u64,
+    pub device_self_ns: u64,
+    pub device_total_ns: u64,
+    pub tc_self_ns: u64,
+    pub tc_total_ns: u64,
+    pub tc_eligible: u8,
+    pub runtime_ns: u64,
+    pub host_total_min_ns: u64,
+    pub host_total_max_ns: u64,
+    pub device_total_min_ns: u64,
+    pub device_total_max_ns: u64,
+}
+
+/// One `memory_stats` row (the columns its kind uses are set).
+#[derive(Debug, Clone, PartialEq, Row, Deserialize)]
+pub struct MemStat {
+    pub rank: u32,
+    pub device: i32,
+    pub name: String,
+    pub calls: u64,
+    pub size_increase_bytes: i64,
+    pub self_size_increase_bytes: i64,
+    pub allocation_count: u64,
+    pub self_allocation_count: u64,
+    pub allocation_size_bytes: i64,
+    pub self_allocation_size_bytes: i64,
+    pub allocated_bytes: i64,
+    pub reserved_bytes: i64,
+    pub device_total_bytes: u64,
+    pub step: u64,
+    pub per_step: u8,
+    pub ts_ns: u64,
+}
+
+impl Store {
+    /// Per-rank RSS samples of `job`, by (rank, ts).
+    pub async fn job_rank_rss(&self, job: &str) -> Result<Vec<RssSample>, StoreError> {
+        self.read(JOB_RANK_RSS_SQL)
+            .bind(job)
+            .fetch_all()
+            .await
+            .map_err(StoreError::query("job rank RSS"))
+    }
+
+    /// Memory of the nodes `job` ran on.
+    pub async fn job_node_memory(&self, job: &str) -> Result<Vec<NodeMemory>, StoreError> {
+        self.read(JOB_NODE_MEMORY_SQL)
+            .bind(job)
+            .fetch_all()
+            .await
+            .map_err(StoreError::query("job node memory"))
+    }
+
+    /// Every (step, rank) window of `job`.
+    pub async fn job_step_windows(&self, job: &str) -> Result<Vec<Window>, StoreError> {
+        self.read(STEP_WINDOWS_SQL)
+            .bind(job)
+            .bind(0u64)
+            .bind(i64::MAX as u64)
+            .fetch_all()
+            .await
+            .map_err(StoreError::query("step windows"))
+    }
+
+    /// Every operator row of `job`, by (rank, name, call stack).
+    pub async fn job_operator_stats(&self, job: &str) -> Result<Vec<OpStat>, StoreError> {
+        self.read(JOB_OPERATOR_STATS_SQL)
+            .bind(job)
+            .fetch_all()
+            .await
+            .map_err(StoreError::query("job operator stats"))
+    }
+
+    /// The `kind` rows (`op`, `peak`, `sample`) of `job`.
+    pub async fn job_memory_stats(
+        &self,
+        job: &str,
+        kind: &str,
+    ) -> Result<Vec<MemStat>, StoreError> {
+        self.read(JOB_MEMORY_STATS_SQL)
+            .bind(job)
+            .bind(kind)
+            .fetch_all()
+            .await
+            .map_err(StoreError::query("job memory stats"))
+    }
+}
