@@ -25,7 +25,9 @@
 //! - [`hta_load`]: HTA's trace-loading rules (ProfilerStep window, whole
 //!   microseconds rounded inward) applied before the HTA-defined views;
 //! - [`memcpy`]: memcpy / memset calls, bytes, time and GB/s per direction;
-//! - [`describe`]: pandas `describe()` (count, mean, std, quartiles).
+//! - [`describe`]: pandas `describe()` (count, mean, std, quartiles);
+//! - [`fleet`]: the fleet recurrence score (binomial upper tail of a unit's
+//!   verdicts given its placements and the fleet's base rate).
 //!
 //! Units: times are `u64` nanoseconds (`*_ns`); bandwidths are GB/s with
 //! GB = 1e9 bytes (`*_gbps`); percentages are 0..=100 (`*_pct`).
@@ -37,6 +39,7 @@ pub mod breakdown;
 pub mod classify;
 pub mod collectives;
 pub mod describe;
+pub mod fleet;
 pub mod goodput;
 pub mod hta_load;
 pub mod idle;
