@@ -377,6 +377,9 @@ struct SimulateArgs {
     /// Summary format.
     #[arg(long, value_enum, default_value_t = SummaryFormat::Table)]
     format: SummaryFormat,
+    /// JSON list of {"rank", "node", "gpu_uuid"}: each rank's node and GPU.
+    #[arg(long, value_name = "FILE")]
+    placement: Option<std::path::PathBuf>,
 }
 
 #[derive(Debug, Args)]
@@ -878,6 +881,10 @@ async fn simulate_cmd(args: SimulateArgs) -> Result<(String, u32, u64)> {
         rate_events_per_s: args.rate,
         realtime: args.realtime,
         events_per_message: args.events_per_message,
+        placement: match &args.placement {
+            Some(path) => simulate::placement::read(path).map_err(anyhow::Error::msg)?,
+            None => Vec::new(),
+        },
     };
     let summary = simulate::run(&cfg, &args.agent).await?;
     print!("{}", summary.render(args.format));

@@ -24,6 +24,7 @@ use serde::{Deserialize, Serialize};
 mod alerts;
 mod analytics;
 mod diff;
+mod fleet;
 mod goodput;
 mod gpu;
 pub mod matrix;
@@ -89,6 +90,7 @@ pub fn router(state: ApiState) -> Router {
         )
         .route("/api/v1/alerts", get(alerts::alerts))
         .route("/api/v1/gpus", get(telemetry::gpus))
+        .route("/api/v1/fleet", get(fleet::fleet))
         .route("/", get(ui::index))
         .route("/ui/{*path}", get(ui::asset))
         .route_layer(axum::middleware::from_fn_with_state(
@@ -241,6 +243,7 @@ pub const QUERY_ROUTES: &[&str] = &[
     "diff",
     "traces/list",
     "traces/diff",
+    "fleet",
 ];
 
 /// A route's query string as its handler takes it, without the store:
@@ -272,6 +275,11 @@ pub fn check_query(route: &str, uri: &http::Uri) -> Result<(), String> {
         "diff" => parse::<diff::DiffQuery>(uri).map(drop),
         "traces/list" => parse::<traces::ListQuery>(uri).map(drop),
         "traces/diff" => parse::<traces::DiffQuery>(uri).map(drop),
+        "fleet" => checked(
+            parse::<fleet::FleetQuery>(uri)?
+                .check(crate::service::now_ns())
+                .map(drop),
+        ),
         _ => Err(format!("unknown route {route:?}")),
     }
 }
