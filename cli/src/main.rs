@@ -109,6 +109,9 @@ enum Command {
     Alerts(AlertsArgs),
     /// Latest sample of every GPU (NVML telemetry from the agents).
     Gpus(GpusArgs),
+    /// Which nodes, GPUs or links keep slowing jobs down, across every job:
+    /// verdicts against exposure, ranked by a recurrence score.
+    Fleet(FleetArgs),
     /// One rank's kernels against another's (same job or --vs-job): calls and
     /// time per step per kernel, the largest differences first.
     Diff(DiffArgs),
@@ -144,6 +147,22 @@ struct RunArgs {
     /// The command, after `--`.
     #[arg(trailing_var_arg = true, allow_hyphen_values = true, required = true)]
     command: Vec<std::ffi::OsString>,
+}
+
+#[derive(Debug, Args)]
+struct FleetArgs {
+    /// Window back from now (7d, 12h, 30m, 2w) or a start in ns since the epoch.
+    #[arg(long, default_value = "7d")]
+    since: String,
+    /// Group by node, gpu (UUID) or link.
+    #[arg(long, default_value = "node")]
+    by: String,
+    /// Units seen in fewer jobs are marked low_exposure, not ranked [default: 3].
+    #[arg(long)]
+    min_jobs: Option<u64>,
+    /// Output format.
+    #[arg(long, value_enum, default_value_t = OutputFormat::Table)]
+    format: OutputFormat,
 }
 
 #[derive(Debug, Args)]
@@ -571,6 +590,12 @@ async fn run(cli: Cli) -> Result<()> {
             let rows =
                 rankscope_cli::query::gpus::fetch_gpus(&http(), &cli.collector, node, job).await?;
             print!("{}", rankscope_cli::query::gpus::render(&rows, a.format));
+            Ok(())
+        }
+        Command::Fleet(a) => {
+            use rankscope_cli::query::fleet;
+            let body = fleet::fetch(&http(), &cli.collector, &a.since, &a.by, a.min_jobs).await?;
+            print!("{}", fleet::render(&body, a.format));
             Ok(())
         }
         Command::Trace(a) => {

@@ -164,11 +164,17 @@ fn after_make_up_a_torchrun_job_under_rankscope_run_with_no_flags_is_recorded() 
         if let Some(row) = row.filter(|r| r["ranks_seen"] == 2 && r["last_step"].is_u64()) {
             break row;
         }
-        assert!(Instant::now() < deadline, "the job was not recorded: {:?}", stack.jobs());
+        assert!(
+            Instant::now() < deadline,
+            "the job was not recorded: {:?}",
+            stack.jobs()
+        );
         std::thread::sleep(Duration::from_millis(200));
     };
     assert!(
-        found["job"].as_str().is_some_and(|j| j.starts_with("ddp_train-")),
+        found["job"]
+            .as_str()
+            .is_some_and(|j| j.starts_with("ddp_train-")),
         "rankscope run's launch id names a single-node job: {found}"
     );
     assert_eq!(found["world_size"], 2, "{found}");

@@ -21,7 +21,8 @@
 //! * `repeat_offender` (fleet-wide, [`crate::fleet::watch`]): fires per node
 //!   when one of its units (the node, or a GPU on it) has a fleet recurrence
 //!   score at or above `min_score`, at most once per node per
-//!   `cooldown_secs`; resolves when no unit of the node is above any more.
+//!   `cooldown_secs`; resolves when no unit of the node is at or above
+//!   `min_score / 2` any more (hysteresis).
 //!   Its alert key is job `fleet:<node>`, rank -1.
 //!
 //! Memory: windows per (job, rank) and per (job, collective key), dropped

@@ -31,7 +31,9 @@ use crate::service::now_ns;
 use crate::store::Store;
 
 /// The offenders of one round: per node, its units (node or GPUs) with
-/// enough exposure and a score of at least `rule.min_score`.
+/// enough exposure and a score of at least `min_score` (the watch passes
+/// the rule's clear level, `min_score / 2`: the rule fires at `min_score`
+/// and holds an active alert down to the clear level).
 pub fn offenders(by_node: &[FleetRow], by_gpu: &[FleetRow], min_score: f64) -> Vec<Offender> {
     let mut out: BTreeMap<String, Offender> = BTreeMap::new();
     for row in by_node.iter().chain(by_gpu) {
@@ -108,6 +110,6 @@ async fn round(store: &Store, rule: &RepeatOffenderRule, alerts: &AlertHandle) {
     };
     let by_node = assemble(&facts, By::Node, policy);
     let by_gpu = assemble(&facts, By::Gpu, policy);
-    let offenders = offenders(&by_node, &by_gpu, rule.min_score);
+    let offenders = offenders(&by_node, &by_gpu, rule.min_score / 2.0);
     alerts.submit(AlertInput::FleetRound { offenders });
 }

@@ -1,6 +1,7 @@
 //! The `repeat_offender` rule: fleet rounds of [`crate::fleet::watch`] in,
 //! fire / resolve requests per node out (one alert key per node, job
-//! `fleet:<node>`, rank -1; at most one firing per node per `cooldown_secs`).
+//! `fleet:<node>`, rank -1; at most one firing per node per `cooldown_secs`;
+//! fires at `min_score`, resolves below `min_score / 2`).
 
 use std::collections::BTreeSet;
 
@@ -93,7 +94,12 @@ impl Rules {
                 .offender_fired
                 .get(&o.node)
                 .is_some_and(|&t| now < t.saturating_add(cooldown_ns));
-            if recent && !engine.is_active(&k) {
+            let active = engine.is_active(&k);
+            // Hysteresis: an active alert holds down to the clear level
+            // (`min_score / 2`, the lowest score a round names), so a job
+            // that starts on the node before its verdict arrives does not
+            // resolve it; a new one needs `min_score`.
+            if (recent && !active) || (!active && o.score < r.min_score) {
                 continue;
             }
             let what = if o.gpu_uuids.is_empty() {
@@ -102,11 +108,11 @@ impl Rules {
                 format!("GPU {} on node {}", o.gpu_uuids.join(", "), o.node)
             };
             let summary = format!(
-                "{what} keeps slowing jobs down: straggler verdicts in {} of {} placements (score {:.1}, chance at the fleet rate 1e-{:.0}), ~{:.2} GPU-hours lost; jobs: {}",
+                "{what} keeps slowing jobs down: straggler verdicts in {} of {} placements (score {:.1}: a chance of 10^-{:.1} at the fleet's rate), ~{:.2} GPU-hours lost; jobs: {}",
                 o.verdicts,
                 o.placements,
                 o.score,
-                o.score.floor(),
+                o.score,
                 o.cost_gpu_hours,
                 o.jobs.join(", ")
             );
