@@ -7,8 +7,14 @@
 //! slow GPU first with a score over the `repeat_offender` threshold, the
 //! one-off below it; the busy node scores 0, the single-job node is low
 //! exposure; the `repeat_offender` alert fires exactly once, for the slow
-//! GPU's node, naming its GPU and jobs. Bad parameters answer 400.
+//! GPU's node, naming its GPU and jobs. Bad parameters answer 400. The
+//! Fleet page (headless Chromium, as in ui.rs; skipped without it unless
+//! CI=true) shows the same ranking and one timeline mark per verdict.
 
+// Only some of the DevTools helpers are used here.
+#[allow(dead_code)]
+#[path = "ui/cdp.rs"]
+mod cdp;
 mod common;
 
 use std::collections::BTreeSet;
@@ -255,6 +261,15 @@ async fn the_gpu_that_slows_every_job_it_lands_in_is_ranked_first_and_alerted_on
     let min_jobs = stack.collector_cfg.alerts.rules.repeat_offender.min_jobs;
     assert!(jobs.len() as u64 >= min_jobs, "{jobs:?}");
 
+    // The Fleet page, linked from the jobs list.
+    if let Some(chromium) = chromium_or_skip() {
+        let (first, marks) = (gpu(SLOW.0, SLOW.1), slow["verdicts"].as_u64().unwrap());
+        let base = url.clone();
+        tokio::task::spawn_blocking(move || browse_fleet(&chromium, &base, &first, marks))
+            .await
+            .expect("browser");
+    }
+
     // Bad input: 400 with a message naming the parameter.
     for (query, want) in [
         ("since=7x", "malformed"),
@@ -275,4 +290,50 @@ async fn the_gpu_that_slows_every_job_it_lands_in_is_ranked_first_and_alerted_on
         }
     }
     stack.stop().await;
+}
+
+fn chromium_or_skip() -> Option<std::path::PathBuf> {
+    let found = cdp::find_chromium();
+    if found.is_none() {
+        let msg = "chromium is not installed (make deps); the Fleet page check did NOT run";
+        assert!(
+            std::env::var("CI").map_or(true, |v| v != "true"),
+            "CI=true: {msg}"
+        );
+        eprintln!("\n*** SKIPPED: {msg} ***\n");
+    }
+    found
+}
+
+/// Jobs list -> Fleet link -> by GPU: the slow GPU first, one mark per verdict.
+fn browse_fleet(chromium: &std::path::Path, base: &str, first: &str, marks: u64) {
+    let mut browser = cdp::Browser::launch(chromium);
+    let mut page = browser.new_page(1600, 1000);
+    page.navigate(&format!("{base}/"));
+    page.wait_for(30, "document.querySelector('a[data-link=\"fleet\"]')?.href");
+    page.eval("document.querySelector('a[data-link=\"fleet\"]').click()");
+    page.wait_for(
+        30,
+        "document.querySelector('table.fleet[data-by=\"node\"] tbody tr') ? 1 : null",
+    );
+    page.eval("location.hash = '#/fleet?by=gpu&since=1d'");
+    let top = page.wait_for(
+        30,
+        "(() => { const r = document.querySelector('table.fleet[data-by=\"gpu\"] tbody tr'); \
+              return r && { unit: r.dataset.unit, place: r.dataset.place, \
+                            marks: r.querySelectorAll('.fleet-timeline .mark').length }; })()",
+    );
+    assert_eq!(top["unit"], first, "{top}");
+    assert_eq!(top["place"], "1", "{top}");
+    assert_eq!(top["marks"].as_u64(), Some(marks), "{top}");
+    let low = page.eval(
+        "[...document.querySelectorAll('table.fleet tbody tr')].filter(r => r.dataset.lowExposure === 'true').every(r => r.dataset.place === '')",
+    );
+    assert_eq!(low, true, "low-exposure rows are unranked");
+    let shots =
+        std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/ui-screenshots");
+    let _ = std::fs::create_dir_all(&shots);
+    page.screenshot(&shots.join("fleet.png"));
+    let errors = page.take_errors();
+    assert!(errors.is_empty(), "console errors: {errors:?}");
 }

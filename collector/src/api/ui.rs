@@ -24,6 +24,7 @@ const ASSETS: &[(&str, &str, &[u8])] = &[
     ("js/jobs.js", JS, include_bytes!("../../../ui/js/jobs.js")),
     ("js/job.js", JS, include_bytes!("../../../ui/js/job.js")),
     ("js/tabs.js", JS, include_bytes!("../../../ui/js/tabs.js")),
+    ("js/fleet.js", JS, include_bytes!("../../../ui/js/fleet.js")),
     (
         "js/heatmap.js",
         JS,

@@ -99,7 +99,7 @@ impl Rules {
             // (`min_score / 2`, the lowest score a round names), so a job
             // that starts on the node before its verdict arrives does not
             // resolve it; a new one needs `min_score`.
-            if (recent && !active) || (!active && o.score < r.min_score) {
+            if !active && (recent || o.score < r.min_score) {
                 continue;
             }
             let what = if o.gpu_uuids.is_empty() {
