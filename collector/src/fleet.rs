@@ -3,7 +3,7 @@
 //!
 //! In: a [`FleetQuery`] (window `since`, grouping `by`, `min_jobs`) and the
 //! window's [`FleetFacts`] (rank placements, verdicts, their evidence, hang
-//! suspects, step scale of the jobs with verdicts). Out: [`FleetRow`]s, one
+//! suspects). Out: [`FleetRow`]s, one
 //! per unit, ranked worst first by the recurrence score of
 //! [`rankscope_analysis::fleet`]; units seen in fewer than `min_jobs` jobs
 //! come last, marked `low_exposure`, unranked.
@@ -11,11 +11,14 @@
 //! A verdict counts against the units of its (job, rank) placement: the
 //! rank's node, its GPU (NVML samples of the agent, else the rank's
 //! `gpu_uuid` label, else the verdict evidence's GPUs), its link (the
-//! rank's `link` label). What-if cost of a verdict, GPU-hours: `steps_flagged
-//! × median step time × (1 − 1/slowdown) × world size` — every GPU of the
-//! job waits, each flagged step, for the part of the straggler's step its
-//! slowness added (an estimate from the verdict row; the per-job route's
-//! `expected_gain_pct` is the exact figure from the breakdowns).
+//! rank's `link` label). What-if cost of a verdict, GPU-hours: `(updated −
+//! first seen) × (1 − 1/slowdown) × world size` — while the verdict is
+//! active the job runs at the straggler's pace, so the fraction `1 −
+//! 1/slowdown` of its wall time is lost, on every GPU of the job (world size:
+//! the job's highest rank seen + 1). An estimate from the verdict row alone,
+//! in collector wall time: a replayed or imported job (whose steps arrive
+//! faster than they ran) shows less; the per-job route's
+//! `expected_gain_pct` is the exact figure from the breakdowns.
 //!
 //! [`watch`] evaluates the `repeat_offender` alert rule on a tick.
 
@@ -23,7 +26,8 @@ pub mod watch;
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use rankscope_analysis::fleet::{rank_fleet, Exposure, FleetPolicy};
+use rankscope_analysis::fleet::{rank_fleet, Exposure};
+pub use rankscope_analysis::fleet::FleetPolicy;
 use serde::{Deserialize, Serialize};
 
 use crate::store::fleet::FleetFacts;
@@ -214,11 +218,11 @@ pub fn assemble(facts: &FleetFacts, by: By, policy: FleetPolicy) -> Vec<FleetRow
         .iter()
         .map(|e| ((e.job_id.as_str(), e.rank, e.first_step), e))
         .collect();
-    let scale: BTreeMap<&str, (u64, u32)> = facts
-        .job_steps
-        .iter()
-        .map(|j| (j.job_id.as_str(), (j.median_step_ns, j.world_size)))
-        .collect();
+    let mut world: BTreeMap<&str, u32> = BTreeMap::new();
+    for p in &facts.placements {
+        let w = world.entry(p.job_id.as_str()).or_default();
+        *w = (*w).max(p.rank + 1);
+    }
     for v in &facts.verdicts {
         let id = (v.job_id.clone(), v.rank);
         let ev = evidence.get(&(v.job_id.as_str(), v.rank, v.first_step));
@@ -241,13 +245,14 @@ pub fn assemble(facts: &FleetFacts, by: By, policy: FleetPolicy) -> Vec<FleetRow
             }
             units_of.insert(id.clone(), keys);
         }
-        let (median_ns, world) = scale.get(v.job_id.as_str()).copied().unwrap_or((0, 0));
+        let gpus = world.get(v.job_id.as_str()).copied().unwrap_or(v.rank + 1);
         let lost = if v.slowdown > 1.0 {
             1.0 - 1.0 / v.slowdown
         } else {
             0.0
         };
-        let cost = v.steps_flagged as f64 * median_ns as f64 * lost * f64::from(world);
+        let active_ns = v.updated_ns.saturating_sub(v.first_seen_ns);
+        let cost = active_ns as f64 * lost * f64::from(gpus);
         for key in &units_of[&id] {
             let Some(u) = units.get_mut(key) else {
                 continue;

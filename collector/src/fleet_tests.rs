@@ -1,5 +1,5 @@
 use super::*;
-use crate::store::fleet::{FleetEvidence, FleetHang, FleetJobSteps, FleetPlacement, FleetVerdict};
+use crate::store::fleet::{FleetEvidence, FleetHang, FleetPlacement, FleetVerdict};
 
 const NOW: u64 = 1_800_000_000_000_000_000;
 const DAY: u64 = 86_400_000_000_000;
@@ -58,6 +58,7 @@ fn verdict(job: &str, rank: u32, node: &str) -> FleetVerdict {
         slowdown: 1.25,
         cause: "compute".into(),
         first_seen_ns: 5,
+        updated_ns: 5 + 3_600_000_000_000,
     }
 }
 
@@ -71,11 +72,6 @@ fn facts() -> FleetFacts {
         f.placements.push(placed(&job, 0, "n1", "bad"));
         f.placements.push(placed(&job, 1, "n2", "good"));
         f.verdicts.push(verdict(&job, 0, "n1"));
-        f.job_steps.push(FleetJobSteps {
-            job_id: job.clone(),
-            median_step_ns: 1_000_000_000,
-            world_size: 2,
-        });
     }
     f.placements.push(placed("j00", 2, "n3", "once"));
     f.evidence.push(FleetEvidence {
@@ -114,8 +110,12 @@ fn the_recurring_gpu_ranks_first_the_busy_one_scores_zero_one_job_is_low_exposur
     assert_eq!(bad.verdict_steps, 120);
     // p = 12/25; all 12 of 12: score = -12 log10(12/25).
     assert!((bad.score - 12.0 * (25.0f64 / 12.0).log10()).abs() < 1e-9);
-    // 12 verdicts x 10 steps x 1 s x (1 - 1/1.25) x 2 GPUs = 48 GPU-s.
-    assert!((bad.cost_gpu_hours - 48.0 / 3600.0).abs() < 1e-12);
+    // 12 verdicts x 1 h active x (1 - 1/1.25) x 2 GPUs (j00: 3) = 5 GPU-h.
+    assert!(
+        (bad.cost_gpu_hours - (11.0 * 0.4 + 0.6)).abs() < 1e-9,
+        "{}",
+        bad.cost_gpu_hours
+    );
     assert_eq!(bad.hardware.clock_below_peers, 1);
     assert_eq!(bad.hardware.throttle_reasons, ["hw_slowdown"]);
     assert!((bad.rank_hours - 12.0).abs() < 1e-9);

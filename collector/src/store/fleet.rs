@@ -1,8 +1,9 @@
 //! Queries of the fleet view (`crate::fleet`): every job's rank placements,
 //! verdicts, their hardware evidence and hang suspects since a time. Reads
-//! only the `ranks`, `straggler_verdicts`, `straggler_evidence`,
-//! `hang_suspects` tables, `step_breakdown` of the jobs with a verdict, and
-//! (`--by gpu` only) `rank_gpu_samples`; never the raw event tables.
+//! only the `ranks`, `straggler_verdicts`, `straggler_evidence` and
+//! `hang_suspects` tables and (`--by gpu` only) `rank_gpu_samples`; never
+//! the raw event tables or per-step results, so its cost follows the number
+//! of placements and verdicts in the window.
 
 use clickhouse::Row;
 use serde::Deserialize;
@@ -15,7 +16,6 @@ const RANK_GPUS_SQL: QueryFile = query_file!("fleet_rank_gpus");
 const VERDICTS_SQL: QueryFile = query_file!("fleet_verdicts");
 const EVIDENCE_SQL: QueryFile = query_file!("fleet_evidence");
 const HANGS_SQL: QueryFile = query_file!("fleet_hangs");
-const JOB_STEPS_SQL: QueryFile = query_file!("fleet_job_steps");
 
 /// One (job, rank) seen since the window's start.
 #[derive(Debug, Clone, PartialEq, Row, Deserialize)]
@@ -52,6 +52,8 @@ pub struct FleetVerdict {
     pub slowdown: f64,
     pub cause: String,
     pub first_seen_ns: u64,
+    /// Its last version (while active: the last step it was flagged in).
+    pub updated_ns: u64,
 }
 
 /// Hardware evidence of a verdict.
@@ -78,14 +80,6 @@ pub struct FleetHang {
     pub suspects: u64,
 }
 
-/// Scale of a job's what-if cost.
-#[derive(Debug, Clone, PartialEq, Row, Deserialize)]
-pub struct FleetJobSteps {
-    pub job_id: String,
-    pub median_step_ns: u64,
-    pub world_size: u32,
-}
-
 /// Everything the fleet view reads for one window.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct FleetFacts {
@@ -94,7 +88,6 @@ pub struct FleetFacts {
     pub verdicts: Vec<FleetVerdict>,
     pub evidence: Vec<FleetEvidence>,
     pub hangs: Vec<FleetHang>,
-    pub job_steps: Vec<FleetJobSteps>,
 }
 
 impl Store {
@@ -127,7 +120,6 @@ impl Store {
             verdicts: all(self, VERDICTS_SQL, since_ns).await?,
             evidence: all(self, EVIDENCE_SQL, since_ns).await?,
             hangs: all(self, HANGS_SQL, since_ns).await?,
-            job_steps: all(self, JOB_STEPS_SQL, since_ns).await?,
         })
     }
 }
