@@ -24,10 +24,10 @@
 
 pub mod watch;
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
-use rankscope_analysis::fleet::{rank_fleet, Exposure};
 pub use rankscope_analysis::fleet::FleetPolicy;
+use rankscope_analysis::fleet::{rank_fleet, Exposure};
 use serde::{Deserialize, Serialize};
 
 use crate::store::fleet::FleetFacts;
@@ -159,58 +159,61 @@ pub struct FleetRow {
 pub const MAX_LIST: usize = 50;
 
 #[derive(Default)]
-struct Unit {
-    jobs: BTreeSet<String>,
+struct Unit<'a> {
+    jobs: BTreeSet<&'a str>,
     placements: u64,
     rank_ns: u64,
-    flagged: BTreeSet<(String, u32)>,
+    flagged: BTreeSet<Placed<'a>>,
     hangs: u64,
     cost_gpu_ns: f64,
     hardware: Hardware,
-    verdict_jobs: BTreeSet<String>,
+    verdict_jobs: BTreeSet<&'a str>,
     timeline: Vec<FleetVerdictRef>,
     verdict_steps: u64,
 }
 
-type Key = (String, Option<String>, Option<String>);
-type Placed = (String, u32);
+/// (node, GPU, link), borrowed from the facts: no string is copied per
+/// placement.
+type Key<'a> = (&'a str, Option<&'a str>, Option<&'a str>);
+/// (job, rank).
+type Placed<'a> = (&'a str, u32);
 
 /// The fleet rows of `facts`, grouped `by`, ranked (see the module docs).
 pub fn assemble(facts: &FleetFacts, by: By, policy: FleetPolicy) -> Vec<FleetRow> {
     // (job, rank) -> the units it ran on.
-    let mut units_of: BTreeMap<Placed, Vec<Key>> = BTreeMap::new();
-    let mut sampled: BTreeMap<Placed, Vec<(&str, u64)>> = BTreeMap::new();
+    let mut units_of: HashMap<Placed, Vec<Key>> = HashMap::with_capacity(facts.placements.len());
+    let mut sampled: HashMap<Placed, Vec<(&str, u64)>> = HashMap::new();
     for g in &facts.rank_gpus {
-        let v = sampled.entry((g.job_id.clone(), g.rank)).or_default();
+        let v = sampled.entry((g.job_id.as_str(), g.rank)).or_default();
         v.push((g.uuid.as_str(), g.sampled_ns));
     }
     let mut units: BTreeMap<Key, Unit> = BTreeMap::new();
     for p in &facts.placements {
-        let id = (p.job_id.clone(), p.rank);
+        let id = (p.job_id.as_str(), p.rank);
         let span = p.last_ns.saturating_sub(p.first_ns);
         let keyed: Vec<(Key, u64)> = match by {
-            By::Node => vec![((p.node.clone(), None, None), span)],
+            By::Node => vec![((p.node.as_str(), None, None), span)],
             By::Gpu => match sampled.get(&id) {
                 Some(g) => g
                     .iter()
-                    .map(|(u, ns)| ((p.node.clone(), Some(u.to_string()), None), *ns))
+                    .map(|(u, ns)| ((p.node.as_str(), Some(*u), None), *ns))
                     .collect(),
                 None if !p.gpu_label.is_empty() => {
-                    vec![((p.node.clone(), Some(p.gpu_label.clone()), None), span)]
+                    vec![((p.node.as_str(), Some(p.gpu_label.as_str()), None), span)]
                 }
                 None => Vec::new(),
             },
             By::Link if !p.link_label.is_empty() => {
-                vec![((p.node.clone(), None, Some(p.link_label.clone())), span)]
+                vec![((p.node.as_str(), None, Some(p.link_label.as_str())), span)]
             }
             By::Link => Vec::new(),
         };
         for (key, ns) in keyed {
-            let u = units.entry(key.clone()).or_default();
-            u.jobs.insert(p.job_id.clone());
+            let u = units.entry(key).or_default();
+            u.jobs.insert(p.job_id.as_str());
             u.placements += 1;
             u.rank_ns += ns;
-            units_of.entry(id.clone()).or_default().push(key);
+            units_of.entry(id).or_default().push(key);
         }
     }
     let evidence: BTreeMap<(&str, u32, u64), _> = facts
@@ -224,26 +227,26 @@ pub fn assemble(facts: &FleetFacts, by: By, policy: FleetPolicy) -> Vec<FleetRow
         *w = (*w).max(p.rank + 1);
     }
     for v in &facts.verdicts {
-        let id = (v.job_id.clone(), v.rank);
+        let id = (v.job_id.as_str(), v.rank);
         let ev = evidence.get(&(v.job_id.as_str(), v.rank, v.first_step));
         if !units_of.contains_key(&id) {
             // Its rank row is older than the window: place it from the verdict.
             let keys: Vec<Key> = match by {
-                By::Node => vec![(v.node.clone(), None, None)],
+                By::Node => vec![(v.node.as_str(), None, None)],
                 By::Gpu => ev
                     .map(|e| e.gpu_uuids.iter())
                     .into_iter()
                     .flatten()
-                    .map(|g| (v.node.clone(), Some(g.clone()), None))
+                    .map(|g| (v.node.as_str(), Some(g.as_str()), None))
                     .collect(),
                 By::Link => Vec::new(),
             };
             for key in &keys {
-                let u = units.entry(key.clone()).or_default();
-                u.jobs.insert(v.job_id.clone());
+                let u = units.entry(*key).or_default();
+                u.jobs.insert(v.job_id.as_str());
                 u.placements += 1;
             }
-            units_of.insert(id.clone(), keys);
+            units_of.insert(id, keys);
         }
         let gpus = world.get(v.job_id.as_str()).copied().unwrap_or(v.rank + 1);
         let lost = if v.slowdown > 1.0 {
@@ -257,10 +260,10 @@ pub fn assemble(facts: &FleetFacts, by: By, policy: FleetPolicy) -> Vec<FleetRow
             let Some(u) = units.get_mut(key) else {
                 continue;
             };
-            u.flagged.insert(id.clone());
+            u.flagged.insert(id);
             u.verdict_steps += v.steps_flagged;
             u.cost_gpu_ns += cost;
-            u.verdict_jobs.insert(v.job_id.clone());
+            u.verdict_jobs.insert(v.job_id.as_str());
             u.timeline.push(FleetVerdictRef {
                 job: v.job_id.clone(),
                 rank: v.rank,
@@ -289,7 +292,7 @@ pub fn assemble(facts: &FleetFacts, by: By, policy: FleetPolicy) -> Vec<FleetRow
     }
     for h in &facts.hangs {
         for key in units_of
-            .get(&(h.job_id.clone(), h.rank))
+            .get(&(h.job_id.as_str(), h.rank))
             .into_iter()
             .flatten()
         {
@@ -319,9 +322,9 @@ pub fn assemble(facts: &FleetFacts, by: By, policy: FleetPolicy) -> Vec<FleetRow
             u.hardware.evidence.truncate(MAX_LIST);
             Some(FleetRow {
                 place: s.rank,
-                node: key.0,
-                gpu_uuid: key.1,
-                link: key.2,
+                node: key.0.to_owned(),
+                gpu_uuid: key.1.map(str::to_owned),
+                link: key.2.map(str::to_owned),
                 jobs: u.jobs.len() as u64,
                 placements: u.placements,
                 rank_hours: u.rank_ns as f64 / 3.6e12,
@@ -333,7 +336,12 @@ pub fn assemble(facts: &FleetFacts, by: By, policy: FleetPolicy) -> Vec<FleetRow
                 score: s.score,
                 low_exposure: s.low_exposure,
                 hardware: u.hardware,
-                verdict_jobs: u.verdict_jobs.into_iter().take(MAX_LIST).collect(),
+                verdict_jobs: u
+                    .verdict_jobs
+                    .into_iter()
+                    .take(MAX_LIST)
+                    .map(str::to_owned)
+                    .collect(),
                 timeline: u.timeline,
             })
         })
