@@ -229,7 +229,7 @@ pub fn assemble(facts: &FleetFacts, by: By, policy: FleetPolicy) -> Vec<FleetRow
     for v in &facts.verdicts {
         let id = (v.job_id.as_str(), v.rank);
         let ev = evidence.get(&(v.job_id.as_str(), v.rank, v.first_step));
-        if !units_of.contains_key(&id) {
+        let keys = units_of.entry(id).or_insert_with(|| {
             // Its rank row is older than the window: place it from the verdict.
             let keys: Vec<Key> = match by {
                 By::Node => vec![(v.node.as_str(), None, None)],
@@ -246,8 +246,8 @@ pub fn assemble(facts: &FleetFacts, by: By, policy: FleetPolicy) -> Vec<FleetRow
                 u.jobs.insert(v.job_id.as_str());
                 u.placements += 1;
             }
-            units_of.insert(id, keys);
-        }
+            keys
+        });
         let gpus = world.get(v.job_id.as_str()).copied().unwrap_or(v.rank + 1);
         let lost = if v.slowdown > 1.0 {
             1.0 - 1.0 / v.slowdown
@@ -256,7 +256,7 @@ pub fn assemble(facts: &FleetFacts, by: By, policy: FleetPolicy) -> Vec<FleetRow
         };
         let active_ns = v.updated_ns.saturating_sub(v.first_seen_ns);
         let cost = active_ns as f64 * lost * f64::from(gpus);
-        for key in &units_of[&id] {
+        for key in keys.iter() {
             let Some(u) = units.get_mut(key) else {
                 continue;
             };

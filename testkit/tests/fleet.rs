@@ -51,8 +51,10 @@ impl Rng {
     }
 }
 
-/// Per job: the (node, gpu) of each rank, and the rank that is slow.
-fn plan_fleet() -> Vec<(Vec<(usize, usize)>, Option<u32>)> {
+/// One job: the (node, gpu) of each rank, and the rank that is slow.
+type PlacedJob = (Vec<(usize, usize)>, Option<u32>);
+
+fn plan_fleet() -> Vec<PlacedJob> {
     let mut rng = Rng(0x37_F1EE7);
     let mut one_off_done = false;
     (0..JOBS)

@@ -90,12 +90,22 @@ async fn main() -> anyhow::Result<()> {
         async move {
             let started = Instant::now();
             store.client().query(&sql).execute().await?;
-            eprintln!("  {:.1} s: {}", started.elapsed().as_secs_f64(), &sql[..60.min(sql.len())]);
+            eprintln!(
+                "  {:.1} s: {}",
+                started.elapsed().as_secs_f64(),
+                &sql[..60.min(sql.len())]
+            );
             anyhow::Ok(())
         }
     };
-    eprintln!("fleet bench: {} nodes x {} days = {placements} placements", a.nodes, a.days);
-    for (version, at) in [(0u64, "start_ns + 60000000000"), (1, "start_ns + 259000000000000")] {
+    eprintln!(
+        "fleet bench: {} nodes x {} days = {placements} placements",
+        a.nodes, a.days
+    );
+    for (version, at) in [
+        (0u64, "start_ns + 60000000000"),
+        (1, "start_ns + 259000000000000"),
+    ] {
         exec(format!(
             "INSERT INTO ranks (job_id, run_id, rank, world_size, local_rank, node, pid, \
              label_keys, label_values, seen_ns) SELECT job, '', r, 64, g, node_name, \
