@@ -28,7 +28,9 @@
 //! - [`optree`]: the PyTorch Profiler TensorBoard plugin's operator tree
 //!   (host/device self and total per operator) and its Memory view
 //!   (per-operator memory table, peaks);
-//! - [`describe`]: pandas `describe()` (count, mean, std, quartiles).
+//! - [`describe`]: pandas `describe()` (count, mean, std, quartiles);
+//! - [`fleet`]: the fleet recurrence score (binomial upper tail of a unit's
+//!   verdicts given its placements and the fleet's base rate).
 //!
 //! Units: times are `u64` nanoseconds (`*_ns`); bandwidths are GB/s with
 //! GB = 1e9 bytes (`*_gbps`); percentages are 0..=100 (`*_pct`).
@@ -41,6 +43,7 @@ pub mod breakdown;
 pub mod classify;
 pub mod collectives;
 pub mod describe;
+pub mod fleet;
 pub mod goodput;
 pub mod hta_load;
 pub mod idle;

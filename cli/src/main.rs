@@ -120,6 +120,9 @@ enum Command {
     Alerts(AlertsArgs),
     /// Latest sample of every GPU (NVML telemetry from the agents).
     Gpus(GpusArgs),
+    /// Which nodes, GPUs or links keep slowing jobs down, across every job:
+    /// verdicts against exposure, ranked by a recurrence score.
+    Fleet(FleetArgs),
     /// One rank's kernels against another's (same job or --vs-job): calls and
     /// time per step per kernel, the largest differences first.
     Diff(DiffArgs),
@@ -161,6 +164,22 @@ struct RunArgs {
     /// The command, after `--`.
     #[arg(trailing_var_arg = true, allow_hyphen_values = true, required = true)]
     command: Vec<std::ffi::OsString>,
+}
+
+#[derive(Debug, Args)]
+struct FleetArgs {
+    /// Window back from now (7d, 12h, 30m, 2w) or a start in ns since the epoch.
+    #[arg(long, default_value = "7d")]
+    since: String,
+    /// Group by node, gpu (UUID) or link.
+    #[arg(long, default_value = "node")]
+    by: String,
+    /// Units seen in fewer jobs are marked low_exposure, not ranked [default: 3].
+    #[arg(long)]
+    min_jobs: Option<u64>,
+    /// Output format.
+    #[arg(long, value_enum, default_value_t = OutputFormat::Table)]
+    format: OutputFormat,
 }
 
 #[derive(Debug, Args)]
@@ -437,6 +456,9 @@ struct SimulateArgs {
     /// Summary format.
     #[arg(long, value_enum, default_value_t = SummaryFormat::Table)]
     format: SummaryFormat,
+    /// JSON list of {"rank", "node", "gpu_uuid"}: each rank's node and GPU.
+    #[arg(long, value_name = "FILE")]
+    placement: Option<std::path::PathBuf>,
 }
 
 #[derive(Debug, Args)]
@@ -628,6 +650,12 @@ async fn run(cli: Cli) -> Result<()> {
             let rows =
                 rankscope_cli::query::gpus::fetch_gpus(&http(), &cli.collector, node, job).await?;
             print!("{}", rankscope_cli::query::gpus::render(&rows, a.format));
+            Ok(())
+        }
+        Command::Fleet(a) => {
+            use rankscope_cli::query::fleet;
+            let body = fleet::fetch(&http(), &cli.collector, &a.since, &a.by, a.min_jobs).await?;
+            print!("{}", fleet::render(&body, a.format));
             Ok(())
         }
         Command::Trace(a) => {
@@ -1045,6 +1073,10 @@ async fn simulate_cmd(args: SimulateArgs) -> Result<(String, u32, u64)> {
         rate_events_per_s: args.rate,
         realtime: args.realtime,
         events_per_message: args.events_per_message,
+        placement: match &args.placement {
+            Some(path) => simulate::placement::read(path).map_err(anyhow::Error::msg)?,
+            None => Vec::new(),
+        },
     };
     let summary = simulate::run(&cfg, &args.agent).await?;
     print!("{}", summary.render(args.format));

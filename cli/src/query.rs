@@ -13,6 +13,7 @@
 pub mod analytics;
 pub mod columns;
 pub mod diff;
+pub mod fleet;
 pub mod format;
 pub mod goodput;
 pub mod gpu;

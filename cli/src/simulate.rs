@@ -17,10 +17,12 @@
 
 pub mod client;
 pub mod model;
+pub mod placement;
 pub mod summary;
 
 pub use client::{run, SimError};
 pub use model::{plan, plan_iter, EventCounts, JobPlan, PlanIter, RankStep, StepPlan};
+pub use placement::Placement;
 pub use summary::{SimSummary, SummaryFormat};
 
 use std::str::FromStr;
@@ -92,6 +94,9 @@ pub struct SimConfig {
     /// the rank SDK's `MAX_DELAY` of each rank's share, if that is less, and
     /// a step's end goes out with its step).
     pub events_per_message: usize,
+    /// Node and GPU of each rank (`--placement`); empty = `sim-node-{r /
+    /// ranks_per_node}` and no GPU.
+    pub placement: Vec<Placement>,
 }
 
 impl Default for SimConfig {
@@ -111,6 +116,7 @@ impl Default for SimConfig {
             rate_events_per_s: None,
             realtime: false,
             events_per_message: DEFAULT_EVENTS_PER_MESSAGE,
+            placement: Vec::new(),
         }
     }
 }
@@ -126,6 +132,8 @@ pub enum ConfigError {
     StragglerRank { rank: u32, ranks: u32 },
     #[error("straggler rank {rank} is given more than once")]
     StragglerTwice { rank: u32 },
+    #[error("{0}")]
+    Placement(String),
     #[error("{field} = {value} is invalid: {rule}")]
     Invalid {
         field: &'static str,
@@ -164,6 +172,9 @@ impl SimConfig {
         if self.events_per_message == 0 {
             return Err(invalid("events_per_message", "0".into(), "must be >= 1"));
         }
+        if let Err(rule) = placement::check(&self.placement, self.ranks) {
+            return Err(ConfigError::Placement(rule));
+        }
         for (i, s) in self.stragglers.iter().enumerate() {
             if s.rank >= self.ranks {
                 return Err(ConfigError::StragglerRank {
@@ -194,7 +205,17 @@ impl SimConfig {
 
     /// Number of nodes the ranks span.
     pub fn nodes(&self) -> u32 {
-        self.ranks.div_ceil(self.ranks_per_node.max(1))
+        if self.placement.is_empty() {
+            return self.ranks.div_ceil(self.ranks_per_node.max(1));
+        }
+        let nodes: std::collections::BTreeSet<&str> =
+            self.placement.iter().map(|p| p.node.as_str()).collect();
+        nodes.len() as u32
+    }
+
+    /// The placement entry of `rank`, when `--placement` gave one.
+    pub fn placed(&self, rank: u32) -> Option<&Placement> {
+        self.placement.iter().find(|p| p.rank == rank)
     }
 }
 

@@ -138,6 +138,10 @@ pub struct AlertMetrics {
     pub write_failures: AtomicU64,
     /// Firing alerts read back at start-up whose rule is unknown.
     pub restore_skipped: AtomicU64,
+    /// Fleet rounds (`repeat_offender`) the rules have applied.
+    pub fleet_rounds: AtomicU64,
+    /// Fleet rounds whose query failed.
+    pub fleet_round_failures: AtomicU64,
 }
 
 /// Submits analytics events to the alert task. Cheap to clone.
@@ -225,8 +229,12 @@ impl AlertTask {
                 () = &mut shutdown => break,
                 input = rx.recv() => match input {
                     Some(input) => {
+                        let round = matches!(input, AlertInput::FleetRound { .. });
                         let out = self.rules.apply(input, &mut self.engine, now_ns());
                         self.emit(out);
+                        if round {
+                            self.metrics.fleet_rounds.fetch_add(1, Relaxed);
+                        }
                     }
                     None => break,
                 },

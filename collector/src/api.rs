@@ -26,6 +26,7 @@ mod alerts;
 mod analytics;
 mod annotations;
 mod diff;
+mod fleet;
 mod goodput;
 mod gpu;
 pub mod matrix;
@@ -102,6 +103,7 @@ pub fn router(state: ApiState) -> Router {
         .route("/api/v1/gpus", get(telemetry::gpus))
         .route("/api/v1/jobs/{job}/ops", get(opsmem::ops))
         .route("/api/v1/jobs/{job}/memory", get(opsmem::memory))
+        .route("/api/v1/fleet", get(fleet::fleet))
         .route("/", get(ui::index))
         .route("/ui/{*path}", get(ui::asset))
         .route_layer(axum::middleware::from_fn_with_state(
@@ -256,6 +258,7 @@ pub const QUERY_ROUTES: &[&str] = &[
     "traces/diff",
     "ops",
     "memory",
+    "fleet",
 ];
 
 /// A route's query string as its handler takes it, without the store:
@@ -289,6 +292,11 @@ pub fn check_query(route: &str, uri: &http::Uri) -> Result<(), String> {
         "traces/diff" => parse::<traces::DiffQuery>(uri).map(drop),
         "ops" => checked(parse::<opsmem::OpsQuery>(uri)?.check()),
         "memory" => parse::<opsmem::MemoryQuery>(uri).map(drop),
+        "fleet" => checked(
+            parse::<fleet::FleetQuery>(uri)?
+                .check(crate::service::now_ns())
+                .map(drop),
+        ),
         _ => Err(format!("unknown route {route:?}")),
     }
 }

@@ -209,6 +209,16 @@ impl Counters {
                 "Failed writes of alert transitions to the alerts table.",
                 &a.write_failures,
             ),
+            Family::plain(
+                "rankscope_collector_fleet_rounds_total",
+                "Fleet evaluations (repeat_offender) the alert rules applied.",
+                &a.fleet_rounds,
+            ),
+            Family::plain(
+                "rankscope_collector_fleet_round_failures_total",
+                "Fleet evaluations (repeat_offender) whose query failed.",
+                &a.fleet_round_failures,
+            ),
             sink(
                 "rankscope_collector_alert_sink_sent_total",
                 "Notifications a sink delivered, by sink.",

@@ -19,6 +19,7 @@ pub mod config;
 pub mod convert;
 pub mod counters;
 pub mod dedupe;
+pub mod fleet;
 pub mod gauges;
 pub mod limits;
 pub mod metrics;
@@ -201,6 +202,13 @@ pub async fn start(cfg: Config) -> Result<Collector, StartError> {
         recovered.firing,
         wait_for(shutdown_rx.clone()),
     )?;
+    // The fleet-wide repeat_offender rule, on its own tick (fleet::watch).
+    let fleet_task = fleet::watch::spawn(
+        store.clone(),
+        cfg.alerts.rules.repeat_offender.clone(),
+        alerts.clone(),
+        wait_for(shutdown_rx.clone()),
+    );
     let live_verdicts = Arc::new(stream::live::LiveVerdicts::default());
     let (stream, stream_task) = stream::spawn_stream(
         cfg.stream.clone(),
@@ -358,6 +366,7 @@ pub async fn start(cfg: Config) -> Result<Collector, StartError> {
         "collector listening"
     );
     // Servers first: in-flight batches finish before the writer's final flush.
+    tasks.extend(fleet_task);
     tasks.extend([
         retention_task,
         stream_task,

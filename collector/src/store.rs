@@ -26,6 +26,7 @@ pub mod analytics;
 pub mod cluster;
 pub mod diff;
 mod fault;
+pub mod fleet;
 pub mod goodput;
 pub mod gpu_ops;
 mod migrate;

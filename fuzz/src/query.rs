@@ -55,6 +55,11 @@ const TOKENS: &[&str] = &[
     "steps?",
     "gpu/launches?",
     "timeline?",
+    "fleet?",
+    "since=",
+    "by=",
+    "min_jobs=",
+    "7d",
 ];
 
 pub fn target() -> Target {
@@ -73,6 +78,7 @@ pub fn target() -> Target {
         "diff?rank=0&vs_rank=1&vs_job=k&from_step=1&to_step=2",
         "traces/list?trace_id=abc",
         "traces/diff?rank=2",
+        "fleet?since=7d&by=gpu&min_jobs=2",
     ];
     Target {
         name: "query",

@@ -64,6 +64,10 @@ const WALL_CLOCK_KEYS: &[&str] = &[
     "received_ns",
     "last_seen_ns",
     "started_at_ns",
+    "first_seen_ns",
+    "since_ns",
+    "rank_hours",
+    "cost_gpu_hours",
 ];
 
 /// Every route's answer: route -> (HTTP status, JSON body).
@@ -78,6 +82,7 @@ async fn answers(stack: &Stack, job: &str) -> Answers {
         .collect();
     routes.push("/api/v1/jobs".into());
     routes.push(format!("/api/v1/alerts?job={job}"));
+    routes.push("/api/v1/fleet?since=1d".into());
     let mut out = Answers::new();
     for route in routes {
         let (status, body) = http

@@ -1,7 +1,8 @@
 // Entry point: hash routing, the token form, and the refresh loop.
 //
-// Routes: `#/` jobs list; `#/job/<job>?tab=overview|ranks|collectives|gpus|ops|memory
-// &from_step=&to_step=&metric=&step=&rank=` a job. Each view is
+// Routes: `#/` jobs list; `#/job/<job>?tab=overview|ranks|collectives|gpus|ops|memory|...
+// &from_step=&to_step=&metric=&step=&rank=` a job; `#/fleet?by=&since=` the
+// Fleet page (fleet.js). Each view is
 // `{ render(main, params) -> Promise, refresh() -> Promise, dispose() }`;
 // while a view is shown, `refresh` runs every POLL_MS (slower when the
 // tab is hidden), so a running job's page follows it live.
@@ -10,6 +11,7 @@ import { ApiError, setToken, takeTokenFromUrl, token } from './api.js';
 import { el } from './fmt.js';
 import { jobsView } from './jobs.js';
 import { jobView } from './job.js';
+import { fleetView } from './fleet.js';
 
 const POLL_MS = 5000;
 const HIDDEN_POLL_MS = 30000;
@@ -81,6 +83,7 @@ async function route() {
   const { parts, params } = parseHash();
   setLive('', false);
   if (parts[0] === 'job' && parts[1]) current = jobView(parts[1]);
+  else if (parts[0] === 'fleet') current = fleetView();
   else if (parts[0] === 'token') {
     current = null;
     crumbs(el('span', {}, 'token'));

@@ -56,7 +56,7 @@ export function jobsView() {
     setLive(`${liveCount} live · ${jobs.jobs.length} jobs`, liveCount > 0);
     main.replaceChildren(
       el('section', { class: 'card' },
-        el('h2', {}, 'Jobs'),
+        el('h2', {}, 'Jobs ', el('a', { class: 'small', href: '#/fleet', dataset: { link: 'fleet' } }, 'Fleet →')),
         jobs.jobs.length ? table : el('p', { class: 'muted' }, 'No jobs yet. Start one with `rankscope run` or `rankscope simulate`.')));
   }
 

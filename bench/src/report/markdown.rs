@@ -669,6 +669,7 @@ const REPRODUCE: &str = "\
 ```sh\n\
 make bench   # release build, every section; writes bench/results.json and bench/RESULTS.md\n\
 target/release/rankscope-bench --help   # sizes, repetitions, --quick, --sections\n\
+target/release/rankscope-bench-fleet    # the fleet query at 10,000 nodes x 90 days (bench/RESULTS-fleet.md)\n\
 ```\n\n\
 Needs `clickhouse-server` and `clickhouse-client` (`make bench` installs missing ones with \
 apt), a C compiler for the NVML stand-in, and optionally `perf` for the profile.\n";

@@ -226,15 +226,30 @@ pub fn plan(cfg: &SimConfig) -> JobPlan {
 /// The identity rank `rank` of the simulated job sends.
 pub fn identity(cfg: &SimConfig, rank: u32) -> proto::RankIdentity {
     let per_node = cfg.ranks_per_node.max(1);
+    let mut labels = HashMap::from([("simulated".to_string(), "true".to_string())]);
+    let node = match cfg.placed(rank) {
+        Some(p) => {
+            if !p.gpu_uuid.is_empty() {
+                let key = super::placement::GPU_UUID_LABEL.to_string();
+                labels.insert(key, p.gpu_uuid.clone());
+            }
+            if !p.link.is_empty() {
+                let key = super::placement::LINK_LABEL.to_string();
+                labels.insert(key, p.link.clone());
+            }
+            p.node.clone()
+        }
+        None => format!("sim-node-{}", rank / per_node),
+    };
     proto::RankIdentity {
         job_id: cfg.job.clone(),
         rank,
         world_size: cfg.ranks,
         local_rank: rank % per_node,
-        node: format!("sim-node-{}", rank / per_node),
+        node,
         pid: 10_000 + rank,
         run_id: cfg.run_id.clone(),
-        labels: HashMap::from([("simulated".to_string(), "true".to_string())]),
+        labels,
     }
 }
 

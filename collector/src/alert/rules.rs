@@ -17,7 +17,13 @@
 //!   baseline is the median bus bandwidth of its first `baseline_steps` steps
 //!   (transfer time only, so waiting for a straggler does not count); fires
 //!   (job alert) when the median of the last `window_steps` steps falls below
-//!   `min_fraction` of the baseline, resolves when every key is back above.
+//!   `min_fraction` of the baseline, resolves when every key is back above;
+//! * `repeat_offender` (fleet-wide, [`crate::fleet::watch`]): fires per node
+//!   when one of its units (the node, or a GPU on it) has a fleet recurrence
+//!   score at or above `min_score`, at most once per node per
+//!   `cooldown_secs`; resolves when no unit of the node is at or above
+//!   `min_score / 2` any more (hysteresis).
+//!   Its alert key is job `fleet:<node>`, rank -1.
 //!
 //! Memory: windows per (job, rank) and per (job, collective key), dropped
 //! when the job is forgotten.
@@ -28,12 +34,17 @@ use serde::{Deserialize, Serialize};
 
 use super::engine::{AlertKey, Engine, Evidence, Transition};
 
+mod offender;
+
+pub use offender::{Offender, RepeatOffenderRule};
+
 /// Every rule name an [`AlertKey`](super::AlertKey) carries.
-pub const RULE_NAMES: [&str; 4] = [
+pub const RULE_NAMES: [&str; 5] = [
     "straggler",
     "hang",
     "low_gpu_utilization",
     "collective_slowdown",
+    "repeat_offender",
 ];
 
 /// Toggle and severity of a rule.
@@ -130,6 +141,7 @@ pub struct RulesConfig {
     pub hang: HangRule,
     pub low_gpu_utilization: LowGpuRule,
     pub collective_slowdown: CollectiveRule,
+    pub repeat_offender: RepeatOffenderRule,
 }
 
 impl RulesConfig {
@@ -148,6 +160,14 @@ impl RulesConfig {
         }
         if self.hang.hang_after_secs == 0 {
             return Err("alerts.rules.hang.hang_after_secs must be >= 1".into());
+        }
+        let r = &self.repeat_offender;
+        if !(r.min_score.is_finite() && r.min_score > 0.0)
+            || r.min_jobs == 0
+            || r.window_secs == 0
+            || r.evaluate_interval_ms < 10
+        {
+            return Err("alerts.rules.repeat_offender: min_score must be a number > 0, min_jobs and window_secs >= 1, evaluate_interval_ms >= 10".into());
         }
         Ok(())
     }
@@ -209,6 +229,9 @@ pub enum AlertInput {
     },
     /// The job is no longer tracked: resolve its alerts, drop its state.
     JobGone { job: String },
+    /// One evaluation of the fleet window: every node over the
+    /// `repeat_offender` threshold (nodes not named resolve).
+    FleetRound { offenders: Vec<Offender> },
 }
 
 #[derive(Debug, Default)]
@@ -224,6 +247,10 @@ pub struct Rules {
     gpu: HashMap<(String, u32), VecDeque<f64>>,
     coll: HashMap<(String, String), CollState>,
     slow_keys: HashMap<String, BTreeSet<String>>,
+    /// Nodes offending in the last fleet round.
+    pub(super) offending: BTreeSet<String>,
+    /// When each node's `repeat_offender` alert last fired.
+    pub(super) offender_fired: HashMap<String, u64>,
 }
 
 fn median(v: &[f64]) -> f64 {
@@ -247,6 +274,8 @@ impl Rules {
             gpu: HashMap::new(),
             coll: HashMap::new(),
             slow_keys: HashMap::new(),
+            offending: BTreeSet::new(),
+            offender_fired: HashMap::new(),
         }
     }
 
@@ -414,6 +443,9 @@ impl Rules {
                 self.coll.retain(|(j, _), _| *j != job);
                 self.slow_keys.remove(&job);
                 out.extend(engine.resolve_job(&job, now));
+            }
+            AlertInput::FleetRound { offenders } => {
+                out.extend(self.fleet_round(offenders, engine, now));
             }
             _ => {} // a disabled rule
         }

@@ -224,3 +224,39 @@ fn validation_names_the_option() {
     cfg.collective_slowdown.min_fraction = 1.5;
     assert!(cfg.validate().unwrap_err().contains("min_fraction"));
 }
+
+#[test]
+fn repeat_offender_fires_once_per_node_holds_down_to_half_and_respects_its_cooldown() {
+    use super::Offender;
+    let mut rules = Rules::new(RulesConfig::default());
+    let mut engine = Engine::new(0, 0);
+    let o = |score: f64| Offender {
+        node: "n1".into(),
+        gpu_uuids: vec!["GPU-1".into()],
+        score,
+        jobs: vec!["a".into(), "b".into()],
+        verdicts: 8,
+        placements: 8,
+        cost_gpu_hours: 0.5,
+    };
+    let round = |rules: &mut Rules, engine: &mut Engine, v: Vec<Offender>, now| {
+        rules.apply(AlertInput::FleetRound { offenders: v }, engine, now)
+    };
+    // Below the threshold: nothing.
+    assert!(round(&mut rules, &mut engine, vec![o(5.0)], 1).is_empty());
+    let t = round(&mut rules, &mut engine, vec![o(7.0)], 2);
+    assert!(
+        matches!(&t[..], [Transition::Firing(a)] if a.key.job == "fleet:n1"
+        && a.evidence.summary.contains("GPU-1") && a.evidence.summary.contains("a, b"))
+    );
+    // Held while at or above half the threshold; once only.
+    assert!(round(&mut rules, &mut engine, vec![o(3.5)], 3).is_empty());
+    assert!(round(&mut rules, &mut engine, vec![o(9.0)], 4).is_empty());
+    // Gone from the round: resolved; back above within the cooldown: silent.
+    let t = round(&mut rules, &mut engine, vec![], 5);
+    assert!(matches!(&t[..], [Transition::Resolved(_)]));
+    assert!(round(&mut rules, &mut engine, vec![o(9.0)], 6).is_empty());
+    let after = 6 + 86_400 * 1_000_000_000;
+    let t = round(&mut rules, &mut engine, vec![o(9.0)], after);
+    assert!(matches!(&t[..], [Transition::Firing(_)]));
+}

@@ -30,6 +30,7 @@ const ASSETS: &[(&str, &str, &[u8])] = &[
         JS,
         include_bytes!("../../../ui/js/profiler.js"),
     ),
+    ("js/fleet.js", JS, include_bytes!("../../../ui/js/fleet.js")),
     (
         "js/heatmap.js",
         JS,

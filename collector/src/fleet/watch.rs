@@ -1,0 +1,115 @@
+//! The `repeat_offender` evaluator: one task that runs the fleet query on a
+//! tick and hands each round's offenders to the alert task.
+//!
+//! In: the store, `alerts.rules.repeat_offender` (window, interval,
+//! threshold, `min_jobs`). Out: one `AlertInput::FleetRound` per tick
+//! (through the alert queue's `try_send`: a full queue drops the round,
+//! counted; the next tick sends a complete one again).
+//!
+//! Why a tick and not "when a verdict is stored": a unit's score depends on
+//! the fleet's base rate, which every verdict anywhere moves, and on its
+//! exposure, which jobs *without* verdicts raise, so a score can cross the
+//! threshold (both ways) when no verdict of that unit changed. One query per
+//! `evaluate_interval_ms` (default a minute) over verdict and rank tables is
+//! cheap (bench/RESULTS.md), and a round is a complete snapshot, so a dropped
+//! round or a restarted collector heals on the next tick.
+//!
+//! A round groups by node and by GPU (one read of the facts, assembled
+//! twice): a node offends when the node or one of its GPUs does.
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::sync::atomic::Ordering::Relaxed;
+use std::time::Duration;
+
+use rankscope_analysis::fleet::FleetPolicy;
+
+use super::{assemble, By, FleetRow};
+use crate::alert::rules::{Offender, RepeatOffenderRule};
+use crate::alert::{AlertHandle, AlertInput};
+use crate::service::now_ns;
+use crate::store::Store;
+
+/// The offenders of one round: per node, its units (node or GPUs) with
+/// enough exposure and a score of at least `min_score` (the watch passes
+/// the rule's clear level, `min_score / 2`: the rule fires at `min_score`
+/// and holds an active alert down to the clear level).
+pub fn offenders(by_node: &[FleetRow], by_gpu: &[FleetRow], min_score: f64) -> Vec<Offender> {
+    let mut out: BTreeMap<String, Offender> = BTreeMap::new();
+    for row in by_node.iter().chain(by_gpu) {
+        if row.low_exposure || row.score < min_score {
+            continue;
+        }
+        let o = out.entry(row.node.clone()).or_insert_with(|| Offender {
+            node: row.node.clone(),
+            gpu_uuids: Vec::new(),
+            score: f64::NEG_INFINITY,
+            jobs: Vec::new(),
+            verdicts: 0,
+            placements: 0,
+            cost_gpu_hours: 0.0,
+        });
+        if let Some(g) = &row.gpu_uuid {
+            o.gpu_uuids.push(g.clone());
+        }
+        for j in &row.verdict_jobs {
+            if !o.jobs.contains(j) {
+                o.jobs.push(j.clone());
+            }
+        }
+        if row.score > o.score {
+            o.score = row.score;
+            o.verdicts = row.flagged_placements;
+            o.placements = row.placements;
+            o.cost_gpu_hours = row.cost_gpu_hours;
+        }
+    }
+    out.into_values()
+        .map(|mut o| {
+            o.jobs.sort();
+            o
+        })
+        .collect()
+}
+
+/// Starts the evaluator (nothing when the rule is disabled).
+pub fn spawn(
+    store: Store,
+    rule: RepeatOffenderRule,
+    alerts: AlertHandle,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Option<tokio::task::JoinHandle<()>> {
+    if !rule.enabled {
+        return None;
+    }
+    Some(tokio::spawn(async move {
+        tokio::pin!(shutdown);
+        let mut tick = tokio::time::interval(Duration::from_millis(rule.evaluate_interval_ms));
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                () = &mut shutdown => break,
+                _ = tick.tick() => round(&store, &rule, &alerts).await,
+            }
+        }
+    }))
+}
+
+async fn round(store: &Store, rule: &RepeatOffenderRule, alerts: &AlertHandle) {
+    let since = now_ns().saturating_sub(rule.window_secs.saturating_mul(1_000_000_000));
+    let facts = match store.fleet_facts(since, true).await {
+        Ok(f) => f,
+        Err(e) => {
+            alerts.metrics().fleet_round_failures.fetch_add(1, Relaxed);
+            tracing::warn!(error = %e, "fleet query for repeat_offender failed");
+            return;
+        }
+    };
+    let policy = FleetPolicy {
+        min_jobs: rule.min_jobs,
+    };
+    let by_node = assemble(&facts, By::Node, policy);
+    let by_gpu = assemble(&facts, By::Gpu, policy);
+    let offenders = offenders(&by_node, &by_gpu, rule.min_score / 2.0);
+    alerts.submit(AlertInput::FleetRound { offenders });
+}
