@@ -9,6 +9,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     println!("cargo:rerun-if-changed=rankscope");
     tonic_prost_build::configure()
         .codec_path("crate::codec::SliceCodec")
+        // Every queued event is as large as the largest kind: the rare large
+        // ones live on the heap, so an `Event` stays ~96 bytes (the agent's
+        // memory budget, testkit/tests/deploy/k8s_objects.rs).
+        .boxed(".rankscope.v1.Kernel.config")
+        .boxed(".rankscope.v1.Event.kind.operator_stat")
         .compile_protos(
             &[
                 "rankscope/v1/events.proto",

@@ -513,7 +513,7 @@ where
                         launch_start_ns: launch.map_or(0, |l| at(l.0)),
                         launch_end_ns: launch.map_or(0, |l| at(l.1)),
                         launch_name_id: launch.map_or(0, |l| self.published.use_name(l.2)),
-                        config: config.map(|c| *c),
+                        config,
                     })
                 }
                 Body::Collective {

@@ -239,7 +239,7 @@ impl Collect {
         let ev = |k| proto::Event { kind: Some(k) };
         use proto::event::Kind;
         for ((name, call_stack), a) in rows {
-            out.push(ev(Kind::OperatorStat(proto::OperatorStat {
+            out.push(ev(Kind::OperatorStat(Box::new(proto::OperatorStat {
                 name_id: id(names, name),
                 call_stack,
                 calls: a.calls,
@@ -255,7 +255,7 @@ impl Collect {
                 host_total_max_ns: a.host_max,
                 device_total_min_ns: a.dev_min,
                 device_total_max_ns: a.dev_max,
-            })));
+            }))));
         }
         let dev = |d: MemDevice| match d {
             MemDevice::Cpu => -1,

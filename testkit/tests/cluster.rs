@@ -368,10 +368,11 @@ async fn cluster_mode_answers_like_a_single_server() {
         assert_eq!(a, b, "{} rows: single server vs cluster", t.name());
         // Simulated ranks send no kernel launch calls (only imported traces
         // do), and no Kineto trace was requested here. Operator and memory
-        // views come from traces only.
+        // views and kernel launch configurations come from traces only.
         let may_be_empty = [
             Table::HangSuspects,
             Table::KernelLaunches,
+            Table::KernelConfigs,
             Table::TraceRanks,
             Table::TraceOps,
             Table::OperatorStats,
