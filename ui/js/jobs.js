@@ -1,5 +1,6 @@
 // The jobs list: newest first (the API's order), with badges for the
-// job's firing straggler and hang alerts (`/api/v1/alerts?active=true`).
+// job's firing straggler and hang alerts (`/api/v1/alerts?active=true`) and
+// the collector's warnings on the job (`warnings`, e.g. a split world).
 
 import { get } from './api.js';
 import { ago, el } from './fmt.js';
@@ -35,6 +36,12 @@ export function jobsView() {
           ? el('span', { class: 'badge hang', title: a.hang.map((x) => x.summary).join('\n') }, 'hang')
           : null,
         a.other.length ? el('span', { class: 'badge warn' }, `${a.other.length} alert${a.other.length > 1 ? 's' : ''}`) : null,
+        // The collector's warnings on the job (a world that arrived under
+        // several job ids: README "Job attribution").
+        (j.warnings || []).length
+          ? el('span', { class: 'badge warn', title: j.warnings.join('\n'), dataset: { warnings: String(j.warnings.length) } },
+            j.warnings.length > 1 ? `${j.warnings.length} warnings` : 'warning')
+          : null,
       ];
       const href = '#/job/' + encodeURIComponent(j.job);
       return el('tr', { dataset: { job: j.job }, class: 'clickable', onclick: () => { location.hash = href; } },
