@@ -139,13 +139,9 @@ async fn import_traces(
 ) -> (Vec<(PathBuf, u64)>, Vec<PathBuf>) {
     let files = import::discover(&[dir.to_owned()]).expect("trace files");
     let send = send::SendOptions {
-        ingest_url: format!("http://{}", stack.grpc_addr()),
-        max_attempts: 5,
         parallel_files: 1,
         parse_threads: 1,
-        progress: false,
-        token: String::new(),
-        tls: None,
+        ..stack.send_options()
     };
     let (mut imported, mut empty) = (Vec::new(), Vec::new());
     for f in files {

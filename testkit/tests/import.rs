@@ -15,15 +15,7 @@ fn dlrm_dir() -> PathBuf {
 }
 
 fn send_opts(stack: &Stack) -> send::SendOptions {
-    send::SendOptions {
-        ingest_url: format!("http://{}", stack.grpc_addr()),
-        max_attempts: 5,
-        parallel_files: 8,
-        parse_threads: 2,
-        progress: false,
-        token: String::new(),
-        tls: None,
-    }
+    stack.send_options()
 }
 
 /// |ours - hta| within `abs` (percentage points) or `rel` (relative).

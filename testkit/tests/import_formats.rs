@@ -42,13 +42,9 @@ fn produce(args: &[&std::ffi::OsStr]) {
 
 fn send_opts(stack: &Stack) -> send::SendOptions {
     send::SendOptions {
-        ingest_url: format!("http://{}", stack.grpc_addr()),
-        max_attempts: 5,
         parallel_files: 4,
         parse_threads: 2,
-        progress: false,
-        token: String::new(),
-        tls: None,
+        ..stack.send_options()
     }
 }
 

@@ -218,15 +218,7 @@ async fn dlrm_job(clickhouse: ClickHouse) -> Answers {
     let stack = Stack::start_without_agent_on(clickhouse, |_| {}).await;
     let files = import::discover(&[dlrm_dir()]).expect("trace files");
     let opts = import::ImportOptions::new("dlrm");
-    let send_opts = send::SendOptions {
-        ingest_url: format!("http://{}", stack.grpc_addr()),
-        max_attempts: 5,
-        parallel_files: 8,
-        parse_threads: 2,
-        progress: false,
-        token: String::new(),
-        tls: None,
-    };
+    let send_opts = stack.send_options();
     let reports = send::import_and_send(files, &opts, &send_opts)
         .await
         .expect("import");

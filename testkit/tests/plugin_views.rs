@@ -28,15 +28,7 @@ fn kineto(set: &str) -> PathBuf {
 async fn import_set(stack: &Stack, set: &str, job: &str) -> HashMap<String, u32> {
     let files = import::discover(&[kineto(set)]).expect("trace files");
     let opts = import::ImportOptions::new(job);
-    let send_opts = send::SendOptions {
-        ingest_url: format!("http://{}", stack.grpc_addr()),
-        max_attempts: 5,
-        parallel_files: 8,
-        parse_threads: 2,
-        progress: false,
-        token: String::new(),
-        tls: None,
-    };
+    let send_opts = stack.send_options();
     let reports = send::import_and_send(files, &opts, &send_opts)
         .await
         .expect("import");

@@ -23,15 +23,7 @@ fn fixtures() -> PathBuf {
 async fn import_set(stack: &Stack, set: &str, job: &str) {
     let files = import::discover(&[fixtures().join("kineto").join(set)]).expect("trace files");
     let opts = import::ImportOptions::new(job);
-    let send = send::SendOptions {
-        ingest_url: format!("http://{}", stack.grpc_addr()),
-        max_attempts: 5,
-        parallel_files: 8,
-        parse_threads: 2,
-        progress: false,
-        token: String::new(),
-        tls: None,
-    };
+    let send = stack.send_options();
     let reports = send::import_and_send(files, &opts, &send)
         .await
         .expect("import");

@@ -38,15 +38,7 @@ async fn the_profile_tab_shows_the_apis_numbers() {
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .join("../cli/tests/fixtures/kineto/param_dlrm_8rank_v100");
     let files = import::discover(&[dir]).expect("trace files");
-    let send_opts = send::SendOptions {
-        ingest_url: format!("http://{}", stack.grpc_addr()),
-        max_attempts: 5,
-        parallel_files: 8,
-        parse_threads: 2,
-        progress: false,
-        token: String::new(),
-        tls: None,
-    };
+    let send_opts = stack.send_options();
     send::import_and_send(files, &import::ImportOptions::new(JOB), &send_opts)
         .await
         .expect("import");

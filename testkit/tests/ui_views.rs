@@ -22,15 +22,7 @@ async fn import_set(stack: &Stack, set: &str, job: &str) {
         .join("../cli/tests/fixtures/kineto")
         .join(set);
     let files = import::discover(&[dir]).expect("trace files");
-    let send = send::SendOptions {
-        ingest_url: format!("http://{}", stack.grpc_addr()),
-        max_attempts: 5,
-        parallel_files: 8,
-        parse_threads: 2,
-        progress: false,
-        token: String::new(),
-        tls: None,
-    };
+    let send = stack.send_options();
     send::import_and_send(files, &import::ImportOptions::new(job), &send)
         .await
         .expect("import");

@@ -76,6 +76,23 @@ pub fn sim_config(job: &str, ranks: u32, steps: u64) -> rankscope_cli::simulate:
 }
 
 impl Stack {
+    /// How the import tests send a trace import into this stack: the
+    /// collector's gRPC ingest, no token, no TLS, 8 files at a time on two
+    /// parse threads (this machine's cores), 5 attempts per batch.
+    pub fn send_options(&self) -> rankscope_cli::import::send::SendOptions {
+        rankscope_cli::import::send::SendOptions {
+            ingest_url: format!("http://{}", self.grpc_addr()),
+            max_attempts: 5,
+            parallel_files: 8,
+            parse_threads: 2,
+            progress: false,
+            token: String::new(),
+            tls: None,
+        }
+    }
+}
+
+impl Stack {
     pub async fn start() -> Self {
         let mut s = Self::start_without_agent().await;
         s.start_agent(&format!("http://{}", s.grpc_addr())).await;
