@@ -94,32 +94,10 @@ pub const TC_OP_ALLOWLIST: &[&str] = &[
     "aten::cudnn_convolution_backward",
 ];
 
-/// Kernel-name substrings that mark a tensor-core kernel (`tensor_core.py:
-/// TC_Allowlist`, after NVIDIA PyProf `prof/tc.py`).
-pub const TC_KERNEL_PATTERNS: &[&str] = &[
-    "h884",
-    "s884",
-    "h1688",
-    "s1688",
-    "hmma",
-    "i8816",
-    "16816",
-    "dgrad_1x1_stride_2x2",
-    "first_layer_wgrad_kernel",
-    "conv1x1",
-    "conv2d_c1_k1",
-    "direct_group",
-    "xmma_implicit_gemm",
-    "xmma_sparse_conv",
-    "xmma_warp_specialized_implicit_gemm",
-    "xmma_gemm",
-    "xmma_sparse_gemm",
-    "c1688",
-];
-
-/// Whether a kernel uses tensor cores by the plugin's name rule.
+/// Whether a kernel uses tensor cores by the plugin's name rule (one list,
+/// [`crate::tb_plugin::TC_ALLOWLIST`], shared with the kernel view).
 pub fn kernel_uses_tensor_cores(name: &str) -> bool {
-    TC_KERNEL_PATTERNS.iter().any(|p| name.contains(p))
+    crate::tb_plugin::uses_tensor_cores(name)
 }
 
 /// Whether an operator name is on the plugin's tensor-core allowlist.
@@ -171,7 +149,7 @@ pub struct Runtime {
 pub struct Device {
     pub correlation: u64,
     pub dur_ns: u64,
-    /// A kernel whose name matches [`TC_KERNEL_PATTERNS`].
+    /// A kernel whose name matches [`crate::tb_plugin::TC_ALLOWLIST`].
     pub tensor_cores: bool,
 }
 
