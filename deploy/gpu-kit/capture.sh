@@ -130,12 +130,15 @@ job() { # name nproc args...
     KINETO_USE_DAEMON=1 timeout -k 10 "$JOB_TIMEOUT_S" "$KIT/bin/rankscope" run \
         --agent "unix:$OUT/run/agent.sock" --job "$name" -- \
         "$PYTHON" -m torch.distributed.run --nproc-per-node "$nproc" --master-port $port \
-        "$KIT/workloads/ddp_gpu.py" --info "$OUT/$name.json" "$@" >"$OUT/$name.log" 2>&1
+        "$KIT/workloads/ddp_gpu.py" --info "$OUT/$name.json" --await-trace "$OUT/traces" \
+        "$@" >"$OUT/$name.log" 2>&1
     local rc=$?
     if [ $rc = 0 ]; then
-        ran "job $name ($nproc ranks; $(grep -m1 '^collectives:' "$OUT/$name.log"))"
+        ran "job $name ($nproc ranks; $(grep -m1 '^collectives:' "$OUT/$name.log"); traces written: $(grep -c '^trace: rank .* written' "$OUT/$name.log") of $nproc)"
     else
-        failed "job $name" "exit $rc; see $name.log: $(grep -v '^\s*$' "$OUT/$name.log" | tail -1)"
+        # torchrun's summary names the first failed rank's exit code (a signal).
+        why=$(grep -A6 'Root Cause' "$OUT/$name.log" | grep -m1 -E 'exitcode|traceback' | sed 's/^ *//')
+        failed "job $name" "exit $rc; see $name.log: ${why:-$(grep -v '^\s*$' "$OUT/$name.log" | tail -1)}"
     fi
     return $rc
 }

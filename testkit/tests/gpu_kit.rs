@@ -125,13 +125,17 @@ fn the_kit_fits_and_its_capture_runs_the_cpu_variant_saying_what_it_skipped() {
     let said = String::from_utf8_lossy(&run.stdout);
     let summary = std::fs::read_to_string(out.join("summary.txt")).unwrap_or_default();
     assert!(run.status.success(), "capture.sh failed:\n{said}");
-    assert!(!summary.contains("FAILED"), "{summary}");
+    let log = std::fs::read_to_string(out.join("gpukit-ddp.log")).unwrap_or_default();
+    assert!(
+        !summary.contains("FAILED"),
+        "{summary}\ngpukit-ddp.log:\n{log}"
+    );
     for line in [
         "SKIPPED  nvidia-smi -q: no nvidia-smi",
         "SKIPPED  CUDA compute: torch sees no CUDA device",
         "SKIPPED  NVML sampling: nvml: unavailable",
         "SKIPPED  job gpukit-nccl1: NCCL needs a CUDA device",
-        "ran      job gpukit-ddp (4 ranks; collectives: gloo (no CUDA device))",
+        "ran      job gpukit-ddp (4 ranks; collectives: gloo (no CUDA device); traces written: 4 of 4)",
         "ran      traces: ",
     ] {
         assert!(summary.contains(line), "summary lacks {line:?}:\n{summary}");

@@ -10,6 +10,13 @@ device_count>), else on CPU. Collectives (--backend):
 The script prints one line "collectives: <backend> (<why>)" from rank 0, and
 rank 0 writes it with the device and versions as JSON to --info.
 
+--await-trace DIR waits (at most --await-trace-s) after the last step until
+Kineto has written this process's on-demand trace under DIR: Kineto finishes
+a trace on its own thread, and a process that exits before it has written the
+file dies in Kineto's exit handlers (SIGSEGV or "malloc(): unsorted double
+linked list corrupted", seen with torch 2.x on CPU when a 60-step job ended
+~8 s after the agent's config reached it).
+
 --slow-rank R plants a compute straggler: rank R runs its hidden layer
 --slow-factor x 8 more times per forward (extra matmuls on its device).
 Sizes (--width, --batch) default to what makes compute dominate on the device.
@@ -17,6 +24,7 @@ Sizes (--width, --batch) default to what makes compute dominate on the device.
 
 import argparse
 import datetime
+import glob
 import json
 import os
 import time
@@ -64,6 +72,21 @@ def pick_backend(want: str, cuda: bool, device: torch.device):
     return None, "gloo", why if not ok else "NCCL failed on another rank"
 
 
+def await_trace(trace_dir: str, timeout_s: float) -> str:
+    """Wait until this process's trace file (the agent names it ...-<pid>.json,
+    Kineto writes ...-<pid>_<pid>.json.tmp and renames it; the agent may have
+    gzipped it into a job folder already) exists under trace_dir."""
+    pattern = os.path.join(trace_dir, "**", f"*-{os.getpid()}_*.json*")
+    deadline = time.monotonic() + timeout_s
+    while True:
+        done = [p for p in glob.glob(pattern, recursive=True) if not p.endswith(".tmp")]
+        if done:
+            return f"written ({os.path.basename(done[0])})"
+        if time.monotonic() >= deadline:
+            return f"none after {timeout_s:.0f} s"
+        time.sleep(0.2)
+
+
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--steps", type=int, default=120)
@@ -74,6 +97,8 @@ def main() -> None:
     p.add_argument("--step-ms", type=float, default=20.0, help="input wait per step, every rank")
     p.add_argument("--backend", default="auto", choices=["auto", "nccl", "gloo"])
     p.add_argument("--info", default="")
+    p.add_argument("--await-trace", default="", metavar="DIR")
+    p.add_argument("--await-trace-s", type=float, default=90.0)
     a = p.parse_args()
     cuda = torch.cuda.is_available()
     # Big enough on a GPU that compute, not kernel launches, sets the step time.
@@ -106,6 +131,8 @@ def main() -> None:
         opt.step()
     if cuda:
         torch.cuda.synchronize(device)
+    if a.await_trace:
+        print(f"trace: rank {rank} {await_trace(a.await_trace, a.await_trace_s)}", flush=True)
     if rank == 0 and a.info:
         info = {
             "collectives": backend,
