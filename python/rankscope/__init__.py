@@ -31,7 +31,7 @@ import time
 import warnings
 from typing import Any, Callable, Iterator, Mapping, Optional
 
-from . import _native
+from . import _kineto_exit, _native
 
 __all__ = [
     "RankscopeWarning",
@@ -234,6 +234,7 @@ def _at_exit() -> None:
         # Let the torch integration close an open step first.
         for hook in list(exit_hooks):
             hook()
+        _kineto_exit.await_trace_at_exit()
         shutdown(float(os.environ.get("RANKSCOPE_EXIT_FLUSH_S", "5")))
         _write_stats_file()
     except Exception:  # never raise at interpreter exit

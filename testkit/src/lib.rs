@@ -125,6 +125,23 @@ pub fn workspace_root() -> std::path::PathBuf {
     here.parent().unwrap_or(here).to_owned()
 }
 
+/// A binary of this build (`rankscope`, `rankscope-agent`, ...): the one in
+/// the target dir above the running test binary's `deps/`.
+///
+/// # Panics
+/// When it was not built (`cargo test` builds the workspace's binaries for
+/// the testkit's integration tests).
+pub fn bin_path(name: &str) -> std::path::PathBuf {
+    let exe = std::env::current_exe().expect("the test binary's path");
+    let bin = exe
+        .parent()
+        .and_then(std::path::Path::parent)
+        .expect("the target dir")
+        .join(name);
+    assert!(bin.exists(), "{} was not built", bin.display());
+    bin
+}
+
 /// The Python of the rank SDK's venv (`RANKSCOPE_VENV`, else `.venv/` in the
 /// workspace), which `make py` builds with torch and the `rankscope` package.
 ///

@@ -24,7 +24,14 @@ fn python() -> PathBuf {
 }
 
 async fn agent(dir: &Path) -> rankscope_agent::AgentHandle {
+    agent_tracing_on_start(dir, 0).await
+}
+
+/// `iterations` > 0: the agent's local trigger (`--trace-on-start`) traces
+/// every new job's ranks for that many iterations once they train.
+async fn agent_tracing_on_start(dir: &Path, iterations: u64) -> rankscope_agent::AgentHandle {
     let cfg = rankscope_agent::Config {
+        trace_on_start_iterations: iterations,
         listen_addr: "127.0.0.1:0".into(),
         metrics_listen_addr: String::new(),
         unix_socket_path: dir.join("agent.sock").to_string_lossy().into_owned(),
@@ -162,6 +169,65 @@ async fn an_iteration_request_is_delivered_in_kinetos_round_up_form_and_captured
         assert!(!iterations(&t.path).is_empty(), "{t:?}");
     }
     wait_exit(child);
+    a.shutdown().await;
+}
+
+/// A job under `rankscope run` that ends while libkineto is still writing
+/// its ranks' traces (every rank stops 10 steps after the last of them
+/// opened its trace file): the SDK's exit wait keeps each rank alive until
+/// libkineto has written and renamed its file. Without the wait (measured
+/// with `RANKSCOPE_EXIT_TRACE_WAIT_S=0`) the ranks exit with the
+/// `.json.tmp` half-written, so no trace exists, and a rank that exits
+/// while libkineto finalizes dies in its exit handlers (SIGSEGV, the GPU
+/// kit's CI failure) and torchrun fails the job.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_that_ends_mid_trace_under_rankscope_run_exits_cleanly_with_its_traces() {
+    let _serial = SERIAL.lock().await;
+    let dir = tempfile::tempdir().unwrap();
+    // The local trigger, as the GPU kit runs it: a trace requested before
+    // the ranks start reaches them before their first iteration.
+    let a = agent_tracing_on_start(dir.path(), 2).await;
+    let child = Command::new(rankscope_testkit::bin_path("rankscope"))
+        .arg("run")
+        .arg("--agent")
+        .arg(format!("unix:{}", dir.path().join("agent.sock").display()))
+        .args(["--job", "kineto-mid", "--"])
+        .arg(python())
+        .args(["-m", "torch.distributed.run", "--nproc-per-node", "2"])
+        .arg("--master-port")
+        .arg(rankscope_testkit::free_port().to_string())
+        .arg(repo().join("python/tests/workloads/ddp_train.py"))
+        .args(["--steps", "400", "--step-ms", "30", "--end-mid-trace", "10"])
+        .env("KINETO_USE_DAEMON", "1")
+        .env("OMP_NUM_THREADS", "1")
+        .env_remove("RANKSCOPE_EXIT_TRACE_WAIT_S")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("rankscope run");
+    let err = wait_exit(child);
+    assert!(
+        err.contains("mid-trace"),
+        "the job did not end mid-trace: {err}"
+    );
+    assert!(
+        err.contains("waiting up to 60 s for libkineto"),
+        "the SDK did not wait: {err}"
+    );
+    assert!(!err.contains("exiting anyway"), "{err}");
+    // Every rank's file was written whole: captured, or (when the ranks
+    // stopped before the asked iterations began) valid JSON without one.
+    let traces = wait_traces(&a, "both ranks' files judged", |t| {
+        t.len() == 2 && t.iter().all(|t| t.state != TraceState::Delivered)
+    })
+    .await;
+    for t in &traces {
+        match &t.state {
+            TraceState::Captured => assert!(!iterations(&t.path).is_empty(), "{t:?}"),
+            TraceState::Failed(why) => assert!(why.contains("holds no iteration"), "{t:?}"),
+            other => panic!("{other:?}"),
+        }
+    }
     a.shutdown().await;
 }
 

@@ -4,12 +4,15 @@ Run by torchrun. Options (argv): --steps N, --slow-rank R, --slow-kind
 compute|input|none, --slow-factor F (compute: the slow rank runs its forward
 F times, input: its batches take F x 20 ms to load), --info FILE (rank 0
 writes DDP's gradient bucket sizes there, as DDP reports them), --big-rank R
---big-mb M (rank R holds an extra M MiB tensor for the whole run).
+--big-mb M (rank R holds an extra M MiB tensor for the whole run),
+--end-mid-trace K (end the job while libkineto is still writing an on-demand
+trace: all ranks stop K steps after the last of them opened its trace file).
 """
 
 import argparse
 import json
 import os
+import sys
 import time
 
 import torch
@@ -47,6 +50,18 @@ class Net(torch.nn.Module):
         return self.c(torch.relu(self.b(h)))
 
 
+def kineto_writing() -> bool:
+    """Whether libkineto holds this process's trace file open (it writes
+    ``<log file>_<pid>.json.tmp`` from configure until it renames it)."""
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            if os.readlink(f"/proc/self/fd/{fd}").endswith(".json.tmp"):
+                return True
+        except OSError:
+            pass
+    return False
+
+
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--steps", type=int, default=20)
@@ -59,6 +74,7 @@ def main() -> None:
     p.add_argument("--timing", default="", help="rank 0 writes each step's wall time (s) here, as JSON")
     p.add_argument("--big-rank", type=int, default=-1, help="this rank holds an extra --big-mb MiB tensor")
     p.add_argument("--big-mb", type=int, default=0)
+    p.add_argument("--end-mid-trace", type=int, default=-1, metavar="K")
     a = p.parse_args()
     torch.set_num_threads(1)
     dist.init_process_group("gloo")
@@ -71,6 +87,8 @@ def main() -> None:
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     loader = DataLoader(Batches(a.steps, load_s), batch_size=None, shuffle=False)
     done = 0
+    never = 10**9
+    plan = never  # this rank's last step once its trace is open
     times = []
     t = time.perf_counter()
     for x, y in loader:
@@ -84,6 +102,14 @@ def main() -> None:
         times.append(now - t)
         t = now
         done += 1
+        if a.end_mid_trace >= 0:
+            if plan == never and kineto_writing():
+                plan = done + a.end_mid_trace
+            end = torch.tensor([plan])
+            dist.all_reduce(end, op=dist.ReduceOp.MAX)  # every rank's trace is open
+            if done >= end.item():
+                print(f"rank {rank}: ending at step {done}, mid-trace", file=sys.stderr, flush=True)
+                break
         if rank == 0 and a.progress:
             with open(a.progress + ".tmp", "w") as f:
                 f.write(str(done))

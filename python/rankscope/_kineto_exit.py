@@ -1,0 +1,62 @@
+"""Keep a rank alive until libkineto has written its on-demand trace.
+
+libkineto finishes an on-demand (daemon-triggered) trace on its own thread
+and writes it to ``<ACTIVITIES_LOG_FILE stem>_<pid>.json.tmp``, held open
+from the moment the trace is configured until it is renamed to ``.json``. A
+process that exits in between dies in libkineto's exit handlers (SIGSEGV, or
+glibc's "malloc(): unsorted double linked list corrupted" from
+``finalizeTrace``; torch 2.x, CPU build, seen here) and torchrun then
+reports the whole job as failed. rankscope asks for such traces, so at exit
+the SDK waits, bounded, until no such file is open in this process.
+"""
+
+import os
+import sys
+import time
+from typing import Callable, Optional
+
+_FD_DIR = "/proc/self/fd"
+
+
+def open_trace_file(fd_dir: str = _FD_DIR) -> Optional[str]:
+    """The path of a trace file libkineto is writing in this process, if any."""
+    try:
+        fds = os.listdir(fd_dir)
+    except OSError:  # not Linux, or no /proc
+        return None
+    for fd in fds:
+        try:
+            target = os.readlink(os.path.join(fd_dir, fd))
+        except OSError:
+            continue
+        if target.endswith(".json.tmp"):
+            return target
+    return None
+
+
+def await_trace(
+    timeout_s: float,
+    writing: Callable[[], Optional[str]] = open_trace_file,
+    poll_s: float = 0.1,
+) -> bool:
+    """Wait up to ``timeout_s`` while a trace is being written; True when
+    none is (any more), False when the bound ran out first."""
+    path = writing()
+    if path is None:
+        return True
+    sys.stderr.write(
+        f"rankscope: waiting up to {timeout_s:g} s for libkineto to finish this process's trace "
+        f"({path}); a process that exits mid-trace crashes in libkineto "
+        "(RANKSCOPE_EXIT_TRACE_WAIT_S sets the bound)\n"
+    )
+    deadline = time.monotonic() + timeout_s
+    while writing() is not None:
+        if time.monotonic() >= deadline:
+            sys.stderr.write("rankscope: the trace is still being written; exiting anyway\n")
+            return False
+        time.sleep(poll_s)
+    return True
+
+
+def await_trace_at_exit() -> None:
+    await_trace(float(os.environ.get("RANKSCOPE_EXIT_TRACE_WAIT_S", "60")))
