@@ -297,7 +297,13 @@ async fn run_stream(
         };
         let msg = match next {
             Ok(Some(msg)) => msg,
-            Ok(None) => break,
+            Ok(None) => {
+                // The rank closed its side after its last message (as
+                // `rankscope simulate` does): the acks still waiting for the
+                // spool are owed to it, or it counts spooled events as lost.
+                drain_acks(&ingest, &acks, &mut waiting, &mut stop).await;
+                break;
+            }
             Err(status) => {
                 if let Some(status) = too_large(&status, ingest.max_message_bytes) {
                     ingest.metrics.rejected("message_too_large");
@@ -353,6 +359,26 @@ async fn run_stream(
     }
     let rank = session.identity().map(|i| (i.job_id.clone(), i.rank));
     tracing::debug!(stream = id, ?rank, "rank stream closed");
+}
+
+/// Sends the acks still waiting for the spool, in order, as each one's
+/// events reach it; stops at shutdown or when the rank is gone.
+async fn drain_acks(
+    ingest: &Ingest,
+    acks: &mpsc::Sender<Result<proto::RankAck, Status>>,
+    waiting: &mut std::collections::VecDeque<(proto::RankAck, oneshot::Receiver<()>)>,
+    stop: &mut tokio::sync::watch::Receiver<bool>,
+) {
+    while let Some((ack, rx)) = waiting.pop_front() {
+        tokio::select! {
+            biased;
+            _ = stop.wait_for(|s| *s) => return,
+            _ = rx => {}
+        }
+        if send_ack(ingest, acks, ack).is_err() {
+            return;
+        }
+    }
 }
 
 /// Queues one ack for the rank; `Err` when the rank is gone.
