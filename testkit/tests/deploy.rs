@@ -23,6 +23,8 @@ mod host;
 mod k8s;
 #[path = "deploy/k8s_objects.rs"]
 mod k8s_objects;
+#[path = "deploy/k8s_scale.rs"]
+mod k8s_scale;
 #[path = "deploy/k8s_use.rs"]
 mod k8s_use;
 

@@ -25,6 +25,9 @@ pub fn render(d: &Details, r: &Results) -> String {
     import(&mut s, d);
     hta(&mut s, d);
     s.push_str(&scale::section(d));
+    s.push_str(&scale::tier::section(
+        &serde_json::to_value(r).unwrap_or(serde_json::Value::Null),
+    ));
     super::misses::misses(&mut s, d, r);
     s.push_str(REPRODUCE);
     s

@@ -4,6 +4,8 @@
 //! In: [`Details`]. Out: a markdown section with every input, formula and
 //! result written out, so the arithmetic can be checked by hand.
 
+pub mod tier;
+
 use std::fmt::Write as _;
 
 use super::{human, Details};
@@ -171,19 +173,16 @@ const COLLECTORS: &str = "\
 detection (keyed by the agent's `(agent_id, agent_session, seq)`, seeded from \
 `ingest_batches` when a collector first sees a session) and the ClickHouse write need \
 no shared state. Only live step assembly (per-step breakdown, collective matching, \
-straggler verdicts) needs all of a job's ranks in one collector, and nothing routes by \
-job today: an agent sends every batch to its one `collector_url`, with no job metadata \
-(one batch can hold ranks of several jobs). So every agent serving a job's ranks must be \
-given the same collector; more collectors serve disjoint sets of nodes and their jobs, \
-and a collector restart loses only the unfinalized steps in memory (the raw events are \
-stored). One 16,384-rank job is thus one collector: its whole 2.7 M events/s would land \
-on it, and while the collector CPU above (a few cores) fits one host, the per-job \
-assembly runs in one task. What jobs of this size need next: agents that tag batches \
-with their job (gRPC metadata) so a balancer can keep per-job affinity across \
-collectors, and assembly in two levels: ingest collectors reduce each rank-step to its \
-breakdown and collective timings (which need only that rank's events), and only those \
-per-(step, rank) summaries, 16,384 per step instead of millions of events, go to the \
-job's owner for cross-rank matching and the straggler statistics.\n\n";
+straggler verdicts) needs all of a job's ranks in one collector, so agents route by job \
+(issue 36): each batch holds one job, and each job goes to its owner, chosen by rendezvous \
+(highest-random-weight) hashing of the job id over the collectors `collector_url` names or \
+resolves to (a list, or a Kubernetes headless Service's addresses, re-resolved every \
+`collector_resolve_interval_ms`), so all agents of a job agree without talking to each \
+other. An owner unreachable for `collector_failover_after_ms` hands its jobs to the next \
+collector in their order, which rebuilds a job's live state from ClickHouse; the agents' \
+spool and acknowledgements keep delivery exactly once across the move. More collectors \
+serve more jobs; one job is always one owner, whose limits the collector tier below works \
+out.\n\n";
 
 #[cfg(test)]
 mod tests {
@@ -196,7 +195,7 @@ mod tests {
         assert!(text.contains("sharded by `cityHash64(job_id)`"), "{text}");
         assert!(text.contains("`cityHash64(node)`"), "{text}");
         assert!(!text.contains("job_id, rank)"), "{text}");
-        assert!(text.contains("no job metadata"), "{text}");
+        assert!(text.contains("rendezvous"), "{text}");
         assert!(text.contains("insert_distributed_sync = 1"), "{text}");
     }
 }

@@ -302,7 +302,7 @@ fn chart_with_tls_mounts_the_secrets_and_both_binaries_accept_it() {
     };
     assert!(cfg
         .collector_url
-        .starts_with("https://rankscope-collector.rankscope.svc:"));
+        .starts_with("https://rankscope-collector-headless.rankscope.svc:"));
     cfg.validate().expect("agent accepts the TLS settings");
     let dir = &mounts(pod, "agent")["tls"];
     assert!(cfg.tls_cert_path.starts_with(&format!("{dir}/")));

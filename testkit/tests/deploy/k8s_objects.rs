@@ -125,11 +125,12 @@ fn agent_daemonset_agrees_with_the_agent() {
     let owner = format!("{}:{}", sc["runAsUser"], sc["runAsGroup"]);
     assert_eq!(
         init["command"],
-        json!(["chown", owner, socket_dir]),
-        "init container hands the dir to the agent"
+        json!(["chown", owner, socket_dir, cfg.spool_dir]),
+        "init container hands the socket and spool dirs to the agent"
     );
 
-    // The collector it sends to is the chart's Service, on the collector's default port.
+    // The collector it sends to is the chart's headless Service (see
+    // k8s_scale.rs), on the collector's default port.
     let (svc, ns, port) = service_url(&cfg.collector_url);
     assert_eq!(ns, "rankscope");
     let collector = manifests("collector.yaml");
@@ -170,11 +171,8 @@ fn collector_deployment_and_service_agree_with_the_collector() {
     let dep = find(&docs, "Deployment", "rankscope-collector");
     let labels = &dep["spec"]["template"]["metadata"]["labels"];
     assert!(selects(&dep["spec"]["selector"]["matchLabels"], labels));
-    assert_eq!(
-        dep["spec"]["replicas"], 1,
-        "one job's batches must reach one collector"
-    );
-    assert_eq!(dep["spec"]["strategy"]["type"], "Recreate");
+    // Replicas and the agents' headless Service: k8s_scale.rs.
+    assert_eq!(dep["spec"]["strategy"]["type"], "RollingUpdate");
     let pod = &dep["spec"]["template"]["spec"];
     let c = container(pod, "collector");
     let env = env(c);
@@ -247,23 +245,33 @@ fn collector_deployment_and_service_agree_with_the_collector() {
     assert_eq!(ann["prometheus.io/port"], http.to_string());
     assert_eq!(ann["prometheus.io/path"], "/metrics");
 
-    // The Service and the PodDisruptionBudget select these pods.
-    let svc = find(&docs, "Service", "rankscope-collector");
-    assert!(selects(&svc["spec"]["selector"], labels));
-    let ports = svc["spec"]["ports"].as_array().expect("ports");
-    for (name, want) in [("grpc", grpc), ("http", http)] {
-        let p = ports
-            .iter()
-            .find(|p| p["name"] == name)
-            .unwrap_or_else(|| panic!("service port {name}"));
-        assert_eq!(p["port"], want);
-        assert_eq!(resolve_port(c, &p["targetPort"]), want);
+    // The Services and the PodDisruptionBudget select these pods: the API's
+    // Service serves HTTP, the agents' headless one gRPC (and HTTP).
+    for (name, want_ports) in [
+        ("rankscope-collector", &[("http", http)][..]),
+        (
+            "rankscope-collector-headless",
+            &[("grpc", grpc), ("http", http)][..],
+        ),
+    ] {
+        let svc = find(&docs, "Service", name);
+        assert!(selects(&svc["spec"]["selector"], labels), "{name}");
+        let ports = svc["spec"]["ports"].as_array().expect("ports");
+        assert_eq!(ports.len(), want_ports.len(), "{name}: {ports:?}");
+        for (port, want) in want_ports {
+            let p = ports
+                .iter()
+                .find(|p| p["name"] == *port)
+                .unwrap_or_else(|| panic!("{name}: service port {port}"));
+            assert_eq!(p["port"], *want);
+            assert_eq!(resolve_port(c, &p["targetPort"]), *want);
+        }
     }
     let pdb = find(&docs, "PodDisruptionBudget", "rankscope-collector");
     assert!(selects(&pdb["spec"]["selector"]["matchLabels"], labels));
     assert_eq!(
         pdb["spec"]["maxUnavailable"], 1,
-        "one replica: 0 would make its node undrainable"
+        "one collector at a time: its jobs move to the others"
     );
 
     // ClickHouse is the chart's StatefulSet, on the port it serves HTTP on.
