@@ -19,22 +19,11 @@ mod common;
 #[path = "objstore/archive.rs"]
 mod archive;
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Command, Output};
 
 use common::Stack;
 use rankscope_testkit::objstore::{objstore_venv_bin, ObjstoreServer};
-
-pub(crate) fn rankscope_bin() -> PathBuf {
-    let exe = std::env::current_exe().expect("test exe");
-    let bin = exe
-        .parent()
-        .and_then(Path::parent)
-        .expect("target dir")
-        .join("rankscope");
-    assert!(bin.exists(), "{} was not built", bin.display());
-    bin
-}
 
 pub(crate) fn dlrm_dir() -> PathBuf {
     rankscope_testkit::workspace_root().join("cli/tests/fixtures/kineto/param_dlrm_8rank_v100")
@@ -71,7 +60,7 @@ pub(crate) fn seed(args: &[&str]) -> String {
 /// `rankscope import --job JOB ARGS...` against the stack, with only the
 /// given provider variables (none of the test process's own).
 pub(crate) fn import(stack: &Stack, env: &[(&str, &str)], job: &str, args: &[&str]) -> Output {
-    let mut cmd = Command::new(rankscope_bin());
+    let mut cmd = Command::new(rankscope_testkit::bin_path("rankscope"));
     for (k, _) in std::env::vars() {
         if ["AWS_", "AZURE", "GOOGLE_"]
             .iter()

@@ -9,7 +9,7 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -26,18 +26,6 @@ fn python() -> PathBuf {
     rankscope_testkit::venv_python()
 }
 
-/// The `rankscope` binary of this build (next to the test binary's deps).
-fn rankscope_bin() -> PathBuf {
-    let exe = std::env::current_exe().expect("test exe");
-    let bin = exe
-        .parent()
-        .and_then(Path::parent)
-        .expect("target dir")
-        .join("rankscope");
-    assert!(bin.exists(), "{} was not built", bin.display());
-    bin
-}
-
 /// Starts `rankscope run --agent <unix> --job <job> -- python -m
 /// torch.distributed.run --nproc-per-node 4 <script> <args>`.
 fn launch(stack: &Stack, job: &str, script: &str, args: &[&str], env: &[(&str, &str)]) -> Child {
@@ -46,7 +34,7 @@ fn launch(stack: &Stack, job: &str, script: &str, args: &[&str], env: &[(&str, &
         .as_ref()
         .and_then(|a| a.unix_path.clone())
         .expect("agent unix socket");
-    let mut cmd = Command::new(rankscope_bin());
+    let mut cmd = Command::new(rankscope_testkit::bin_path("rankscope"));
     cmd.arg("run")
         .arg("--agent")
         .arg(format!("unix:{}", agent.display()))

@@ -11,7 +11,6 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 use common::Stack;
@@ -19,18 +18,6 @@ use common::Stack;
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 const RANKS: u32 = 4;
 const STEPS: u64 = 16;
-
-/// The `rankscope` binary of this build (next to the test binary's deps).
-fn rankscope_bin() -> PathBuf {
-    let exe = std::env::current_exe().expect("test exe");
-    let bin = exe
-        .parent()
-        .and_then(Path::parent)
-        .expect("target dir")
-        .join("rankscope");
-    assert!(bin.exists(), "{} was not built", bin.display());
-    bin
-}
 
 /// Runs `ddp_extra.py` under `rankscope run` and torchrun to its end; rank 2
 /// does `extra_ms` of tensor work after backward each step.
@@ -45,7 +32,7 @@ async fn run_job(stack: &Stack, job: &str, extra_ms: u32) {
     // to, say, a compiler on the same cores, which makes a real straggler.
     let mut cmd = Command::new("nice");
     cmd.args(["-n", "-10"])
-        .arg(rankscope_bin())
+        .arg(rankscope_testkit::bin_path("rankscope"))
         .arg("run")
         .arg("--agent")
         .arg(format!("unix:{}", agent.display()))

@@ -11,7 +11,7 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -19,17 +19,6 @@ use common::kineto_client::FakeClient;
 use common::Stack;
 
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
-
-fn rankscope_bin() -> PathBuf {
-    let exe = std::env::current_exe().expect("test exe");
-    let bin = exe
-        .parent()
-        .and_then(Path::parent)
-        .expect("target dir")
-        .join("rankscope");
-    assert!(bin.exists(), "{} was not built", bin.display());
-    bin
-}
 
 /// A stack whose agent serves `@dynolog` and writes traces under its dir.
 async fn stack() -> Stack {
@@ -101,7 +90,7 @@ async fn wait_for_processes(stack: &Stack, job: &str, n: usize) {
 }
 
 fn cli(stack: &Stack, args: &[&str]) -> std::process::Output {
-    Command::new(rankscope_bin())
+    Command::new(rankscope_testkit::bin_path("rankscope"))
         .arg("--collector")
         .arg(format!("http://{}", stack.http_addr()))
         .args(args)
@@ -458,7 +447,7 @@ async fn a_straggler_gets_one_automatic_trace_and_trace_diff_puts_its_extra_comp
     // Live SDK streams (rankscope run) and libkineto's daemon mode at once;
     // rank 2 runs 32 extra forward passes per step.
     let child = Group::spawn(
-        Command::new(rankscope_bin())
+        Command::new(rankscope_testkit::bin_path("rankscope"))
             .arg("run")
             .arg("--agent")
             .arg(format!("unix:{}", agent.display()))

@@ -185,7 +185,7 @@ async fn a_captured_daemon_trace_is_archived_listed_and_imported_back() {
         (1, 0)
     );
     // The CLI's listing shows it too.
-    let listing = Command::new(crate::rankscope_bin())
+    let listing = Command::new(rankscope_testkit::bin_path("rankscope"))
         .args(["--collector", &url, "traces", "--job", &job])
         .output()
         .expect("rankscope traces");
