@@ -213,7 +213,9 @@ enum What {
         host_comm: bool,
     },
     /// A `gpu_user_annotation` range (issue 29: GPU time per user
-    /// annotation): an `OTHER` span on its stream and device.
+    /// annotation): an `OTHER` span on its stream and device; also a host
+    /// event with a `stream` argument (`event::hta_stream`), on device
+    /// `event::HOST_STREAM_DEVICE`.
     GpuSpan { name: u32, stream: u32, device: i32 },
 }
 
@@ -284,9 +286,17 @@ impl Pending {
                     .or_else(|| ev.cat.as_str().and_then(event::paddle_phase))
                     .map(|c| (c, names.intern(name)));
                 if span.is_none() && !host_comm {
-                    return None;
+                    // A host event with a `stream` argument (HTA counts it
+                    // as GPU work), else nothing.
+                    let stream = event::hta_stream(ev, class)?;
+                    What::GpuSpan {
+                        name: names.intern(name),
+                        stream,
+                        device: event::HOST_STREAM_DEVICE,
+                    }
+                } else {
+                    What::Cpu { span, host_comm }
                 }
-                What::Cpu { span, host_comm }
             }
             Class::GpuAnnotation => What::GpuSpan {
                 name: names.intern(name),
@@ -305,6 +315,11 @@ impl Pending {
                     .and_then(|d| i32::try_from(d).ok())
                     .unwrap_or(0)
                     .max(0),
+            },
+            Class::OtherComplete => What::GpuSpan {
+                name: names.intern(name),
+                stream: event::hta_stream(ev, class)?,
+                device: event::HOST_STREAM_DEVICE,
             },
             _ => return None,
         };

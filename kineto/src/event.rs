@@ -92,6 +92,33 @@ pub(crate) fn span_ns(ev: &RawEvent) -> Result<(u64, u64), BadTime> {
     Ok((start, end))
 }
 
+/// The span `device` of a host event that carries a CUDA `stream` argument
+/// ([`hta_stream`]): an `OTHER` span on that stream with this device, so the
+/// collector's HTA views find it (`job_hta_stream_ops.sql`) and nothing
+/// takes it for a GPU annotation (device >= 0) or an SDK host span (-1).
+pub const HOST_STREAM_DEVICE: i32 = -2;
+
+/// The stream of a host event that HTA 0.5.0 counts as GPU work: HTA reads
+/// `args.stream` of every event into its `stream` column
+/// (`hta/common/trace_parser.py` `parse_trace_dataframe`, arg
+/// `cuda::stream` of `hta/configs/event_args.yaml`) and its kernel
+/// breakdown, temporal breakdown and overlap take every row with
+/// `stream != -1` as a GPU kernel (`hta/analyzers/breakdown_analysis.py`
+/// `trace_df[trace_df["stream"].ne(-1)]`). Such host events are Triton
+/// launcher `cpu_op`s (Inductor's `_RecordFunctionFast` passes the launch
+/// stream). `None` for GPU activities, GPU annotations and runtime calls
+/// (those are read as what they are) and events without a whole
+/// non-negative stream.
+pub(crate) fn hta_stream(ev: &RawEvent, class: Class) -> Option<u32> {
+    if !matches!(
+        class,
+        Class::CpuOp | Class::CpuAnnotation | Class::OtherComplete
+    ) {
+        return None;
+    }
+    ev.args.stream.as_u64().and_then(|s| u32::try_from(s).ok())
+}
+
 /// `N` of a `ProfilerStep#N` annotation.
 pub(crate) fn profiler_step(name: &str) -> Option<u64> {
     name.strip_prefix("ProfilerStep#")?.trim().parse().ok()

@@ -144,15 +144,55 @@ impl RankOut {
     }
 }
 
+/// Query of the ranks route.
+#[derive(Debug, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct RanksQuery {
+    /// Every stored GPU activity at its stored times (the union reading,
+    /// `rankscope_analysis::breakdown`), not HTA's loading rules.
+    exact: Option<bool>,
+}
+
+/// `GET /api/v1/jobs/{job}/ranks[?exact=true]`: each rank's temporal
+/// breakdown and overlap over all its GPU work. By default as HTA 0.5.0
+/// computes them (`get_temporal_breakdown`, `get_comm_comp_overlap`:
+/// `rankscope_analysis::hta_temporal`) over the activities as HTA loads the
+/// trace (`api::gpu::load_ranks`: the ProfilerStep window, whole
+/// microseconds, host events with a `stream`); `exact`: every stored GPU
+/// activity at its stored times.
 pub(super) async fn ranks(
     State(st): State<ApiState>,
     Path(job): Path<String>,
+    Query(q): Query<RanksQuery>,
 ) -> Result<Json<serde_json::Value>, ApiError> {
     let rows = st.store.rank_summaries(&job).await?;
     st.require_job(&job, rows.is_empty()).await?;
+    let hta: std::collections::HashMap<u32, Breakdown> = if q.exact.unwrap_or(false) {
+        Default::default()
+    } else {
+        super::gpu::load_ranks(&st, &job, None, false)
+            .await?
+            .iter()
+            .map(|r| {
+                (
+                    r.rank,
+                    rankscope_analysis::hta_temporal::hta_breakdown(&r.hta_gpu_ops()),
+                )
+            })
+            .collect()
+    };
+    let exact = q.exact.unwrap_or(false);
     let out: Vec<RankOut> = rows
         .into_iter()
-        .map(|r| RankOut::new(r.rank, r.node, &r.breakdown))
+        .map(|r| {
+            let b = if exact {
+                r.breakdown
+            } else {
+                // A rank HTA's window leaves without work has none.
+                hta.get(&r.rank).copied().unwrap_or_default()
+            };
+            RankOut::new(r.rank, r.node, &b)
+        })
         .collect();
     Ok(Json(serde_json::json!({ "job": job, "ranks": out })))
 }

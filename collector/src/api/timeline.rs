@@ -183,10 +183,16 @@ pub(super) async fn timeline(
         }));
     }
     for s in spans.iter().filter(|s| keep(s.rank)) {
+        let mut args = json!({"category": s.category, "device": s.device});
+        // A host event with a CUDA stream argument (the importer's device
+        // -2) keeps it, so it imports back as what HTA counts as GPU work.
+        if s.device == -2 {
+            args["stream"] = json!(s.stream);
+        }
         ev.push(json!({
             "ph": "X", "cat": "user_annotation", "name": s.name, "pid": s.rank, "tid": HOST_TID,
             "ts": us(s.start_ns, base), "dur": us(s.end_ns, s.start_ns),
-            "args": {"category": s.category, "device": s.device},
+            "args": args,
         }));
     }
     for r in &ops {
