@@ -285,17 +285,19 @@ impl Pending {
                 let span = event::span_category(class, name)
                     .or_else(|| ev.cat.as_str().and_then(event::paddle_phase))
                     .map(|c| (c, names.intern(name)));
-                if span.is_none() && !host_comm {
-                    // A host event with a `stream` argument (HTA counts it
-                    // as GPU work), else nothing.
-                    let stream = event::hta_stream(ev, class)?;
-                    What::GpuSpan {
+                // A host event with a `stream` argument (HTA counts it as
+                // GPU work) and no phase is that, whether or not it could be
+                // a host collective: ordering passes call this with
+                // `host_comm` true for every event, and the answer must not
+                // depend on the pass.
+                match (span, event::hta_stream(ev, class)) {
+                    (None, Some(stream)) => What::GpuSpan {
                         name: names.intern(name),
                         stream,
                         device: event::HOST_STREAM_DEVICE,
-                    }
-                } else {
-                    What::Cpu { span, host_comm }
+                    },
+                    (None, None) if !host_comm => return None,
+                    _ => What::Cpu { span, host_comm },
                 }
             }
             Class::GpuAnnotation => What::GpuSpan {
