@@ -1,5 +1,6 @@
 //! The HTA-style GPU views (`kernel-types`, `kernels`, `idle`, `queue`,
-//! `memcpy`) of imported traces through a real collector and ClickHouse:
+//! `memcpy`, `launches`, and `ranks`: HTA's temporal breakdown and overlap)
+//! of imported traces through a real collector and ClickHouse:
 //! every vendored trace set reproduces HTA 0.5.0's own output
 //! (`expected-hta-analyses.json` beside it; `parity`), every set gives every
 //! view without an error, and bad input gets a clear message.
