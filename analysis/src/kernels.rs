@@ -102,7 +102,7 @@ fn signed(t: u64) -> i64 {
 
 /// HTA's `merge_kernel_intervals` over `(start, end)` pairs (see the module
 /// doc): the groups' `(least start, greatest end)`.
-fn hta_merge(mut spans: Vec<(u64, u64)>) -> Vec<(u64, u64)> {
+pub(crate) fn hta_merge(mut spans: Vec<(u64, u64)>) -> Vec<(u64, u64)> {
     spans.sort_by_key(|s| s.0);
     let mut out: Vec<(u64, u64)> = Vec::new();
     let mut max_end: Option<u64> = None;

@@ -46,6 +46,7 @@ pub mod describe;
 pub mod fleet;
 pub mod goodput;
 pub mod hta_load;
+pub mod hta_temporal;
 pub mod idle;
 pub mod inductor;
 pub mod interval;

@@ -84,8 +84,9 @@ enum Command {
     Steps(StepsArgs),
     /// Per (step, rank) GPU time breakdown (HTA definitions).
     Breakdown(BreakdownArgs),
-    /// Per-rank temporal breakdown over the whole job.
-    Ranks(JobArgs),
+    /// Per-rank temporal breakdown and overlap over the whole job (HTA's, as
+    /// HTA loads the traces; --exact: every stored GPU activity).
+    Ranks(RanksArgs),
     /// NCCL collective statistics (calls, bytes, latency, algbw/busbw, wait).
     Collectives(CollectivesArgs),
     /// Straggler verdicts (cause compute, input, communication or other:
@@ -498,6 +499,21 @@ struct JobArgs {
 }
 
 #[derive(Debug, Args)]
+struct RanksArgs {
+    /// Job id.
+    #[arg(long)]
+    job: String,
+    /// Every stored GPU activity at its stored times (the union of the
+    /// intervals), not HTA 0.5.0's loading rules (ProfilerStep window,
+    /// whole microseconds, host events with a CUDA stream argument).
+    #[arg(long)]
+    exact: bool,
+    /// Output format.
+    #[arg(long, value_enum, default_value_t = OutputFormat::Table)]
+    format: OutputFormat,
+}
+
+#[derive(Debug, Args)]
 struct BreakdownArgs {
     /// Job id.
     #[arg(long)]
@@ -630,7 +646,12 @@ async fn run(cli: Cli) -> Result<()> {
             .await
         }
         Command::Ranks(a) => {
-            view(&http(), &cli.collector, &a.job, View::Ranks, &[], a.format).await
+            let rows = analytics::fetch_ranks(&http(), &cli.collector, &a.job, a.exact).await?;
+            print!(
+                "{}",
+                columns::render(&rows, View::Ranks.columns(), a.format)
+            );
+            Ok(())
         }
         Command::Collectives(a) => {
             let params = [("rank", a.rank.map(u64::from))];

@@ -213,6 +213,28 @@ fn no_profiler_step(s: &Stream) {
     assert_eq!(s.name(c[0].process_group_id), "3");
     assert_eq!(c[0].group_ranks, (0..8).collect::<Vec<u32>>());
     assert_eq!(s.identity.labels["gpu"], "NVIDIA B200");
+    // The Triton launcher cpu_op with a `stream` argument (HTA counts it as
+    // GPU work): an `other` span on stream 0, device -2.
+    let host_stream: Vec<(&str, u32, i64)> = s
+        .events
+        .iter()
+        .filter_map(|e| match &e.kind {
+            Some(Kind::Span(sp)) if sp.device == rankscope_kineto::HOST_STREAM_DEVICE => Some((
+                s.name(sp.name_id),
+                sp.stream,
+                (sp.end_ns - sp.start_ns) as i64,
+            )),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        host_stream,
+        vec![(
+            "triton_poi_fused_add_bitwise_and_bitwise_not_bitwise_or_ge_lt_mul_sub_0",
+            0,
+            74_391
+        )]
+    );
 }
 
 /// ROCm: ncclDevKernel_Generic, metadata only through launch -> External id

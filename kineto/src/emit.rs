@@ -213,7 +213,9 @@ enum What {
         host_comm: bool,
     },
     /// A `gpu_user_annotation` range (issue 29: GPU time per user
-    /// annotation): an `OTHER` span on its stream and device.
+    /// annotation): an `OTHER` span on its stream and device; also a host
+    /// event with a `stream` argument (`event::hta_stream`), on device
+    /// `event::HOST_STREAM_DEVICE`.
     GpuSpan { name: u32, stream: u32, device: i32 },
 }
 
@@ -283,10 +285,20 @@ impl Pending {
                 let span = event::span_category(class, name)
                     .or_else(|| ev.cat.as_str().and_then(event::paddle_phase))
                     .map(|c| (c, names.intern(name)));
-                if span.is_none() && !host_comm {
-                    return None;
+                // A host event with a `stream` argument (HTA counts it as
+                // GPU work) and no phase is that, whether or not it could be
+                // a host collective: ordering passes call this with
+                // `host_comm` true for every event, and the answer must not
+                // depend on the pass.
+                match (span, event::hta_stream(ev, class)) {
+                    (None, Some(stream)) => What::GpuSpan {
+                        name: names.intern(name),
+                        stream,
+                        device: event::HOST_STREAM_DEVICE,
+                    },
+                    (None, None) if !host_comm => return None,
+                    _ => What::Cpu { span, host_comm },
                 }
-                What::Cpu { span, host_comm }
             }
             Class::GpuAnnotation => What::GpuSpan {
                 name: names.intern(name),
@@ -305,6 +317,11 @@ impl Pending {
                     .and_then(|d| i32::try_from(d).ok())
                     .unwrap_or(0)
                     .max(0),
+            },
+            Class::OtherComplete => What::GpuSpan {
+                name: names.intern(name),
+                stream: event::hta_stream(ev, class)?,
+                device: event::HOST_STREAM_DEVICE,
             },
             _ => return None,
         };

@@ -92,6 +92,37 @@ pub(crate) fn span_ns(ev: &RawEvent) -> Result<(u64, u64), BadTime> {
     Ok((start, end))
 }
 
+/// The span `device` of a host event that carries a CUDA `stream` argument
+/// ([`hta_stream`]): an `OTHER` span on that stream with this device, so the
+/// collector's HTA views find it (`job_hta_stream_ops.sql`) and nothing
+/// takes it for a GPU annotation (device >= 0) or an SDK host span (-1).
+pub const HOST_STREAM_DEVICE: i32 = -2;
+
+/// The stream of a host event that HTA 0.5.0 counts as GPU work: HTA reads
+/// `args.stream` of every event into its `stream` column, -1 when absent
+/// (`hta/common/trace_parser.py` `_compress_df`, arg `cuda::stream` of
+/// `hta/configs/default_event_args.py`), and its kernel breakdown, temporal
+/// breakdown and overlap take every row with `stream != -1` as a GPU kernel
+/// (`gpu_kernels = trace_df[trace_df["stream"].ne(-1)]`,
+/// `hta/analyzers/breakdown_analysis.py` lines 79 and 650,
+/// `hta/analyzers/communication_analysis.py` line 34, tag v0.5.0). Its idle
+/// time, queue length and launch statistics take GPU categories or runtime
+/// correlations only, so those views leave such events out as well. Such
+/// host events are Triton
+/// launcher `cpu_op`s (Inductor's `_RecordFunctionFast` passes the launch
+/// stream). `None` for GPU activities, GPU annotations and runtime calls
+/// (those are read as what they are) and events without a whole
+/// non-negative stream.
+pub(crate) fn hta_stream(ev: &RawEvent, class: Class) -> Option<u32> {
+    if !matches!(
+        class,
+        Class::CpuOp | Class::CpuAnnotation | Class::OtherComplete
+    ) {
+        return None;
+    }
+    ev.args.stream.as_u64().and_then(|s| u32::try_from(s).ok())
+}
+
 /// `N` of a `ProfilerStep#N` annotation.
 pub(crate) fn profiler_step(name: &str) -> Option<u64> {
     name.strip_prefix("ProfilerStep#")?.trim().parse().ok()
@@ -185,6 +216,31 @@ mod tests {
         assert_eq!(span_ns(&e), Ok((10_500, 13_500)));
         e.ts = Scalar::Num(Num::F(-1.0));
         assert_eq!(span_ns(&e), Err(BadTime::BadTs));
+    }
+
+    #[test]
+    fn host_events_with_a_stream_are_hta_gpu_work() {
+        let with_stream = |cat: &str, stream: Scalar| {
+            let mut e = ev("X", cat);
+            e.args.stream = stream;
+            let class = classify(&e);
+            hta_stream(&e, class)
+        };
+        assert_eq!(with_stream("cpu_op", Scalar::Num(Num::U(0))), Some(0));
+        assert_eq!(
+            with_stream("user_annotation", Scalar::Num(Num::U(7))),
+            Some(7)
+        );
+        assert_eq!(with_stream("cuda_sync", Scalar::Num(Num::U(7))), Some(7));
+        assert_eq!(with_stream("cpu_op", Scalar::Num(Num::I(-1))), None);
+        assert_eq!(with_stream("cpu_op", Scalar::default()), None);
+        // GPU activities and runtime calls are read as what they are.
+        assert_eq!(with_stream("kernel", Scalar::Num(Num::U(7))), None);
+        assert_eq!(with_stream("cuda_runtime", Scalar::Num(Num::U(7))), None);
+        assert_eq!(
+            with_stream("gpu_user_annotation", Scalar::Num(Num::U(7))),
+            None
+        );
     }
 
     #[test]

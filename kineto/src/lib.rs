@@ -47,6 +47,11 @@
 //!   `record_param_comms`, `gloo:*` annotations) that launched no NCCL
 //!   kernel become host `Collective` events (device -1; see the `cpu_comm`
 //!   module), one per call;
+//! - a host event (CPU op or annotation) with a `stream` argument (a
+//!   Triton launcher `cpu_op`) becomes an `OTHER` `Span` on that stream
+//!   with device `event::HOST_STREAM_DEVICE` (-2): HTA 0.5.0 counts such
+//!   rows as GPU work, and the collector's HTA views do too (`--exact`
+//!   leaves them out);
 //! - a few CPU phase annotations become `Span`s (`## forward ##`,
 //!   `## backward ##`, `## optimizer ##`, `DistributedDataParallel.forward`,
 //!   `Optimizer.step#*`, `Optimizer.zero_grad#*`, `enumerate(DataLoader)#*`).
@@ -113,6 +118,7 @@ use rankscope_proto::v1 as proto;
 pub use digest::Digest;
 pub use discover::{discover, discover_spans};
 pub use error::{ImportError, Problem};
+pub use event::HOST_STREAM_DEVICE;
 pub use format::{Format, FORMATS_READ};
 pub use ops::{op_summary, OpStat};
 pub use parse::{parse_trace_file, MAX_GZIP_EXPANSION};

@@ -1,5 +1,6 @@
 //! The HTA-style GPU views (`kernel-types`, `kernels`, `idle`, `queue`,
-//! `memcpy`) of imported traces through a real collector and ClickHouse:
+//! `memcpy`, `launches`, and `ranks`: HTA's temporal breakdown and overlap)
+//! of imported traces through a real collector and ClickHouse:
 //! every vendored trace set reproduces HTA 0.5.0's own output
 //! (`expected-hta-analyses.json` beside it; `parity`), every set gives every
 //! view without an error, and bad input gets a clear message.
@@ -57,11 +58,12 @@ const SETS: [&str; 7] = [
     "tracelens_mi300_resnet_rank0",
 ];
 
-/// Kernel types, the kernel table, idle time and queue length of every
-/// set equal HTA 0.5.0's (`include_last_profiler_step=True`) on the same
-/// files: HTA's loading rules (ProfilerStep window, whole microseconds
-/// rounded inward) are the views' default. `?exact=true` keeps what HTA
-/// drops.
+/// Kernel types, the kernel table, idle time, queue length, the temporal
+/// breakdown and overlap (`ranks`) and the launch statistics of every set
+/// equal HTA 0.5.0's (`include_last_profiler_step=True`) on the same files:
+/// HTA's loading rules (ProfilerStep window, whole microseconds rounded
+/// inward, host events with a `stream` argument as GPU work) are the views'
+/// default. `?exact=true` keeps what HTA drops and leaves out host events.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_set_matches_hta_analyses() {
     let stack = Stack::start_without_agent().await;
@@ -78,6 +80,8 @@ async fn every_set_matches_hta_analyses() {
         parity::kernels(&stack, &job, a, set, &mut worst).await;
         parity::idle(&stack, &job, a, set, &mut worst).await;
         parity::queue(&stack, &job, a, set, &mut worst).await;
+        parity::temporal(&stack, &job, a, set, &mut worst).await;
+        parity::launches(&stack, &job, a, set, &mut worst).await;
     }
     // HTA drops GPU work launched after the last ProfilerStep or with no
     // launch in the trace; `exact` counts it (and nanosecond times).
@@ -96,6 +100,44 @@ async fn every_set_matches_hta_analyses() {
         .map(|t| f(&t["sum_ns"]))
         .sum();
     assert!(exact > 1.3 * hta, "exact {exact} vs HTA's {hta}");
+    // HTA counts the B200 trace's Triton launcher cpu_op (`args.stream` 0,
+    // 74.391 us) as a COMPUTATION kernel beside the kernel it launched
+    // (1.984 us); `exact` counts GPU activities only.
+    let triton = "triton_poi_fused_add_bitwise_and_bitwise_not_bitwise_or_ge_lt_mul_sub_0";
+    let named = |body: &Value| {
+        body["kernels"]
+            .as_array()
+            .unwrap_or_else(|| panic!("{body}"))
+            .iter()
+            .find(|k| k["name"] == triton)
+            .cloned()
+            .unwrap_or_else(|| panic!("no {triton} in {body}"))
+    };
+    let all = "/api/v1/jobs/hta5/kernels?top=100000&ratio=1";
+    let k = named(&stack.api_get(all).await);
+    assert_eq!(k["kernel_type"], "COMPUTATION", "{k}");
+    assert_eq!(
+        (k["calls"].as_u64(), k["sum_ns"].as_i64()),
+        (Some(2), Some(75_000))
+    );
+    let k = named(&stack.api_get(&format!("{all}&exact=true")).await);
+    assert_eq!(
+        (k["calls"].as_u64(), k["sum_ns"].as_i64()),
+        (Some(1), Some(1_984))
+    );
+    // `ranks?exact=true`: the union of every stored GPU activity at its ns
+    // times (no host event): not HTA's figure, and its parts add up.
+    let ex = stack.api_get("/api/v1/jobs/hta5/ranks?exact=true").await;
+    let hta_ranks = rows(&stack, "hta5", "ranks").await;
+    let ex = &ex["ranks"].as_array().unwrap_or_else(|| panic!("{ex}"))[0];
+    let part = |k: &str| ex[k].as_u64().unwrap_or_else(|| panic!("{k}: {ex}"));
+    assert_eq!(
+        part("idle_ns") + part("compute_ns") + part("non_compute_ns"),
+        part("gpu_span_ns"),
+        "{ex}"
+    );
+    eprintln!("B200 ranks: HTA {} exact {ex}", hta_ranks[0]);
+    assert_ne!(ex["compute_ns"], hta_ranks[0]["compute_ns"]);
     // Memcpy: the DLRM traces have HtoD, DtoH and DtoD copies.
     let memcpy = rows(&stack, "hta4", "memcpy").await;
     assert!(memcpy

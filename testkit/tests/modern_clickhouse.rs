@@ -27,6 +27,7 @@ const JOB_ROUTES: &[&str] = &[
     "breakdown?last=1000",
     "progress",
     "ranks",
+    "ranks?exact=true",
     "collectives",
     "stragglers",
     "hangs",

@@ -165,6 +165,25 @@ pub fn view_url(collector: &str, job: &str, view: View, params: &[(&str, Option<
     url
 }
 
+/// Fetches the rows of `ranks` (`exact`: `?exact=true`, the stored
+/// activities as they are rather than as HTA loads them).
+pub async fn fetch_ranks(
+    client: &HttpClient,
+    collector: &str,
+    job: &str,
+    exact: bool,
+) -> Result<Vec<Value>, HttpError> {
+    let mut url = view_url(collector, job, View::Ranks, &[]);
+    if exact {
+        url.push_str("?exact=true");
+    }
+    let body: Value = client.get_json(&url).await?;
+    Ok(match body.get(View::Ranks.name()) {
+        Some(Value::Array(rows)) => rows.clone(),
+        _ => Vec::new(),
+    })
+}
+
 /// Fetches the rows of `view`.
 pub async fn fetch_view(
     client: &HttpClient,

@@ -1,5 +1,5 @@
 //! Analytics routes under `/api/v1/jobs/{job}/`: `breakdown`, `ranks`,
-//! `collectives`, `stragglers`, `hangs`.
+//! `collectives`, `stragglers`, `hangs` (`ranks` in `analytics/ranks.rs`).
 //!
 //! Field names are the user-facing contract (issue 3); every duration is
 //! `*_ns`, every percentage `*_pct`. Definitions (HTA 0.5.0, PyTorch Profiler,
@@ -8,12 +8,14 @@
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::Json;
-use rankscope_analysis::Breakdown;
 use serde::{Deserialize, Serialize};
 
 use super::{ApiError, ApiState};
+
+mod ranks;
 use crate::store::analytics::StepBreakdownRow;
 use crate::store::telemetry::{EvidenceReadRow, StepGpu};
+pub(super) use ranks::ranks;
 
 /// 100 * part / whole, `None` when whole is 0.
 fn pct(part: u64, whole: u64) -> Option<f64> {
@@ -102,59 +104,6 @@ pub(super) async fn progress(
         "rank_steps_final": n,
         "last_step_final": last,
     })))
-}
-
-/// One rank's temporal breakdown over the whole job.
-#[derive(Debug, Serialize)]
-pub struct RankOut {
-    rank: u32,
-    node: String,
-    gpu_span_ns: u64,
-    gpu_busy_ns: u64,
-    idle_ns: u64,
-    compute_ns: u64,
-    non_compute_ns: u64,
-    comm_ns: u64,
-    memory_ns: u64,
-    overlap_ns: u64,
-    overlap_pct: Option<f64>,
-    idle_pct: Option<f64>,
-    compute_pct: Option<f64>,
-    non_compute_pct: Option<f64>,
-}
-
-impl RankOut {
-    fn new(rank: u32, node: String, b: &Breakdown) -> Self {
-        Self {
-            rank,
-            node,
-            gpu_span_ns: b.gpu_span_ns,
-            gpu_busy_ns: b.gpu_busy_ns,
-            idle_ns: b.idle_ns,
-            compute_ns: b.compute_ns,
-            non_compute_ns: b.non_compute_ns,
-            comm_ns: b.comm_ns,
-            memory_ns: b.memory_ns,
-            overlap_ns: b.overlap_ns,
-            overlap_pct: b.overlap_pct,
-            idle_pct: b.idle_pct,
-            compute_pct: b.compute_pct,
-            non_compute_pct: b.non_compute_pct,
-        }
-    }
-}
-
-pub(super) async fn ranks(
-    State(st): State<ApiState>,
-    Path(job): Path<String>,
-) -> Result<Json<serde_json::Value>, ApiError> {
-    let rows = st.store.rank_summaries(&job).await?;
-    st.require_job(&job, rows.is_empty()).await?;
-    let out: Vec<RankOut> = rows
-        .into_iter()
-        .map(|r| RankOut::new(r.rank, r.node, &r.breakdown))
-        .collect();
-    Ok(Json(serde_json::json!({ "job": job, "ranks": out })))
 }
 
 /// Query of the collectives route.

@@ -5,9 +5,11 @@
 //!
 //! The activities are read as HTA 0.5.0 loads a trace
 //! ([`rankscope_analysis::hta_load`]: the ProfilerStep window, whole
-//! microseconds rounded inward), so the numbers equal HTA's on the same
-//! trace; `?exact=true` takes every recorded activity at its recorded
-//! nanosecond times instead.
+//! microseconds rounded inward; `kernel-types` and `kernels` also count a
+//! host event that carries a `stream` argument, as HTA does:
+//! [`RankOps::hta_gpu_ops`]), so the numbers equal HTA's on the same
+//! trace; `?exact=true` takes every recorded GPU activity at its recorded
+//! nanosecond times instead, and no host event.
 //!
 //! Each answers `{"job": J, "<route>": [rows]}`; rows are per rank
 //! (ascending), `?rank=R` keeps one rank. An unknown job is 404, an unknown
@@ -116,7 +118,9 @@ pub(super) async fn load_ranks(
     exact: bool,
 ) -> Result<Vec<RankOps>, ApiError> {
     let mut all = st.store.gpu_ops(job).await?;
-    if !exact {
+    if exact {
+        all = all.into_iter().map(RankOps::exact).collect();
+    } else {
         let windows = st.store.hta_windows(job).await?;
         all = all
             .into_iter()
@@ -159,7 +163,7 @@ pub(super) async fn kernel_types(
     let ranks = load(&st, &job, &q).await?;
     let mut rows = Vec::new();
     for r in &ranks {
-        let times = kernel_type_times(&r.gpu_ops());
+        let times = kernel_type_times(&r.hta_gpu_ops());
         let total: u64 = times.iter().map(|t| t.1).sum();
         for (kernel_type, sum_ns) in times {
             rows.push(json!({
@@ -193,7 +197,7 @@ pub(super) async fn kernels(
     let figures = super::views::name_figures(&st, &job, q.rank).await?;
     let mut rows = Vec::new();
     for r in &ranks {
-        for k in kernel_table(&r.gpu_ops(), ratio, top) {
+        for k in kernel_table(&r.hta_gpu_ops(), ratio, top) {
             let f = figures.get(&(r.rank, k.name.clone()));
             rows.push(json!({
                 "rank": r.rank,

@@ -5,7 +5,9 @@
 //! Layout: one process per rank (`pid` = rank, named "rank R (node)"), a
 //! host track (`tid` 0: `ProfilerStep#N` step annotations, spans, the CUDA
 //! launch calls), a collectives track (`tid` 1: one slice per collective
-//! call, "op pg=G seq=S") and a track per GPU stream (`tid` 1000 + stream:
+//! call, "op pg=G seq=S", its CUDA stream as `args.on_stream`: HTA, and the
+//! importer as HTA, take any event with `args.stream` for GPU work) and a
+//! track per GPU stream (`tid` 1000 + stream:
 //! kernels, memcpys, memsets with `args.stream`, `args.device`,
 //! `args.correlation`). Flow arrows (`ph` s/f) join the calls of the same
 //! (process group, sequence number) across ranks, rank order. Times are
@@ -183,10 +185,16 @@ pub(super) async fn timeline(
         }));
     }
     for s in spans.iter().filter(|s| keep(s.rank)) {
+        let mut args = json!({"category": s.category, "device": s.device});
+        // A host event with a CUDA stream argument (the importer's device
+        // -2) keeps it, so it imports back as what HTA counts as GPU work.
+        if s.device == -2 {
+            args["stream"] = json!(s.stream);
+        }
         ev.push(json!({
             "ph": "X", "cat": "user_annotation", "name": s.name, "pid": s.rank, "tid": HOST_TID,
             "ts": us(s.start_ns, base), "dur": us(s.end_ns, s.start_ns),
-            "args": {"category": s.category, "device": s.device},
+            "args": args,
         }));
     }
     for r in &ops {
@@ -230,7 +238,7 @@ pub(super) async fn timeline(
             "ph": "X", "cat": "collective", "name": format!("{} pg={} seq={}", c.op, c.process_group, c.seq),
             "pid": c.rank, "tid": COLLECTIVES_TID, "ts": us(c.start_ns, base),
             "dur": us(c.end_ns, c.start_ns),
-            "args": {"op": c.op, "process_group": c.process_group, "seq": c.seq, "bytes": c.bytes, "stream": c.stream, "device": c.device},
+            "args": {"op": c.op, "process_group": c.process_group, "seq": c.seq, "bytes": c.bytes, "on_stream": c.stream, "device": c.device},
         }));
         by_call
             .entry((&c.process_group, c.seq))

@@ -11,7 +11,12 @@
 //! HTA's loading rules ([`rankscope_analysis::hta_load`]) are applied by
 //! [`RankOps::hta_loaded`] with each rank's window ([`Store::hta_windows`],
 //! `job_hta_windows.sql`: the `hta_last_step_end_ns` label the importer
-//! writes).
+//! writes). HTA also counts a host event that carries a `stream` argument
+//! (a Triton launcher `cpu_op`) as GPU work in its kernel breakdown,
+//! temporal breakdown and overlap: the importer stores those as `other`
+//! spans with device -2 (`job_hta_stream_ops.sql`), read here as
+//! [`RankOps::stream_ops`] and taken by [`RankOps::hta_gpu_ops`];
+//! [`RankOps::exact`] leaves them out (GPU activities only).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -27,6 +32,16 @@ use super::{Store, StoreError};
 const JOB_GPU_OPS_SQL: QueryFile = query_file!("job_gpu_ops");
 const JOB_KERNEL_LAUNCHES_SQL: QueryFile = query_file!("job_kernel_launches");
 const JOB_HTA_WINDOWS_SQL: QueryFile = query_file!("job_hta_windows");
+const JOB_HTA_STREAM_OPS_SQL: QueryFile = query_file!("job_hta_stream_ops");
+
+#[derive(Debug, Row, Deserialize)]
+struct StreamOpRow {
+    rank: u32,
+    name: String,
+    stream: u32,
+    start_ns: u64,
+    end_ns: u64,
+}
 
 #[derive(Debug, Row, Deserialize)]
 struct WindowRow {
@@ -76,6 +91,9 @@ pub struct StoredOp {
 pub struct RankOps {
     pub rank: u32,
     pub ops: Vec<StoredOp>,
+    /// Host events with a `stream` argument, as kernels on that stream
+    /// without a launch call (module doc), by start.
+    pub stream_ops: Vec<StoredOp>,
 }
 
 impl RankOps {
@@ -93,15 +111,43 @@ impl RankOps {
             })
             .collect()
     }
+
+    /// What HTA 0.5.0 takes as GPU kernels in its kernel breakdown,
+    /// temporal breakdown and overlap: every row with a stream
+    /// (`trace_df["stream"].ne(-1)`), the activities and [`Self::stream_ops`].
+    pub fn hta_gpu_ops(&self) -> Vec<GpuOp<'_>> {
+        let mut out = self.gpu_ops();
+        out.extend(self.stream_ops.iter().map(|o| GpuOp {
+            name: &o.name,
+            kind: o.kind,
+            stream: o.stream,
+            start_ns: o.start_ns,
+            end_ns: o.end_ns,
+            launch: None,
+        }));
+        out
+    }
+
+    /// rankscope's own reading (`exact`): GPU activities only.
+    pub fn exact(mut self) -> Self {
+        self.stream_ops.clear();
+        self
+    }
 }
 
 impl RankOps {
     /// The activities as HTA 0.5.0 loads them (module doc): those the
     /// window keeps, with their and their launch calls' times rounded inward
     /// to whole microseconds.
+    /// A host event with a `stream` is a CPU event to HTA's window: kept
+    /// when it starts by the window's end.
     pub fn hta_loaded(mut self, window: HtaWindow) -> Self {
         self.ops
             .retain(|o| keeps(window, o.launch.as_ref().map(|l| l.0.start_ns)));
+        self.stream_ops.retain(|o| keeps(window, Some(o.start_ns)));
+        for o in &mut self.stream_ops {
+            (o.start_ns, o.end_ns) = round_inward_us(o.start_ns, o.end_ns);
+        }
         for o in &mut self.ops {
             (o.start_ns, o.end_ns) = round_inward_us(o.start_ns, o.end_ns);
             if let Some((call, _)) = o.launch.as_mut() {
@@ -178,7 +224,7 @@ impl Store {
             if out.last().is_none_or(|l| l.rank != r.rank) {
                 out.push(RankOps {
                     rank: r.rank,
-                    ops: Vec::new(),
+                    ..RankOps::default()
                 });
             }
             let kind = match r.kind {
@@ -200,6 +246,37 @@ impl Store {
             if let Some(last) = out.last_mut() {
                 last.ops.push(op);
             }
+        }
+        let stream_rows: Vec<StreamOpRow> = self
+            .read(JOB_HTA_STREAM_OPS_SQL)
+            .bind(job)
+            .fetch_all()
+            .await
+            .map_err(StoreError::query("host events with a stream"))?;
+        for r in stream_rows {
+            let i = match out.binary_search_by_key(&r.rank, |o| o.rank) {
+                Ok(i) => i,
+                Err(i) => {
+                    out.insert(
+                        i,
+                        RankOps {
+                            rank: r.rank,
+                            ..RankOps::default()
+                        },
+                    );
+                    i
+                }
+            };
+            out[i].stream_ops.push(StoredOp {
+                name: intern(r.name),
+                kind: GpuEventKind::Kernel,
+                stream: r.stream,
+                start_ns: r.start_ns,
+                end_ns: r.end_ns,
+                bytes: 0,
+                correlation: 0,
+                launch: None,
+            });
         }
         Ok(out)
     }

@@ -29,25 +29,6 @@ impl Worst {
 /// HTA's rounding is applied: equal up to float noise.
 const EXACT: f64 = 1e-6;
 
-/// The one HTA figure rankscope does not reproduce, on purpose: HTA's
-/// kernel breakdown takes every row with a `stream` as GPU work
-/// (`trace_df["stream"].ne(-1)`), so the B200 trace's Triton launcher CPU
-/// op `triton_poi_fused_add_bitwise_..._0` (`cat: cpu_op`, `args.stream:
-/// 0`, 74 us, 73 us of it outside other compute) counts as COMPUTATION.
-/// rankscope counts GPU activities only: HTA's COMPUTATION there is ours
-/// + 73 us, and its COMPUTATION `others` row (where the op is folded) ours
-/// + 74 us.
-const CPU_OP_AS_GPU: (&str, f64, f64) = ("tracelens_b200_eager_rank0", 73.0, 74.0);
-
-/// HTA's kernel-type time without the CPU op of [`CPU_OP_AS_GPU`].
-fn hta_type_sum(set: &str, kernel_type: &str, sum: f64) -> f64 {
-    if set == CPU_OP_AS_GPU.0 && kernel_type == "COMPUTATION" {
-        sum - CPU_OP_AS_GPU.1
-    } else {
-        sum
-    }
-}
-
 fn find<'a>(ours: &'a [Value], h: &Value, keys: &[(&str, &str)]) -> &'a Value {
     ours.iter()
         .find(|o| keys.iter().all(|(ok, hk)| o[*ok] == h[*hk]))
@@ -74,26 +55,26 @@ pub async fn kernel_types(stack: &Stack, job: &str, a: &Value, set: &str, worst:
             &[("rank", "rank"), ("kernel_type", "kernel_type")],
         );
         let key = format!("{set} {h}");
-        let theirs = hta_type_sum(set, h["kernel_type"].as_str().unwrap(), f(&h["sum"]));
-        worst.check("type sum us", f(&ours["sum_ns"]) / 1e3, theirs, EXACT, &key);
+        worst.check(
+            "type sum us",
+            f(&ours["sum_ns"]) / 1e3,
+            f(&h["sum"]),
+            EXACT,
+            &key,
+        );
     }
     let total: f64 = job_sum.values().sum();
     let job_types = a["gpu_kernel_breakdown"]["kernel_type_df"]
         .as_array()
         .unwrap();
     assert_eq!(job_sum.len(), job_types.len(), "{set}");
-    let theirs = |h: &Value| hta_type_sum(set, h["kernel_type"].as_str().unwrap(), f(&h["sum"]));
-    let hta_total: f64 = job_types.iter().map(theirs).sum();
     for h in job_types {
         let ours = job_sum[h["kernel_type"].as_str().unwrap()];
         let key = format!("{set} {h}");
-        worst.check("job type sum us", ours, theirs(h), EXACT, &key);
+        worst.check("job type sum us", ours, f(&h["sum"]), EXACT, &key);
         // HTA rounds the share to 0.1.
-        let (pct, hta_pct) = (100.0 * ours / total, 100.0 * theirs(h) / hta_total);
-        worst.check("job type pct", pct, hta_pct, 1e-9, &key);
-        if set != CPU_OP_AS_GPU.0 {
-            worst.check("job type pct", pct, f(&h["percentage"]), 0.05 + 1e-9, &key);
-        }
+        let pct = 100.0 * ours / total;
+        worst.check("job type pct", pct, f(&h["percentage"]), 0.05 + 1e-9, &key);
     }
 }
 
@@ -113,17 +94,6 @@ pub async fn kernels(stack: &Stack, job: &str, a: &Value, set: &str, worst: &mut
             ],
         );
         let key = format!("{set} rank {} {}", h["rank"], h["name"]);
-        if set == CPU_OP_AS_GPU.0 && h["kernel_type"] == "COMPUTATION" && h["name"] == "others" {
-            let theirs = f(&h["sum (us)"]) - CPU_OP_AS_GPU.2;
-            worst.check(
-                "kernel stat us",
-                f(&ours["sum_ns"]) / 1e3,
-                theirs,
-                EXACT,
-                &key,
-            );
-            continue;
-        }
         for (o, t) in [
             ("sum_ns", "sum (us)"),
             ("hta_max_ns", "max (us)"),
@@ -240,6 +210,93 @@ pub async fn queue(stack: &Stack, job: &str, a: &Value, set: &str, worst: &mut W
                 tol,
                 &format!("{key} {s}"),
             );
+        }
+    }
+}
+
+/// The temporal breakdown (`get_temporal_breakdown`) and the
+/// compute/communication overlap (`get_comm_comp_overlap`) per rank: the
+/// `ranks` route. Times equal to the microsecond; HTA rounds the
+/// percentages to 2 decimals.
+pub async fn temporal(stack: &Stack, job: &str, a: &Value, set: &str, worst: &mut Worst) {
+    let ranks = rows(stack, job, "ranks").await;
+    let hta = a["temporal_breakdown"]["rows"].as_array().unwrap();
+    assert_eq!(ranks.len(), hta.len(), "{set}: {ranks:?}");
+    for h in hta {
+        let ours = find(&ranks, h, &[("rank", "rank")]);
+        let key = format!("{set} {h}");
+        for (o, t) in [
+            ("gpu_span_ns", "kernel_time(us)"),
+            ("idle_ns", "idle_time(us)"),
+            ("compute_ns", "compute_time(us)"),
+            ("non_compute_ns", "non_compute_time(us)"),
+        ] {
+            let what = "temporal us";
+            worst.check(
+                what,
+                f(&ours[o]) / 1e3,
+                f(&h[t]),
+                EXACT,
+                &format!("{key} {o}"),
+            );
+        }
+        for (o, t) in [
+            ("idle_pct", "idle_time_pctg"),
+            ("compute_pct", "compute_time_pctg"),
+            ("non_compute_pct", "non_compute_time_pctg"),
+        ] {
+            let what = "temporal pct";
+            worst.check(
+                what,
+                f(&ours[o]),
+                f(&h[t]),
+                0.005 + 1e-9,
+                &format!("{key} {o}"),
+            );
+        }
+    }
+    for h in a["comm_comp_overlap"]["rows"].as_array().unwrap() {
+        let ours = find(&ranks, h, &[("rank", "rank")]);
+        let key = format!("{set} {h}");
+        let theirs = &h["comp_comm_overlap_pctg"];
+        if theirs.is_null() {
+            assert!(ours["overlap_pct"].is_null(), "{key}: {ours}");
+        } else {
+            let o = f(&ours["overlap_pct"]);
+            worst.check("overlap pct", o, f(theirs), 0.005 + 1e-9, &key);
+        }
+    }
+}
+
+/// CUDA kernel launch statistics (`get_cuda_kernel_launch_stats`, default
+/// cutoffs): the counts of HTA's three filters exactly, and the sums of the
+/// launch calls' durations and the launch delays (ours: mean × count).
+pub async fn launches(stack: &Stack, job: &str, a: &Value, set: &str, worst: &mut Worst) {
+    let ours = rows(stack, job, "launches").await;
+    let hta = a["cuda_kernel_launch_stats"]["rows"].as_array().unwrap();
+    assert_eq!(ours.len(), hta.len(), "{set}: {ours:?}");
+    for h in hta {
+        let o = find(&ours, h, &[("rank", "rank")]);
+        let key = format!("{set} {h}");
+        for k in [
+            "launches",
+            "short_kernels",
+            "runtime_outliers",
+            "launch_delay_outliers",
+        ] {
+            assert_eq!(o[k].as_u64(), h[k].as_u64(), "{key} {k}: ours {o}");
+        }
+        let n = f(&h["launches"]);
+        if n == 0.0 {
+            continue;
+        }
+        for (m, t) in [
+            ("mean_cpu_ns", "cpu_duration_sum"),
+            ("mean_launch_delay_ns", "launch_delay_sum"),
+        ] {
+            // Sums of whole microseconds; ours from a float mean.
+            let (sum, theirs) = (f(&o[m]) * n / 1e3, f(&h[t]));
+            worst.check("launch sum us", sum, theirs, 1e-6 * theirs.max(1.0), &key);
         }
     }
 }
