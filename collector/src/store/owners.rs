@@ -25,14 +25,35 @@ pub struct OwnerRow {
     pub seen_ns: u64,
 }
 
+/// A row of `job_owners.sql`.
+#[derive(Debug, Row, Deserialize)]
+struct OwnerRead {
+    job_id: String,
+    collector: String,
+    version: u32,
+    since: u64,
+    seen: u64,
+}
+
 impl Store {
     /// Every (job, collector) seen holding a job since `since_ns`.
     pub async fn job_owners(&self, since_ns: u64) -> Result<Vec<OwnerRow>, StoreError> {
-        self.read(OWNERS_SQL)
+        let rows: Vec<OwnerRead> = self
+            .read(OWNERS_SQL)
             .bind(since_ns)
             .fetch_all()
             .await
-            .map_err(StoreError::query("job owners"))
+            .map_err(StoreError::query("job owners"))?;
+        Ok(rows
+            .into_iter()
+            .map(|r| OwnerRow {
+                job_id: r.job_id,
+                collector: r.collector,
+                schema_version: r.version,
+                since_ns: r.since,
+                seen_ns: r.seen,
+            })
+            .collect())
     }
 
     /// Writes `rows` (a take-over, or the holder's refresh).
