@@ -107,8 +107,10 @@ async fn a_four_node_job_reaches_one_collector_and_equals_the_same_job_through_o
         let status = agent_http(a, "/status").await;
         assert!(status.contains(&format!("{job_a} -> {owner_a}")), "{status}");
     }
+    let total = plan(&sim).event_counts().total();
+    eventually(60, "every event stored", || events(&ch, &db, &job_a).0 >= total).await;
     let (stored, distinct) = events(&ch, &db, &job_a);
-    assert_eq!(stored, plan(&sim).event_counts().total());
+    assert_eq!(stored, total);
     assert_eq!(distinct, stored, "no event stored twice");
 
     // The same breakdowns and verdict as through one collector.
@@ -220,6 +222,7 @@ async fn a_killed_owner_hands_the_job_over_once_and_takes_it_back() {
         assert!(metrics.contains(&format!("rankscope_agent_collector_up{{collector=\"{owner}\"}} 0")), "{metrics}");
         assert!(metrics.contains("rankscope_agent_collector_failovers_total 1"), "{metrics}");
     }
+    eventually(60, "every event stored", || events(&ch, &db, &job_id).0 >= total).await;
     let (stored, distinct) = events(&ch, &db, &job_id);
     assert_eq!(stored, total, "every accepted event stored");
     assert_eq!(distinct, stored, "no event stored twice");
@@ -248,6 +251,7 @@ async fn a_killed_owner_hands_the_job_over_once_and_takes_it_back() {
         let metrics = agent_http(a, "/metrics").await;
         assert!(metrics.contains(&owner_line(&job_id, &owner)), "{metrics}");
     }
+    eventually(60, "every event stored", || events(&ch, &db, &job_id).0 >= total + total_cont).await;
     let (stored, distinct) = events(&ch, &db, &job_id);
     assert_eq!(stored, total + total_cont, "every accepted event stored");
     assert_eq!(distinct, stored, "no event stored twice");
