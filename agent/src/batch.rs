@@ -354,10 +354,7 @@ impl Batcher {
         let (mut gpu_samples, mut host_samples) = self.builder.take_samples();
         let mut jobs: Vec<(Arc<str>, Vec<proto::RankEvents>)> = Vec::new();
         for group in self.builder.take() {
-            let job = group
-                .identity
-                .as_ref()
-                .map_or("", |i| i.job_id.as_str());
+            let job = group.identity.as_ref().map_or("", |i| i.job_id.as_str());
             match jobs.iter_mut().find(|(j, _)| &**j == job) {
                 Some((_, v)) => v.push(group),
                 None => jobs.push((Arc::from(job), vec![group])),
@@ -373,7 +370,10 @@ impl Batcher {
         let last = jobs.len() - 1;
         for (i, (job, ranks)) in jobs.into_iter().enumerate() {
             let events: u64 = ranks.iter().map(|g| g.events.len() as u64).sum();
-            let (gpu, host) = (std::mem::take(&mut gpu_samples), std::mem::take(&mut host_samples));
+            let (gpu, host) = (
+                std::mem::take(&mut gpu_samples),
+                std::mem::take(&mut host_samples),
+            );
             let samples = (gpu.len() + host.len()) as u64;
             let next = self.next_seq.entry(Arc::clone(&job)).or_insert(1);
             let seq = *next;
@@ -396,7 +396,11 @@ impl Batcher {
                 events,
                 samples,
                 // The acks wait for the last of the cut's batches.
-                spooled: if i == last { std::mem::take(&mut spooled) } else { Vec::new() },
+                spooled: if i == last {
+                    std::mem::take(&mut spooled)
+                } else {
+                    Vec::new()
+                },
             };
             if out.send(cut).await.is_err() {
                 tracing::error!(events, "encoder gone, batch not handed over");

@@ -287,8 +287,14 @@ impl Config {
     /// Checks value ranges (called by the parsers and by `start`).
     pub fn validate(&self) -> Result<(), ConfigError> {
         let positive: [(&'static str, u64); 11] = [
-            ("collector_resolve_interval_ms", self.collector_resolve_interval_ms),
-            ("collector_failover_after_ms", self.collector_failover_after_ms),
+            (
+                "collector_resolve_interval_ms",
+                self.collector_resolve_interval_ms,
+            ),
+            (
+                "collector_failover_after_ms",
+                self.collector_failover_after_ms,
+            ),
             ("queue_max_events", self.queue_max_events as u64),
             ("batch_max_events", self.batch_max_events as u64),
             ("batch_max_delay_ms", self.batch_max_delay_ms),

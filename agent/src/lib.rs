@@ -218,7 +218,9 @@ pub async fn start(config: Config) -> Result<AgentHandle, AgentError> {
         let cfg = config.clone();
         let connect: route::resolve::Connect = Arc::new(move |url, addr| {
             channel::client_for(&cfg, url, addr)
-                .map_err(|e| tracing::error!(%addr, error = %e, "cannot build a client for a collector"))
+                .map_err(
+                    |e| tracing::error!(%addr, error = %e, "cannot build a client for a collector"),
+                )
                 .ok()
         });
         let resolver = route::resolve::Resolver {

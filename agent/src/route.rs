@@ -54,8 +54,14 @@ pub fn weight(job: &str, collector: &str) -> u64 {
 
 /// `collectors` in `job`'s rendezvous order: the owner first, then the
 /// failover targets (ties, practically impossible, broken by name).
-pub fn rendezvous_order<'a>(job: &str, collectors: impl IntoIterator<Item = &'a str>) -> Vec<&'a str> {
-    let mut v: Vec<(u64, &str)> = collectors.into_iter().map(|c| (weight(job, c), c)).collect();
+pub fn rendezvous_order<'a>(
+    job: &str,
+    collectors: impl IntoIterator<Item = &'a str>,
+) -> Vec<&'a str> {
+    let mut v: Vec<(u64, &str)> = collectors
+        .into_iter()
+        .map(|c| (weight(job, c), c))
+        .collect();
     v.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| a.1.cmp(b.1)));
     v.into_iter().map(|(_, c)| c).collect()
 }
@@ -114,7 +120,9 @@ impl RouteTable {
         let live = self.targets.iter().filter(|(_, t)| !t.evicted);
         let order = rendezvous_order(job, live.map(|(k, _)| k.as_str()));
         let key = order.first()?;
-        self.targets.get_key_value(*key).map(|(k, t)| (k.as_str(), t))
+        self.targets
+            .get_key_value(*key)
+            .map(|(k, t)| (k.as_str(), t))
     }
 
     /// Records that a batch of `job` went to `target` now.
@@ -177,7 +185,10 @@ impl RouteTable {
     pub(crate) fn prometheus(&self) -> String {
         use std::fmt::Write;
         let mut out = String::new();
-        let _ = writeln!(out, "# HELP rankscope_agent_job_owner The collector each live job's batches go to (1).");
+        let _ = writeln!(
+            out,
+            "# HELP rankscope_agent_job_owner The collector each live job's batches go to (1)."
+        );
         let _ = writeln!(out, "# TYPE rankscope_agent_job_owner gauge");
         let mut jobs: Vec<_> = self
             .owners
@@ -197,7 +208,11 @@ impl RouteTable {
         let _ = writeln!(out, "# TYPE rankscope_agent_collector_up gauge");
         for (key, t) in &self.targets {
             let up = u8::from(!t.failing && !t.evicted);
-            let _ = writeln!(out, "rankscope_agent_collector_up{{collector=\"{}\"}} {up}", escape(key));
+            let _ = writeln!(
+                out,
+                "rankscope_agent_collector_up{{collector=\"{}\"}} {up}",
+                escape(key)
+            );
         }
         let _ = writeln!(out, "# HELP rankscope_agent_collector_resolve_error A collector_url that does not resolve now, and why (1).");
         let _ = writeln!(out, "# TYPE rankscope_agent_collector_resolve_error gauge");
@@ -243,7 +258,9 @@ impl RouteTable {
 
 /// A Prometheus label value: `\`, `"` and newlines escaped.
 fn escape(s: &str) -> String {
-    s.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
+    s.replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
 }
 
 #[cfg(test)]
@@ -253,8 +270,14 @@ mod tests {
     #[test]
     fn weights_are_fixed_values_of_their_input() {
         // Pinned: every agent, of every build, must compute these.
-        assert_eq!(weight("job", "10.0.0.1:7700"), weight("job", "10.0.0.1:7700"));
-        assert_ne!(weight("job", "10.0.0.1:7700"), weight("job", "10.0.0.2:7700"));
+        assert_eq!(
+            weight("job", "10.0.0.1:7700"),
+            weight("job", "10.0.0.1:7700")
+        );
+        assert_ne!(
+            weight("job", "10.0.0.1:7700"),
+            weight("job", "10.0.0.2:7700")
+        );
         assert_ne!(weight("a", "bc"), weight("ab", "c"), "the separator counts");
     }
 
@@ -269,7 +292,10 @@ mod tests {
             if order[0] == all[1] {
                 assert_eq!(owner_after, order[1], "{job}: the runner-up takes over");
             } else {
-                assert_eq!(owner_after, order[0], "{job}: a job of another collector stays");
+                assert_eq!(
+                    owner_after, order[0],
+                    "{job}: a job of another collector stays"
+                );
             }
         }
     }
@@ -279,7 +305,9 @@ mod tests {
         let all = ["10.0.0.1:7700", "10.0.0.2:7700", "10.0.0.3:7700"];
         let mut load = HashMap::new();
         for i in 0..3000 {
-            *load.entry(rendezvous_order(&format!("j{i}"), all)[0]).or_insert(0u32) += 1;
+            *load
+                .entry(rendezvous_order(&format!("j{i}"), all)[0])
+                .or_insert(0u32) += 1;
         }
         for c in all {
             let n = load.get(c).copied().unwrap_or(0);

@@ -38,8 +38,8 @@ use std::time::SystemTime;
 
 use rand::rngs::SmallRng;
 use rankscope_proto::v1 as proto;
-use tokio::sync::mpsc;
 use std::time::Duration;
+use tokio::sync::mpsc;
 use tokio::sync::watch;
 use tokio::task::{Id, JoinSet};
 use tokio::time::Instant;
@@ -255,7 +255,8 @@ impl Uplink {
             return Some((DUMP.to_owned(), None));
         }
         let t = crate::route::lock(&self.routes);
-        t.owner(job).map(|(k, x)| (k.to_owned(), Some(x.channel.clone())))
+        t.owner(job)
+            .map(|(k, x)| (k.to_owned(), Some(x.channel.clone())))
     }
 
     /// The earliest lane deadline: a probe, or an eviction.
@@ -420,7 +421,10 @@ impl Uplink {
             (Some(dump), _) => {
                 let dump = Arc::clone(dump);
                 self.calls.spawn(async move {
-                    (order, crate::dump::write(dump, session, seq, body.body).await)
+                    (
+                        order,
+                        crate::dump::write(dump, session, seq, body.body).await,
+                    )
                 })
             }
             (None, Some(channel)) => {
@@ -533,7 +537,11 @@ impl Uplink {
     fn recovered(&mut self, key: &str) {
         if let Some(l) = self.lanes.get_mut(key) {
             if l.failures > 0 {
-                tracing::info!(failures = l.failures, collector = key, "collector reachable again");
+                tracing::info!(
+                    failures = l.failures,
+                    collector = key,
+                    "collector reachable again"
+                );
                 if self.dump.is_none() {
                     crate::route::lock(&self.routes).set_failing(key, false);
                 }

@@ -16,8 +16,9 @@
 //!   job's batches wait; other jobs go on. A restarted collector holds
 //!   nothing until batches come, so it never revives a job that moved;
 //! * before taking a job it refuses (ABORTED, which the agent retries and
-//!   then fails over) while a collector of another schema version held the
-//!   job within `release_after_ms`: two versions never assemble one job;
+//!   then fails over) while a collector of another schema version holds the
+//!   job (refreshed it within three `refresh_interval_ms`): two versions
+//!   never assemble one job;
 //! * it refreshes its `job_owners` row every `refresh_interval_ms` while it
 //!   holds a job, and releases the job (live state dropped, open steps not
 //!   finalized: the new owner finalizes them from the stored events) when
@@ -47,7 +48,8 @@ pub struct OwnershipConfig {
     /// This collector's name in `job_owners` (empty: its gRPC address, the
     /// host name when it listens on every address).
     pub collector_id: String,
-    /// A held job without a batch for this long is released.
+    /// A held job without a batch for this long is released (keep it above
+    /// `alerts.rules.hang.hang_after_secs`).
     pub release_after_ms: u64,
     /// How often held jobs are refreshed in `job_owners` and checked for a
     /// newer owner.
@@ -58,7 +60,10 @@ impl Default for OwnershipConfig {
     fn default() -> Self {
         Self {
             collector_id: String::new(),
-            release_after_ms: 60_000,
+            // Above `alerts.rules.hang.hang_after_secs` (300 s): a job whose
+            // ranks all hang sends nothing, and its job-level hang alert
+            // needs its live state.
+            release_after_ms: 600_000,
             refresh_interval_ms: 5_000,
         }
     }
@@ -183,22 +188,22 @@ impl Ownership {
             return Ok(());
         }
         let now = crate::service::now_ns();
-        let recent = now.saturating_sub(self.cfg.release_after_ms.saturating_mul(1_000_000));
+        // Holding now: refreshed within the last three refresh intervals.
+        let recent = now.saturating_sub(self.cfg.refresh_interval_ms.saturating_mul(3_000_000));
         let holders = self
             .store
             .job_owners(recent)
             .await
             .map_err(|e| Status::unavailable(format!("cannot read job owners: {e}")))?;
-        if let Some(other) = holders
-            .iter()
-            .find(|r| r.job_id == job && r.collector != self.id && r.schema_version != self.schema_version)
-        {
+        if let Some(other) = holders.iter().find(|r| {
+            r.job_id == job && r.collector != self.id && r.schema_version != self.schema_version
+        }) {
             self.metrics.jobs_refused.fetch_add(1, Relaxed);
             let msg = format!(
                 "job {job:?} is held by collector {:?} at schema version {} (seen {} ms ago); \
                  this collector ({:?}) is at schema version {}: collectors of different schema \
-                 versions refuse to share a job; run one version on every collector, or wait \
-                 until the other has not held the job for ownership.release_after_ms",
+                 versions refuse to share a job; run one version on every collector (the other \
+                 stops holding the job when it stops, or releases it when its agents move)",
                 other.collector,
                 other.schema_version,
                 now.saturating_sub(other.seen_ns) / 1_000_000,
@@ -235,23 +240,39 @@ impl Ownership {
         if self.stream_cfg.recover_horizon_secs == 0 {
             return Ok(None);
         }
-        let since = now.saturating_sub(self.stream_cfg.recover_horizon_secs.saturating_mul(1_000_000_000));
+        let since = now.saturating_sub(
+            self.stream_cfg
+                .recover_horizon_secs
+                .saturating_mul(1_000_000_000),
+        );
         let unavailable = |e: crate::store::StoreError| {
             Status::unavailable(format!("cannot rebuild the job's live state: {e}"))
         };
         // A killed owner's partly stored batches: left out of the rebuild,
         // completed when their agents send them again.
-        let partial = self.store.uncommitted_batches(since).await.map_err(unavailable)?;
+        let partial = self
+            .store
+            .uncommitted_batches(since)
+            .await
+            .map_err(unavailable)?;
         let partial: HashSet<BatchKey> = {
             let mut u = lock(&self.uncommitted);
             u.extend(partial);
             u.clone()
         };
         let mut stats = recover::RecoverStats::default();
-        let snap = recover::load_job(&self.store, &self.stream_cfg, &self.policy, &partial, job, &mut stats)
-            .await
-            .map_err(unavailable)?;
-        Ok(snap.filter(|s| !s.ranks.is_empty() || !s.markers.is_empty() || s.last_finalized.is_some()))
+        let snap = recover::load_job(
+            &self.store,
+            &self.stream_cfg,
+            &self.policy,
+            &partial,
+            job,
+            &mut stats,
+        )
+        .await
+        .map_err(unavailable)?;
+        Ok(snap
+            .filter(|s| !s.ranks.is_empty() || !s.markers.is_empty() || s.last_finalized.is_some()))
     }
 
     fn row(&self, job: &str, since_ns: u64, seen_ns: u64) -> OwnerRow {
@@ -288,16 +309,17 @@ impl Ownership {
     pub async fn refresh(&self) -> Result<(), crate::store::StoreError> {
         let now = crate::service::now_ns();
         let idle = Duration::from_millis(self.cfg.release_after_ms);
-        let mut release: Vec<(String, &'static str)> = Vec::new();
+        // (job, why, gone: its alerts end too, as for a job analytics forget)
+        let mut release: Vec<(String, &'static str, bool)> = Vec::new();
         let rows: Vec<OwnerRow> = {
             let held = lock(&self.held);
             for (job, h) in held.iter() {
                 if h.last_batch.elapsed() >= idle {
-                    release.push((job.clone(), "no batch for release_after_ms"));
+                    release.push((job.clone(), "no batch for release_after_ms", true));
                 }
             }
             held.iter()
-                .filter(|(j, _)| !release.iter().any(|(r, _)| r == *j))
+                .filter(|(j, _)| !release.iter().any(|(r, _, _)| r == *j))
                 .map(|(j, h)| self.row(j, h.since_ns, now))
                 .collect()
         };
@@ -311,18 +333,18 @@ impl Ownership {
                     continue;
                 }
                 if held.get(&o.job_id).is_some_and(|h| o.since_ns > h.since_ns) {
-                    release.push((o.job_id, "another collector took it"));
+                    release.push((o.job_id, "another collector took it", false));
                 }
             }
         }
-        for (job, why) in release {
-            self.release(&job, why).await;
+        for (job, why, gone) in release {
+            self.release(&job, why, gone).await;
         }
         Ok(())
     }
 
     /// Drops `job`'s live state here.
-    async fn release(&self, job: &str, why: &str) {
+    async fn release(&self, job: &str, why: &str, gone: bool) {
         use std::sync::atomic::Ordering::Relaxed;
         let Some(h) = lock(&self.held).remove(job) else {
             return;
@@ -338,6 +360,7 @@ impl Ownership {
             .control(Control::Release {
                 job: job.to_owned(),
                 sessions,
+                gone,
             })
             .await;
         self.metrics.jobs_released.fetch_add(1, Relaxed);

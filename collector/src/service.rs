@@ -285,7 +285,10 @@ impl proto::collector_ingest_server::CollectorIngest for IngestService {
                     }
                 }
             }
-            if let Err(status) = o.ensure(&jobs, (&batch.agent_id, batch.agent_session)).await {
+            if let Err(status) = o
+                .ensure(&jobs, (&batch.agent_id, batch.agent_session))
+                .await
+            {
                 self.metrics.batches_retry.fetch_add(1, Relaxed);
                 return Err(status);
             }

@@ -236,6 +236,9 @@ pub enum Control {
     Release {
         job: String,
         sessions: Vec<(String, u64)>,
+        /// The job sent nothing for long (not moved): its alerts end, as
+        /// when analytics forget an idle job.
+        gone: bool,
     },
 }
 
@@ -409,9 +412,12 @@ impl Stream {
                 () = &mut shutdown => break,
                 Some(c) = control.recv() => match c {
                     Control::Restore(snap) => self.restore(vec![*snap], now_ns()),
-                    Control::Release { job, sessions } => {
+                    Control::Release { job, sessions, gone } => {
                         if self.jobs.remove(&job).is_some() {
                             self.outputs.gauges.forget(&job);
+                            if gone {
+                                self.outputs.alert(crate::alert::AlertInput::JobGone { job: job.clone() });
+                            }
                         }
                         for s in sessions {
                             self.reorder.forget(&s);

@@ -32,10 +32,15 @@ async fn in_process_collector(
 ) -> rankscope_collector::Collector {
     let mut cfg = common::collector_config(&ch.http_url, db);
     cfg.ownership.refresh_interval_ms = 300;
-    rankscope_collector::start(cfg).await.expect("collector starts")
+    rankscope_collector::start(cfg)
+        .await
+        .expect("collector starts")
 }
 
-async fn agents_for(collector_url: &str, dir: &std::path::Path) -> Vec<rankscope_agent::AgentHandle> {
+async fn agents_for(
+    collector_url: &str,
+    dir: &std::path::Path,
+) -> Vec<rankscope_agent::AgentHandle> {
     let mut v = Vec::new();
     for n in 0..4 {
         v.push(node_agent(n, collector_url, dir).await);
@@ -43,7 +48,10 @@ async fn agents_for(collector_url: &str, dir: &std::path::Path) -> Vec<rankscope
     v
 }
 
-async fn run_job(sim: &rankscope_cli::simulate::SimConfig, agents: &[rankscope_agent::AgentHandle]) {
+async fn run_job(
+    sim: &rankscope_cli::simulate::SimConfig,
+    agents: &[rankscope_agent::AgentHandle],
+) {
     let urls = agent_urls(agents);
     let urls: Vec<&str> = urls.iter().map(String::as_str).collect();
     let sent = run_nodes(sim, &urls).await.expect("simulate");
@@ -51,7 +59,10 @@ async fn run_job(sim: &rankscope_cli::simulate::SimConfig, agents: &[rankscope_a
 }
 
 fn breakdown_rows(ch: &rankscope_testkit::ClickHouse, db: &str, job: &str) -> u64 {
-    count(ch, &format!("SELECT count() FROM {db}.step_breakdown FINAL WHERE job_id = '{job}'"))
+    count(
+        ch,
+        &format!("SELECT count() FROM {db}.step_breakdown FINAL WHERE job_id = '{job}'"),
+    )
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -81,9 +92,13 @@ async fn a_four_node_job_reaches_one_collector_and_equals_the_same_job_through_o
     let agents = agents_for(&list, &dir_multi).await;
 
     let job_a = job_id_owned("route-a", &keys, |_| true);
-    let owner_a = rankscope_agent::route::rendezvous_order(&job_a, keys.iter().map(String::as_str))[0].to_owned();
+    let owner_a = rankscope_agent::route::rendezvous_order(&job_a, keys.iter().map(String::as_str))
+        [0]
+    .to_owned();
     let job_b = job_id_owned("route-b", &keys, |o| o != owner_a);
-    let owner_b = rankscope_agent::route::rendezvous_order(&job_b, keys.iter().map(String::as_str))[0].to_owned();
+    let owner_b = rankscope_agent::route::rendezvous_order(&job_b, keys.iter().map(String::as_str))
+        [0]
+    .to_owned();
 
     let steps = 30;
     let sim = job(&job_a, steps, now_ns());
@@ -91,7 +106,8 @@ async fn a_four_node_job_reaches_one_collector_and_equals_the_same_job_through_o
     run_job(&sim, &agents).await;
     let want_rows = 32 * steps;
     eventually(120, "both runs' breakdowns final", || {
-        breakdown_rows(&ch, &db_ref, &job_a) == want_rows && breakdown_rows(&ch, &db, &job_a) == want_rows
+        breakdown_rows(&ch, &db_ref, &job_a) == want_rows
+            && breakdown_rows(&ch, &db, &job_a) == want_rows
     })
     .await;
 
@@ -102,27 +118,50 @@ async fn a_four_node_job_reaches_one_collector_and_equals_the_same_job_through_o
         let metrics = agent_http(a, "/metrics").await;
         assert!(metrics.contains(&owner_line(&job_a, &owner_a)), "{metrics}");
         for k in &keys {
-            assert!(metrics.contains(&format!("rankscope_agent_collector_up{{collector=\"{k}\"}} 1")), "{metrics}");
+            assert!(
+                metrics.contains(&format!(
+                    "rankscope_agent_collector_up{{collector=\"{k}\"}} 1"
+                )),
+                "{metrics}"
+            );
         }
         let status = agent_http(a, "/status").await;
-        assert!(status.contains(&format!("{job_a} -> {owner_a}")), "{status}");
+        assert!(
+            status.contains(&format!("{job_a} -> {owner_a}")),
+            "{status}"
+        );
     }
     let total = plan(&sim).event_counts().total();
-    eventually(60, "every event stored", || events(&ch, &db, &job_a).0 >= total).await;
+    eventually(60, "every event stored", || {
+        events(&ch, &db, &job_a).0 >= total
+    })
+    .await;
     let (stored, distinct) = events(&ch, &db, &job_a);
     assert_eq!(stored, total);
     assert_eq!(distinct, stored, "no event stored twice");
 
     // The same breakdowns and verdict as through one collector.
-    assert_eq!(breakdowns(&ch, &db, &job_a), breakdowns(&ch, &db_ref, &job_a));
+    assert_eq!(
+        breakdowns(&ch, &db, &job_a),
+        breakdowns(&ch, &db_ref, &job_a)
+    );
     let want = verdicts(&ch, &db_ref, &job_a);
-    assert!(want.lines().any(|l| l.starts_with("13\t")), "the reference found no straggler: {want}");
-    eventually(30, "the straggler verdict", || verdicts(&ch, &db, &job_a) == want).await;
+    assert!(
+        want.lines().any(|l| l.starts_with("13\t")),
+        "the reference found no straggler: {want}"
+    );
+    eventually(30, "the straggler verdict", || {
+        verdicts(&ch, &db, &job_a) == want
+    })
+    .await;
 
     // A second job whose hash names another collector lands there.
     let sim_b = job(&job_b, 5, now_ns());
     run_job(&sim_b, &agents).await;
-    eventually(60, "the second job's breakdowns", || breakdown_rows(&ch, &db, &job_b) == 32 * 5).await;
+    eventually(60, "the second job's breakdowns", || {
+        breakdown_rows(&ch, &db, &job_b) == 32 * 5
+    })
+    .await;
     assert_ne!(owner_b, owner_a);
     assert_eq!(owners(&ch, &db, &job_b), vec![owner_b.clone()]);
     assert_eq!(owners(&ch, &db, &job_a), vec![owner_a.clone()]);
@@ -132,9 +171,16 @@ async fn a_four_node_job_reaches_one_collector_and_equals_the_same_job_through_o
     }
     // Every collector answers the job's queries (they read ClickHouse).
     for c in &collectors {
-        let url = format!("http://{}/api/v1/jobs/{job_a}/breakdown?last={steps}", c.http_addr);
+        let url = format!(
+            "http://{}/api/v1/jobs/{job_a}/breakdown?last={steps}",
+            c.http_addr
+        );
         let body: serde_json::Value = rankscope_cli::query::get_json(&url).await.expect("API");
-        assert_eq!(body["breakdown"].as_array().expect("rows").len() as u64, want_rows, "{url}");
+        assert_eq!(
+            body["breakdown"].as_array().expect("rows").len() as u64,
+            want_rows,
+            "{url}"
+        );
     }
     for a in agents.into_iter().chain(ref_agents) {
         let report = a.shutdown().await;
@@ -170,10 +216,11 @@ async fn a_killed_owner_hands_the_job_over_once_and_takes_it_back() {
         .join(",");
     let agents = agents_for(&list, &dir_multi).await;
     let job_id = job_id_owned("route-kill", &keys, |_| true);
-    let order: Vec<String> = rankscope_agent::route::rendezvous_order(&job_id, keys.iter().map(String::as_str))
-        .into_iter()
-        .map(str::to_owned)
-        .collect();
+    let order: Vec<String> =
+        rankscope_agent::route::rendezvous_order(&job_id, keys.iter().map(String::as_str))
+            .into_iter()
+            .map(str::to_owned)
+            .collect();
     let (owner, next) = (order[0].clone(), order[1].clone());
     let owner_index = keys.iter().position(|k| *k == owner).unwrap();
 
@@ -203,7 +250,10 @@ async fn a_killed_owner_hands_the_job_over_once_and_takes_it_back() {
         run_nodes(&faulty, &urls).await
     });
     eventually(60, "a third of the job's step markers stored", || {
-        count(&ch, &format!("SELECT count() FROM {db}.steps WHERE job_id = '{job_id}'")) >= 32 * 2 * steps / 3
+        count(
+            &ch,
+            &format!("SELECT count() FROM {db}.steps WHERE job_id = '{job_id}'"),
+        ) >= 32 * 2 * steps / 3
     })
     .await;
     assert_eq!(owners(&ch, &db, &job_id), vec![owner.clone()]);
@@ -219,17 +269,32 @@ async fn a_killed_owner_hands_the_job_over_once_and_takes_it_back() {
     for a in &agents {
         let metrics = agent_http(a, "/metrics").await;
         assert!(metrics.contains(&owner_line(&job_id, &next)), "{metrics}");
-        assert!(metrics.contains(&format!("rankscope_agent_collector_up{{collector=\"{owner}\"}} 0")), "{metrics}");
-        assert!(metrics.contains("rankscope_agent_collector_failovers_total 1"), "{metrics}");
+        assert!(
+            metrics.contains(&format!(
+                "rankscope_agent_collector_up{{collector=\"{owner}\"}} 0"
+            )),
+            "{metrics}"
+        );
+        assert!(
+            metrics.contains("rankscope_agent_collector_failovers_total 1"),
+            "{metrics}"
+        );
     }
-    eventually(60, "every event stored", || events(&ch, &db, &job_id).0 >= total).await;
+    eventually(60, "every event stored", || {
+        events(&ch, &db, &job_id).0 >= total
+    })
+    .await;
     let (stored, distinct) = events(&ch, &db, &job_id);
     assert_eq!(stored, total, "every accepted event stored");
     assert_eq!(distinct, stored, "no event stored twice");
     let want_all = breakdowns(&ch, &db_ref, &job_id);
     let want: Vec<&str> = want_all.lines().take((32 * steps) as usize).collect();
     let got = breakdowns(&ch, &db, &job_id);
-    assert_eq!(got.lines().collect::<Vec<_>>(), want, "breakdowns differ from the fault-free run");
+    assert_eq!(
+        got.lines().collect::<Vec<_>>(),
+        want,
+        "breakdowns differ from the fault-free run"
+    );
 
     // The killed collector comes back: the agents take it back into the
     // set and the job's ownership settles on it (its rendezvous owner).
@@ -246,23 +311,45 @@ async fn a_killed_owner_hands_the_job_over_once_and_takes_it_back() {
         breakdown_rows(&ch, &db, &job_id) == 32 * (steps + more)
     })
     .await;
-    assert_eq!(owners(&ch, &db, &job_id).last(), Some(&owner), "the owner took the job back");
+    assert_eq!(
+        owners(&ch, &db, &job_id).last(),
+        Some(&owner),
+        "the owner took the job back"
+    );
     for a in &agents {
         let metrics = agent_http(a, "/metrics").await;
         assert!(metrics.contains(&owner_line(&job_id, &owner)), "{metrics}");
     }
-    eventually(60, "every event stored", || events(&ch, &db, &job_id).0 >= total + total_cont).await;
+    eventually(60, "every event stored", || {
+        events(&ch, &db, &job_id).0 >= total + total_cont
+    })
+    .await;
     let (stored, distinct) = events(&ch, &db, &job_id);
     assert_eq!(stored, total + total_cont, "every accepted event stored");
     assert_eq!(distinct, stored, "no event stored twice");
-    assert_eq!(breakdowns(&ch, &db, &job_id), want_all, "breakdowns differ from the fault-free run");
+    assert_eq!(
+        breakdowns(&ch, &db, &job_id),
+        want_all,
+        "breakdowns differ from the fault-free run"
+    );
     let want = verdicts(&ch, &db_ref, &job_id);
-    assert!(want.lines().any(|l| l.starts_with("13\t")), "the reference found no straggler: {want}");
-    eventually(30, "the straggler verdict", || verdicts(&ch, &db, &job_id) == want).await;
+    assert!(
+        want.lines().any(|l| l.starts_with("13\t")),
+        "the reference found no straggler: {want}"
+    );
+    eventually(30, "the straggler verdict", || {
+        verdicts(&ch, &db, &job_id) == want
+    })
+    .await;
     // The collector that held it meanwhile let it go.
-    let next_log = dir.path().join(format!("c{}.log", keys.iter().position(|k| *k == next).unwrap()));
+    let next_log = dir.path().join(format!(
+        "c{}.log",
+        keys.iter().position(|k| *k == next).unwrap()
+    ));
     eventually(30, "the interim owner released the job", || {
-        std::fs::read_to_string(&next_log).unwrap_or_default().contains("job released")
+        std::fs::read_to_string(&next_log)
+            .unwrap_or_default()
+            .contains("job released")
     })
     .await;
     for a in agents.into_iter().chain(ref_agents) {
@@ -274,8 +361,15 @@ async fn a_killed_owner_hands_the_job_over_once_and_takes_it_back() {
 }
 
 /// An agent binary with a spool, sending to `collector_url`; its log.
-fn agent_proc(dir: &std::path::Path, name: &str, collector_url: &str) -> (std::process::Child, u16, u16, std::path::PathBuf) {
-    let (rank_port, metrics_port) = (rankscope_testkit::free_port(), rankscope_testkit::free_port());
+fn agent_proc(
+    dir: &std::path::Path,
+    name: &str,
+    collector_url: &str,
+) -> (std::process::Child, u16, u16, std::path::PathBuf) {
+    let (rank_port, metrics_port) = (
+        rankscope_testkit::free_port(),
+        rankscope_testkit::free_port(),
+    );
     let config = dir.join(format!("{name}.toml"));
     let spool = dir.join(format!("{name}-spool"));
     std::fs::write(
@@ -386,10 +480,22 @@ async fn a_collector_of_another_schema_version_refuses_to_share_a_job() {
         .await
         .expect_err("a job held at another schema version is refused");
     assert_eq!(err.code(), tonic::Code::Aborted, "{err:?}");
-    for part in ["\"route-versions\"", "\"old-collector:7700\" at schema version 15", "refuse to share a job"] {
-        assert!(err.message().contains(part), "{part:?} not in: {}", err.message());
+    for part in [
+        "\"route-versions\"",
+        "\"old-collector:7700\" at schema version 15",
+        "refuse to share a job",
+    ] {
+        assert!(
+            err.message().contains(part),
+            "{part:?} not in: {}",
+            err.message()
+        );
     }
-    assert_eq!(stack.rows_now("steps", "route-versions"), 0, "nothing of it stored");
+    assert_eq!(
+        stack.rows_now("steps", "route-versions"),
+        0,
+        "nothing of it stored"
+    );
     // Other jobs are not held back.
     let mut other = common::small_batch("route-other", 1);
     other.agent_session = 78;

@@ -53,7 +53,9 @@ pub(crate) fn parse_urls(value: &str) -> Result<Vec<CollectorUrl>, String> {
             .trim_start_matches('[')
             .trim_end_matches(']')
             .to_owned();
-        let port = uri.port_u16().unwrap_or(if scheme == "https" { 443 } else { 80 });
+        let port = uri
+            .port_u16()
+            .unwrap_or(if scheme == "https" { 443 } else { 80 });
         out.push(CollectorUrl {
             url: raw.to_owned(),
             scheme,
@@ -162,11 +164,9 @@ impl Resolver {
             let Ok(addr) = key.parse::<SocketAddr>() else {
                 continue;
             };
-            let open = tokio::time::timeout(
-                Duration::from_secs(1),
-                tokio::net::TcpStream::connect(addr),
-            )
-            .await;
+            let open =
+                tokio::time::timeout(Duration::from_secs(1), tokio::net::TcpStream::connect(addr))
+                    .await;
             if matches!(open, Ok(Ok(_))) {
                 let mut t = lock(&self.routes);
                 if let Some(x) = t.targets.get_mut(&key) {
@@ -221,7 +221,9 @@ mod tests {
         assert_eq!(v[0].host, "::1");
         let e = parse_urls("http://a:1,ftp://b:2").unwrap_err();
         assert!(e.contains("ftp://b:2"), "{e}");
-        assert!(parse_urls("http://a:1,https://b:2").unwrap_err().contains("mixes"));
+        assert!(parse_urls("http://a:1,https://b:2")
+            .unwrap_err()
+            .contains("mixes"));
         assert!(parse_urls(" , ").is_err());
     }
 

@@ -86,11 +86,14 @@ pub async fn run_nodes(cfg: &SimConfig, agent_urls: &[&str]) -> Result<SimSummar
     let mut channels = Vec::with_capacity(cfg.ranks as usize);
     for rank in 0..cfg.ranks {
         let node = (rank / cfg.ranks_per_node.max(1)) as usize % targets.len().max(1);
-        let channel = targets[node].connect().await.map_err(|e| SimError::Connect {
-            rank,
-            url: agent_urls[node].to_string(),
-            reason: crate::error_chain(&e),
-        })?;
+        let channel = targets[node]
+            .connect()
+            .await
+            .map_err(|e| SimError::Connect {
+                rank,
+                url: agent_urls[node].to_string(),
+                reason: crate::error_chain(&e),
+            })?;
         channels.push(channel);
     }
     tracing::info!(job = %cfg.job, ranks = cfg.ranks, steps = cfg.steps, agent = agent_url, "simulation started");

@@ -14,7 +14,11 @@ pub fn bin(name: &str) -> PathBuf {
         .and_then(Path::parent)
         .expect("target dir")
         .join(name);
-    assert!(bin.exists(), "{} was not built (cargo build --bins)", bin.display());
+    assert!(
+        bin.exists(),
+        "{} was not built (cargo build --bins)",
+        bin.display()
+    );
     bin
 }
 
@@ -94,11 +98,7 @@ fn spawn_collector(config: &Path, port: u16, log: &Path) -> Child {
 }
 
 /// The agent of simulated node `n`, sending to `collector_url` (a list).
-pub async fn node_agent(
-    n: u32,
-    collector_url: &str,
-    dir: &Path,
-) -> rankscope_agent::AgentHandle {
+pub async fn node_agent(n: u32, collector_url: &str, dir: &Path) -> rankscope_agent::AgentHandle {
     let mut cfg = super::common::agent_config(collector_url, dir);
     cfg.agent_id = format!("route-agent-{n}");
     cfg.node = format!("sim-node-{n}");
@@ -143,7 +143,8 @@ pub fn job_id_owned(prefix: &str, collectors: &[String], want: impl Fn(&str) -> 
     (0..10_000)
         .map(|i| format!("{prefix}-{i}"))
         .find(|j| {
-            let order = rankscope_agent::route::rendezvous_order(j, collectors.iter().map(String::as_str));
+            let order =
+                rankscope_agent::route::rendezvous_order(j, collectors.iter().map(String::as_str));
             want(order[0])
         })
         .expect("a job id with that owner")
@@ -209,11 +210,18 @@ pub fn owners(ch: &rankscope_testkit::ClickHouse, db: &str, job: &str) -> Vec<St
 /// Stored events of `job` over the four event tables, and their distinct
 /// keys (equal only if nothing was stored twice).
 pub fn events(ch: &rankscope_testkit::ClickHouse, db: &str, job: &str) -> (u64, u64) {
-    let n = |t: &str| count(ch, &format!("SELECT count() FROM {db}.{t} WHERE job_id = '{job}'"));
+    let n = |t: &str| {
+        count(
+            ch,
+            &format!("SELECT count() FROM {db}.{t} WHERE job_id = '{job}'"),
+        )
+    };
     let d = |t: &str, key: &str| {
         count(
             ch,
-            &format!("SELECT count() FROM (SELECT DISTINCT {key} FROM {db}.{t} WHERE job_id = '{job}')"),
+            &format!(
+                "SELECT count() FROM (SELECT DISTINCT {key} FROM {db}.{t} WHERE job_id = '{job}')"
+            ),
         )
     };
     (
@@ -228,11 +236,10 @@ pub fn events(ch: &rankscope_testkit::ClickHouse, db: &str, job: &str) -> (u64, 
 /// An agent's `/metrics` or `/status` text.
 pub async fn agent_http(agent: &rankscope_agent::AgentHandle, path: &str) -> String {
     let addr = agent.metrics_addr.expect("metrics endpoint");
-    let (status, body) =
-        rankscope_cli::query::http::HttpClient::new(Duration::from_secs(10))
-            .get(&format!("http://{addr}{path}"))
-            .await
-            .expect("GET");
+    let (status, body) = rankscope_cli::query::http::HttpClient::new(Duration::from_secs(10))
+        .get(&format!("http://{addr}{path}"))
+        .await
+        .expect("GET");
     assert!(status.is_success(), "{path}: {status}");
     String::from_utf8(body.to_vec()).expect("UTF-8")
 }
