@@ -414,7 +414,7 @@ impl Uplink {
             body: slot.pending.body.clone(),
             sent_at_ns: now_ns(),
         };
-        if self.dump.is_none() {
+        if self.dump.is_none() && !slot.pending.job.is_empty() {
             crate::route::lock(&self.routes).routed(&slot.pending.job, &key);
         }
         let handle = match (&self.dump, channel) {

@@ -97,7 +97,9 @@ pub struct Ownership {
     dedupe: Arc<Mutex<crate::dedupe::Dedupe>>,
     uncommitted: Arc<Mutex<HashSet<BatchKey>>>,
     held: Mutex<HashMap<String, Held>>,
-    /// One take-over at a time per job.
+    /// One take-over at a time per job (kept after a release: removing a
+    /// gate a take-over may be waiting on would let two run at once; one
+    /// small entry per job seen).
     gates: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
     pub metrics: OwnershipMetrics,
 }

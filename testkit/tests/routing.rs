@@ -437,11 +437,13 @@ async fn an_unresolvable_or_unreachable_collector_keeps_the_spool_and_says_why()
             .expect("simulate");
         assert_eq!(sent.dropped, 0, "{name}: the agent accepted every event");
         // Accepted events are on disk, waiting for a collector.
-        let spooled = std::fs::read_dir(&spool)
-            .unwrap()
-            .filter(|e| e.as_ref().unwrap().file_name().to_string_lossy().ends_with(".batch"))
-            .count();
-        assert!(spooled > 0, "{name}: nothing spooled");
+        eventually(30, &format!("{name}: batches in the spool"), || {
+            std::fs::read_dir(&spool).is_ok_and(|d| {
+                d.filter_map(Result::ok)
+                    .any(|e| e.file_name().to_string_lossy().ends_with(".batch"))
+            })
+        })
+        .await;
         let metrics_url = format!("http://127.0.0.1:{metrics_port}/metrics");
         let mut metrics = String::new();
         for _ in 0..500 {
