@@ -20,7 +20,9 @@
 //!   unacknowledged batch is retried, after a jittered exponential
 //!   [`Backoff`] delay that grows with each failed probe. Its first answer
 //!   ends the degraded state and its batches are resent in order;
-//! * a collector degraded for `collector_failover_after_ms` is evicted: its
+//! * a collector that has not answered (transport errors, timeouts; or
+//!   that refuses the job, ABORTED) for `collector_failover_after_ms` is
+//!   evicted (a collector answering UNAVAILABLE is busy, not gone): its
 //!   running calls are aborted and its jobs go to the next collector of
 //!   their rendezvous order, which stores each batch once: the new owner's
 //!   duplicate detection starts a session it has not seen from what
@@ -50,6 +52,9 @@ use crate::backoff::Backoff;
 use crate::batch::Pending;
 use crate::metrics::{DropReason, Metrics};
 use crate::route::Routes;
+
+mod lanes;
+use lanes::Lane;
 
 use rankscope_proto::codec::{StampedBatch, StampedCodec};
 
@@ -91,20 +96,6 @@ struct Slot {
     call: Option<tokio::task::AbortHandle>,
     /// The current call is a degraded collector's probe.
     probe: bool,
-}
-
-/// Per collector: whether it answers.
-#[derive(Debug, Default)]
-struct Lane {
-    /// Failed probes since it last answered (0 = healthy).
-    failures: u32,
-    retry_at: Option<Instant>,
-    /// When its current outage began.
-    down_since: Option<Instant>,
-    /// Calls to it running now.
-    in_flight: usize,
-    /// Evicted by this uplink (its jobs failed over).
-    evicted: bool,
 }
 
 /// The target of every call in dump mode (no collector).
@@ -259,37 +250,6 @@ impl Uplink {
             .map(|(k, x)| (k.to_owned(), Some(x.channel.clone())))
     }
 
-    /// The earliest lane deadline: a probe, or an eviction.
-    fn next_wake(&self) -> Option<Instant> {
-        self.lanes
-            .values()
-            .flat_map(|l| {
-                let evict = (!l.evicted && l.failures > 0)
-                    .then(|| l.down_since.map(|d| d + self.failover_after))
-                    .flatten();
-                [l.retry_at, evict]
-            })
-            .flatten()
-            .min()
-    }
-
-    /// A readmitted (or re-resolved) collector starts healthy.
-    fn routes_changed_now(&mut self) {
-        let t = crate::route::lock(&self.routes);
-        self.lanes.retain(|k, l| match t.targets.get(k) {
-            Some(x) => {
-                if l.evicted && !x.evicted {
-                    *l = Lane {
-                        in_flight: l.in_flight,
-                        ..Lane::default()
-                    };
-                }
-                true
-            }
-            None => l.in_flight > 0,
-        });
-    }
-
     /// Starts every idle batch whose owner is healthy, in order; a job
     /// whose batches are still in flight to another (live) collector waits
     /// for them, so a voluntary move never overlaps two owners. A degraded
@@ -330,69 +290,6 @@ impl Uplink {
                 let delay = self.backoff.delay(lane.failures - 1, &mut self.rng);
                 tracing::debug!(collector = %key, delay_ms = delay.as_millis() as u64, failures = lane.failures, "collector unavailable, retrying later");
                 lane.retry_at = Some(now + delay);
-            }
-        }
-    }
-
-    /// Evicts every collector failing for `failover_after`: its jobs go to
-    /// the next collector of their order, and its running calls are aborted
-    /// (a dead collector's calls would only time out).
-    fn evict_failed(&mut self, now: Instant) {
-        if self.dump.is_some() {
-            return;
-        }
-        let due: Vec<String> = self
-            .lanes
-            .iter()
-            .filter(|(_, l)| {
-                !l.evicted
-                    && l.failures > 0
-                    && l.down_since.is_some_and(|d| now >= d + self.failover_after)
-            })
-            .map(|(k, _)| k.clone())
-            .collect();
-        for key in due {
-            if let Some(l) = self.lanes.get_mut(&key) {
-                l.evicted = true;
-                l.retry_at = None;
-            }
-            Metrics::inc(&self.metrics.collector_failovers);
-            tracing::warn!(collector = %key, after_ms = self.failover_after.as_millis() as u64, "collector unreachable for collector_failover_after_ms; its jobs move to the next collector of their rendezvous order");
-            crate::route::lock(&self.routes).evict(&key);
-            for s in self.window.values() {
-                if s.target.as_deref() == Some(key.as_str()) {
-                    if let Some(c) = &s.call {
-                        c.abort();
-                    }
-                }
-            }
-        }
-    }
-
-    /// Probes every degraded collector whose delay has passed.
-    fn probe_due(&mut self) {
-        let now = Instant::now();
-        let due: Vec<String> = self
-            .lanes
-            .iter()
-            .filter(|(_, l)| l.retry_at.is_some_and(|r| r <= now))
-            .map(|(k, _)| k.clone())
-            .collect();
-        for key in due {
-            if let Some(l) = self.lanes.get_mut(&key) {
-                l.retry_at = None;
-            }
-            // Its oldest idle batch.
-            let first = self
-                .window
-                .iter()
-                .filter(|(_, s)| s.target.is_none())
-                .map(|(o, s)| (*o, Arc::clone(&s.pending.job)))
-                .find(|(_, job)| self.owner(job).is_some_and(|(k, _)| k == key));
-            if let Some((order, job)) = first {
-                if let Some((_, channel)) = self.owner(&job) {
-                    self.call(order, key, channel, true);
-                }
             }
         }
     }
@@ -505,13 +402,20 @@ impl Uplink {
                 if tls {
                     Metrics::inc(&self.metrics.collector_tls_failures);
                 }
-                if lane.failures == 0 {
-                    // Once per outage: why the collector cannot be reached.
-                    tracing::warn!(seq, collector = %key, code = ?status.code(), %error, tls, "collector unreachable; holding batches and retrying");
+                // A busy collector (its writer queue full, ClickHouse away)
+                // is alive: its jobs stay; only one that does not answer,
+                // or refuses the job (ABORTED), fails over.
+                if answered(&status) {
+                    lane.down_since = None;
+                } else if lane.down_since.is_none() {
                     lane.down_since = Some(Instant::now());
                     if self.dump.is_none() {
                         crate::route::lock(&self.routes).set_failing(&key, true);
                     }
+                }
+                if lane.failures == 0 {
+                    // Once per outage: why the collector cannot be reached.
+                    tracing::warn!(seq, collector = %key, code = ?status.code(), %error, tls, "collector unreachable; holding batches and retrying");
                     if let (Some(cfg), false) = (&self.tls_probe, tls) {
                         let (cfg, metrics) = (Arc::clone(cfg), Arc::clone(&self.metrics));
                         // Off the uplink's path: the probe takes up to a few seconds.
@@ -532,25 +436,15 @@ impl Uplink {
             }
         }
     }
+}
 
-    /// `key` answered: it leaves the degraded state.
-    fn recovered(&mut self, key: &str) {
-        if let Some(l) = self.lanes.get_mut(key) {
-            if l.failures > 0 {
-                tracing::info!(
-                    failures = l.failures,
-                    collector = key,
-                    "collector reachable again"
-                );
-                if self.dump.is_none() {
-                    crate::route::lock(&self.routes).set_failing(key, false);
-                }
-            }
-            l.failures = 0;
-            l.retry_at = None;
-            l.down_since = None;
-        }
-    }
+/// Whether the collector itself sent this failure (a status without a
+/// transport error under it): it is alive, only busy or without
+/// ClickHouse, so its jobs do not fail over. ABORTED (it refuses the job:
+/// another schema version holds it) and client-side timeouts do not count.
+pub(crate) fn answered(status: &Status) -> bool {
+    std::error::Error::source(status).is_none()
+        && matches!(status.code(), Code::Unavailable | Code::Internal)
 }
 
 /// `CollectorIngest.Ingest` with a pre-encoded `AgentBatch` (what the
@@ -581,6 +475,18 @@ pub(crate) fn now_ns() -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_a_collector_that_does_not_answer_loses_its_jobs() {
+        assert!(answered(&Status::unavailable("writer queue full")));
+        assert!(!answered(&Status::aborted(
+            "another schema version holds the job"
+        )));
+        assert!(!answered(&Status::cancelled("Timeout expired")));
+        let mut refused = Status::unavailable("tcp connect error");
+        refused.set_source(Arc::new(std::io::Error::other("Connection refused")));
+        assert!(!answered(&refused), "a transport error is no answer");
+    }
 
     #[test]
     fn transient_codes_are_retried_and_the_rest_dropped() {

@@ -163,6 +163,13 @@ async fn a_four_node_job_reaches_one_collector_and_equals_the_same_job_through_o
     })
     .await;
     assert_ne!(owner_b, owner_a);
+    for a in &agents {
+        let metrics = agent_http(a, "/metrics").await;
+        assert!(
+            metrics.contains("rankscope_agent_collector_failovers_total 0"),
+            "{metrics}"
+        );
+    }
     assert_eq!(owners(&ch, &db, &job_b), vec![owner_b.clone()]);
     assert_eq!(owners(&ch, &db, &job_a), vec![owner_a.clone()]);
     for a in &agents {
