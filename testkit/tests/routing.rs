@@ -26,45 +26,6 @@ use common::eventually;
 use rankscope_cli::simulate::{plan, run_nodes};
 use support::*;
 
-async fn in_process_collector(
-    ch: &rankscope_testkit::ClickHouse,
-    db: &str,
-) -> rankscope_collector::Collector {
-    let mut cfg = common::collector_config(&ch.http_url, db);
-    cfg.ownership.refresh_interval_ms = 300;
-    rankscope_collector::start(cfg)
-        .await
-        .expect("collector starts")
-}
-
-async fn agents_for(
-    collector_url: &str,
-    dir: &std::path::Path,
-) -> Vec<rankscope_agent::AgentHandle> {
-    let mut v = Vec::new();
-    for n in 0..4 {
-        v.push(node_agent(n, collector_url, dir).await);
-    }
-    v
-}
-
-async fn run_job(
-    sim: &rankscope_cli::simulate::SimConfig,
-    agents: &[rankscope_agent::AgentHandle],
-) {
-    let urls = agent_urls(agents);
-    let urls: Vec<&str> = urls.iter().map(String::as_str).collect();
-    let sent = run_nodes(sim, &urls).await.expect("simulate");
-    assert_eq!(sent.dropped, 0, "the agents accepted every event");
-}
-
-fn breakdown_rows(ch: &rankscope_testkit::ClickHouse, db: &str, job: &str) -> u64 {
-    count(
-        ch,
-        &format!("SELECT count() FROM {db}.step_breakdown FINAL WHERE job_id = '{job}'"),
-    )
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_four_node_job_reaches_one_collector_and_equals_the_same_job_through_one() {
     let ch = rankscope_testkit::ClickHouse::start().expect("ClickHouse");
@@ -365,51 +326,6 @@ async fn a_killed_owner_hands_the_job_over_once_and_takes_it_back() {
     }
     reference.shutdown().await;
     drop(procs);
-}
-
-/// An agent binary with a spool, sending to `collector_url`; its log.
-fn agent_proc(
-    dir: &std::path::Path,
-    name: &str,
-    collector_url: &str,
-) -> (std::process::Child, u16, u16, std::path::PathBuf) {
-    let (rank_port, metrics_port) = (
-        rankscope_testkit::free_port(),
-        rankscope_testkit::free_port(),
-    );
-    let config = dir.join(format!("{name}.toml"));
-    let spool = dir.join(format!("{name}-spool"));
-    std::fs::write(
-        &config,
-        format!(
-            "listen_addr = \"127.0.0.1:{rank_port}\"\nmetrics_listen_addr = \"127.0.0.1:{metrics_port}\"\n\
-             unix_socket_path = \"{}\"\ncollector_url = \"{collector_url}\"\nagent_id = \"{name}\"\n\
-             spool_dir = \"{}\"\nkineto_daemon_name = \"\"\ncollector_resolve_interval_ms = 200\n\
-             batch_max_delay_ms = 20\ngpu_sample_interval_ms = 0\n",
-            dir.join(format!("{name}.sock")).display(),
-            spool.display()
-        ),
-    )
-    .unwrap();
-    let log = std::fs::File::create(dir.join(format!("{name}.log"))).unwrap();
-    let child = std::process::Command::new(bin("rankscope-agent"))
-        .arg("--config")
-        .arg(&config)
-        .env("RUST_LOG", "rankscope_agent=info")
-        .stdout(log.try_clone().unwrap())
-        .stderr(log)
-        .spawn()
-        .expect("agent starts");
-    (child, rank_port, metrics_port, spool)
-}
-
-async fn get_text(url: &str) -> String {
-    let (status, body) = rankscope_cli::query::http::HttpClient::new(Duration::from_secs(10))
-        .get(url)
-        .await
-        .expect("GET");
-    assert!(status.is_success(), "{url}: {status}");
-    String::from_utf8(body.to_vec()).unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
-use rankscope_cli::simulate::{SimConfig, Straggler};
+use rankscope_cli::simulate::{run_nodes, SimConfig, Straggler};
 
 pub fn bin(name: &str) -> PathBuf {
     let exe = std::env::current_exe().expect("test exe");
@@ -247,4 +247,88 @@ pub async fn agent_http(agent: &rankscope_agent::AgentHandle, path: &str) -> Str
 /// The owner line every agent must show for `job`.
 pub fn owner_line(job: &str, collector: &str) -> String {
     format!("rankscope_agent_job_owner{{job=\"{job}\",collector=\"{collector}\"}} 1")
+}
+
+pub async fn in_process_collector(
+    ch: &rankscope_testkit::ClickHouse,
+    db: &str,
+) -> rankscope_collector::Collector {
+    let mut cfg = super::common::collector_config(&ch.http_url, db);
+    cfg.ownership.refresh_interval_ms = 300;
+    rankscope_collector::start(cfg)
+        .await
+        .expect("collector starts")
+}
+
+pub async fn agents_for(
+    collector_url: &str,
+    dir: &std::path::Path,
+) -> Vec<rankscope_agent::AgentHandle> {
+    let mut v = Vec::new();
+    for n in 0..4 {
+        v.push(node_agent(n, collector_url, dir).await);
+    }
+    v
+}
+
+pub async fn run_job(
+    sim: &rankscope_cli::simulate::SimConfig,
+    agents: &[rankscope_agent::AgentHandle],
+) {
+    let urls = agent_urls(agents);
+    let urls: Vec<&str> = urls.iter().map(String::as_str).collect();
+    let sent = run_nodes(sim, &urls).await.expect("simulate");
+    assert_eq!(sent.dropped, 0, "the agents accepted every event");
+}
+
+pub fn breakdown_rows(ch: &rankscope_testkit::ClickHouse, db: &str, job: &str) -> u64 {
+    count(
+        ch,
+        &format!("SELECT count() FROM {db}.step_breakdown FINAL WHERE job_id = '{job}'"),
+    )
+}
+
+/// An agent binary with a spool, sending to `collector_url`; its log.
+pub fn agent_proc(
+    dir: &std::path::Path,
+    name: &str,
+    collector_url: &str,
+) -> (std::process::Child, u16, u16, std::path::PathBuf) {
+    let (rank_port, metrics_port) = (
+        rankscope_testkit::free_port(),
+        rankscope_testkit::free_port(),
+    );
+    let config = dir.join(format!("{name}.toml"));
+    let spool = dir.join(format!("{name}-spool"));
+    std::fs::write(
+        &config,
+        format!(
+            "listen_addr = \"127.0.0.1:{rank_port}\"\nmetrics_listen_addr = \"127.0.0.1:{metrics_port}\"\n\
+             unix_socket_path = \"{}\"\ncollector_url = \"{collector_url}\"\nagent_id = \"{name}\"\n\
+             spool_dir = \"{}\"\nkineto_daemon_name = \"\"\ncollector_resolve_interval_ms = 200\n\
+             batch_max_delay_ms = 20\ngpu_sample_interval_ms = 0\n",
+            dir.join(format!("{name}.sock")).display(),
+            spool.display()
+        ),
+    )
+    .unwrap();
+    let log = std::fs::File::create(dir.join(format!("{name}.log"))).unwrap();
+    let child = std::process::Command::new(bin("rankscope-agent"))
+        .arg("--config")
+        .arg(&config)
+        .env("RUST_LOG", "rankscope_agent=info")
+        .stdout(log.try_clone().unwrap())
+        .stderr(log)
+        .spawn()
+        .expect("agent starts");
+    (child, rank_port, metrics_port, spool)
+}
+
+pub async fn get_text(url: &str) -> String {
+    let (status, body) = rankscope_cli::query::http::HttpClient::new(Duration::from_secs(10))
+        .get(url)
+        .await
+        .expect("GET");
+    assert!(status.is_success(), "{url}: {status}");
+    String::from_utf8(body.to_vec()).unwrap()
 }
