@@ -226,6 +226,7 @@ pub async fn start(cfg: Config) -> Result<Collector, StartError> {
         wait_for(shutdown_rx.clone()),
     );
 
+    let ownership_metrics = Arc::new(ownership::OwnershipMetrics::default());
     let counters = counters::Counters {
         ingest: metrics.clone(),
         writer: writer.clone(),
@@ -233,6 +234,7 @@ pub async fn start(cfg: Config) -> Result<Collector, StartError> {
         alerts: alerts.clone(),
         tls: tls.clone(),
         traces: Some(trace_hub.metrics.clone()),
+        ownership: Some(ownership_metrics.clone()),
     };
     let otel = if cfg.otlp_endpoint.is_empty() {
         None
@@ -281,6 +283,7 @@ pub async fn start(cfg: Config) -> Result<Collector, StartError> {
         },
         svc_dedupe,
         svc.uncommitted(),
+        ownership_metrics,
     ));
     tokio::spawn(Arc::clone(&ownership).run(wait_for(shutdown_rx.clone())));
     let svc = svc.with_ownership(Arc::clone(&ownership));

@@ -101,7 +101,7 @@ pub struct Ownership {
     /// gate a take-over may be waiting on would let two run at once; one
     /// small entry per job seen).
     gates: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
-    pub metrics: OwnershipMetrics,
+    pub metrics: Arc<OwnershipMetrics>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -120,6 +120,7 @@ impl Ownership {
         id: String,
         dedupe: Arc<Mutex<crate::dedupe::Dedupe>>,
         uncommitted: Arc<Mutex<HashSet<BatchKey>>>,
+        metrics: Arc<OwnershipMetrics>,
     ) -> Self {
         let schema_version = crate::store::MIGRATIONS
             .iter()
@@ -138,7 +139,7 @@ impl Ownership {
             uncommitted,
             held: Mutex::new(HashMap::new()),
             gates: Mutex::new(HashMap::new()),
-            metrics: OwnershipMetrics::default(),
+            metrics,
         }
     }
 

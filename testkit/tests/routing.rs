@@ -137,6 +137,18 @@ async fn a_four_node_job_reaches_one_collector_and_equals_the_same_job_through_o
         let metrics = agent_http(a, "/metrics").await;
         assert!(metrics.contains(&owner_line(&job_b, &owner_b)), "{metrics}");
     }
+    // Two take-overs in all, one per job, counted on /metrics.
+    let mut taken = 0;
+    for c in &collectors {
+        let text = get_text(&format!("http://{}/metrics", c.http_addr)).await;
+        let key = "rankscope_collector_jobs_owned_total{event=\"taken\"} ";
+        let line = text
+            .lines()
+            .find(|l| l.starts_with(key))
+            .expect("jobs_owned_total");
+        taken += line[key.len()..].trim().parse::<u64>().expect("a count");
+    }
+    assert_eq!(taken, 2);
     // Every collector answers the job's queries (they read ClickHouse).
     for c in &collectors {
         let url = format!(
