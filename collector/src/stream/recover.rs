@@ -94,7 +94,7 @@ pub struct Recovered {
 pub async fn load(
     store: &Store,
     cfg: &StreamConfig,
-    policy: &StragglerPolicy,
+    _policy: &StragglerPolicy,
     now_ns: u64,
 ) -> Result<Recovered, StoreError> {
     if cfg.recover_horizon_secs == 0 {
@@ -106,7 +106,6 @@ pub async fn load(
     // batch arrives (`crate::ownership`), so a restarted collector never
     // holds a job another collector took over while it was down.
     let (jobs, stats) = (Vec::new(), RecoverStats::default());
-    let _ = policy;
     let firing = store.alerts(None, true).await?;
     Ok(Recovered {
         jobs,
