@@ -88,9 +88,10 @@ pub struct Recovered {
     pub stats: RecoverStats,
 }
 
-/// Reads what was live `recover_horizon_secs` before `now_ns` (nothing
-/// when the horizon is 0): the uncommitted batches, the running jobs'
-/// snapshots (without the rows of those batches) and the firing alerts.
+/// Reads what a start-up needs from the last `recover_horizon_secs` before
+/// `now_ns` (nothing when the horizon is 0): the uncommitted batches and
+/// the firing alerts. `jobs` stays empty: each job is rebuilt by
+/// [`load_job`] when its first batch arrives (`crate::ownership`).
 pub async fn load(
     store: &Store,
     cfg: &StreamConfig,
