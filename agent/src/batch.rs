@@ -17,7 +17,9 @@
 //!   events; with `flush_at_step_end` it is cut as soon as every live rank
 //!   stream of the node has ended a step ([`steps::NodeSteps`]; at most
 //!   once per [`STEP_CUT_MIN_INTERVAL`], later ones wait that long);
-//! * `seq` starts at 1 and grows by one per batch; per rank stream, events
+//! * a batch holds one job: a cut splits the groups by job id; each job's
+//!   batches are their own session ([`crate::route::job_session`]) whose
+//!   `seq` starts at 1 and grows by one per batch; per rank stream, events
 //!   leave in the order they arrived;
 //! * queue permits are released as soon as their events are in the batch
 //!   under construction;
@@ -70,7 +72,11 @@ pub(crate) struct Chunk {
 /// A cut batch on its way to the collector.
 #[derive(Debug)]
 pub(crate) struct Pending {
+    /// The batch's `agent_session`: the job's ([`crate::route::job_session`]).
+    pub(crate) session: u64,
     pub(crate) seq: u64,
+    /// The one job of the batch (empty: samples only, before any job).
+    pub(crate) job: Arc<str>,
     /// The `AgentBatch`, encoded once at the cut without `sent_at_ns` (the
     /// uplink appends it to each call); what the backlog holds in memory.
     pub(crate) body: Bytes,
@@ -119,7 +125,11 @@ pub(crate) struct Batcher {
     pub(crate) max_delay: Duration,
     pub(crate) metrics: Arc<Metrics>,
     budget: Budget,
-    next_seq: u64,
+    /// Next `seq` per job (each job's batches are their own session).
+    next_seq: std::collections::HashMap<Arc<str>, u64>,
+    /// The job of the latest events: a cut without events sends its
+    /// samples with that job's batches.
+    last_job: Arc<str>,
     builder: BatchBuilder,
     deadline: Option<Instant>,
     spool: Option<Arc<crate::spool::Spool>>,
@@ -151,7 +161,8 @@ impl Batcher {
             max_delay,
             metrics,
             budget,
-            next_seq: 1,
+            next_seq: std::collections::HashMap::new(),
+            last_job: Arc::from(""),
             builder: BatchBuilder::default(),
             deadline: None,
             spool: None,
@@ -203,7 +214,6 @@ impl Batcher {
             self.budget.clone(),
             self.spool.clone(),
             Arc::clone(&self.metrics),
-            self.session,
         ));
         let out = cut_tx;
         let mut samples_open = true;
@@ -236,7 +246,7 @@ impl Batcher {
         drop(out);
         // Every batch is in the backlog (or the uplink is gone) when this returns.
         let _ = encoder.await;
-        tracing::debug!(last_seq = self.next_seq - 1, "batcher stopped");
+        tracing::debug!(jobs = self.next_seq.len(), "batcher stopped");
     }
 
     async fn add(&mut self, chunk: Chunk, out: &mpsc::Sender<Cut>) {
@@ -331,36 +341,70 @@ impl Batcher {
         }
     }
 
-    /// Cuts the batch under construction (if any) and hands it to the uplink,
-    /// waiting while the backlog is full.
+    /// Cuts the batch under construction (if any) into one batch per job
+    /// (the collector that owns a job gets only its batches; the samples
+    /// ride with the first job's, or with the latest job's when there are
+    /// no events) and hands them to the uplink, waiting while the backlog
+    /// is full.
     async fn cut(&mut self, out: &mpsc::Sender<Cut>) {
         self.deadline = None;
         if self.builder.is_empty() {
             return;
         }
-        let events = self.builder.events() as u64;
-        let samples = self.builder.samples() as u64;
-        let (gpu_samples, host_samples) = self.builder.take_samples();
-        let batch = proto::AgentBatch {
-            agent_id: self.agent_id.clone(),
-            agent_session: self.session,
-            seq: self.next_seq,
-            node: self.node.clone(),
-            sent_at_ns: 0,
-            ranks: self.builder.take(),
-            gpu_samples,
-            host_samples,
-        };
-        self.next_seq += 1;
-        Metrics::inc(&self.metrics.batches_created);
-        let cut = Cut {
-            batch,
-            events,
-            samples,
-            spooled: std::mem::take(&mut self.spool_waiting),
-        };
-        if out.send(cut).await.is_err() {
-            tracing::error!(events, "encoder gone, batch not handed over");
+        let (mut gpu_samples, mut host_samples) = self.builder.take_samples();
+        let mut jobs: Vec<(Arc<str>, Vec<proto::RankEvents>)> = Vec::new();
+        for group in self.builder.take() {
+            let job = group.identity.as_ref().map_or("", |i| i.job_id.as_str());
+            match jobs.iter_mut().find(|(j, _)| &**j == job) {
+                Some((_, v)) => v.push(group),
+                None => jobs.push((Arc::from(job), vec![group])),
+            }
+        }
+        if let Some((job, _)) = jobs.last() {
+            self.last_job = Arc::clone(job);
+        }
+        if jobs.is_empty() {
+            jobs.push((Arc::clone(&self.last_job), Vec::new()));
+        }
+        let mut spooled = std::mem::take(&mut self.spool_waiting);
+        let last = jobs.len() - 1;
+        for (i, (job, ranks)) in jobs.into_iter().enumerate() {
+            let events: u64 = ranks.iter().map(|g| g.events.len() as u64).sum();
+            let (gpu, host) = (
+                std::mem::take(&mut gpu_samples),
+                std::mem::take(&mut host_samples),
+            );
+            let samples = (gpu.len() + host.len()) as u64;
+            let next = self.next_seq.entry(Arc::clone(&job)).or_insert(1);
+            let seq = *next;
+            *next += 1;
+            let session = crate::route::job_session(self.session, &job);
+            let batch = proto::AgentBatch {
+                agent_id: self.agent_id.clone(),
+                agent_session: session,
+                seq,
+                node: self.node.clone(),
+                sent_at_ns: 0,
+                ranks,
+                gpu_samples: gpu,
+                host_samples: host,
+            };
+            Metrics::inc(&self.metrics.batches_created);
+            let cut = Cut {
+                batch,
+                job,
+                events,
+                samples,
+                // The acks wait for the last of the cut's batches.
+                spooled: if i == last {
+                    std::mem::take(&mut spooled)
+                } else {
+                    Vec::new()
+                },
+            };
+            if out.send(cut).await.is_err() {
+                tracing::error!(events, "encoder gone, batch not handed over");
+            }
         }
     }
 }
@@ -368,6 +412,7 @@ impl Batcher {
 /// A cut batch on its way to the encoder.
 pub(crate) struct Cut {
     batch: proto::AgentBatch,
+    job: Arc<str>,
     events: u64,
     samples: u64,
     /// Acks waiting for this batch to be spooled.
@@ -384,16 +429,16 @@ async fn encode(
     budget: Budget,
     spool: Option<Arc<crate::spool::Spool>>,
     metrics: Arc<Metrics>,
-    session: u64,
 ) {
     while let Some(cut) = input.recv().await {
         let Cut {
             batch,
+            job,
             events,
             samples,
             spooled,
         } = cut;
-        let seq = batch.seq;
+        let (session, seq) = (batch.agent_session, batch.seq);
         let body = rankscope_proto::codec::Encoded::of(&batch).0;
         drop(batch);
         if let Some(spool) = &spool {
@@ -413,7 +458,9 @@ async fn encode(
         tracing::trace!(seq, events, samples, bytes = body.len(), "batch cut");
         let budget = budget.take(body.len()).await;
         let pending = Pending {
+            session,
             seq,
+            job,
             body,
             events,
             samples,

@@ -36,12 +36,45 @@ pub(crate) fn tls_paths(config: &Config) -> Option<TlsPaths> {
     })
 }
 
-/// A lazily connecting client for `config` (reads the TLS files now).
+/// The first URL of `collector_url` (the control stream's collector and
+/// the TLS probe's; a list names several).
+pub(crate) fn first_url(config: &Config) -> String {
+    config
+        .collector_url
+        .split(',')
+        .map(str::trim)
+        .find(|s| !s.is_empty())
+        .unwrap_or_default()
+        .to_owned()
+}
+
+/// A lazily connecting client for `config`'s first collector URL (reads
+/// the TLS files now).
 pub(crate) fn client(config: &Config) -> Result<Channel, AgentError> {
+    client_at(config, &first_url(config), &config.tls_server_name)
+}
+
+/// A lazily connecting client for one resolved collector address of `url`;
+/// TLS checks the certificate against `tls_server_name`, else the URL's
+/// host (not the address).
+pub(crate) fn client_for(
+    config: &Config,
+    url: &crate::route::resolve::CollectorUrl,
+    addr: std::net::SocketAddr,
+) -> Result<Channel, AgentError> {
+    let name = if config.tls_server_name.is_empty() {
+        url.host.as_str()
+    } else {
+        config.tls_server_name.as_str()
+    };
+    client_at(config, &format!("{}://{addr}", url.scheme), name)
+}
+
+fn client_at(config: &Config, url: &str, server_name: &str) -> Result<Channel, AgentError> {
     let timeout = Duration::from_millis(config.request_timeout_ms);
-    let mut endpoint = Endpoint::from_shared(config.collector_url.clone())
+    let mut endpoint = Endpoint::from_shared(url.to_owned())
         .map_err(|error| AgentError::CollectorUrl {
-            url: config.collector_url.clone(),
+            url: url.to_owned(),
             error,
         })?
         .connect_timeout(timeout)
@@ -49,12 +82,9 @@ pub(crate) fn client(config: &Config) -> Result<Channel, AgentError> {
         .tcp_nodelay(true);
     if let Some(paths) = tls_paths(config) {
         endpoint = endpoint
-            .tls_config(shared_tls::tonic_client_tls(
-                &paths,
-                &config.tls_server_name,
-            )?)
+            .tls_config(shared_tls::tonic_client_tls(&paths, server_name)?)
             .map_err(|error| AgentError::CollectorUrl {
-                url: config.collector_url.clone(),
+                url: url.to_owned(),
                 error,
             })?;
     }
@@ -136,6 +166,6 @@ pub async fn probe_tls(config: &Config) -> Result<bool, ProbeError> {
     let Some(paths) = tls_paths(config) else {
         return Ok(false);
     };
-    shared_tls::probe::probe(&config.collector_url, &paths, &config.tls_server_name).await?;
+    shared_tls::probe::probe(&first_url(config), &paths, &config.tls_server_name).await?;
     Ok(true)
 }

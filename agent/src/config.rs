@@ -33,6 +33,12 @@ pub enum ConfigError {
         value: String,
         problem: &'static str,
     },
+    #[error("config: {field} = {value}: {problem}")]
+    Url {
+        field: &'static str,
+        value: String,
+        problem: String,
+    },
     #[error(transparent)]
     Backoff(#[from] BackoffError),
     #[error(transparent)]
@@ -53,8 +59,17 @@ pub struct Config {
     /// Default: `$XDG_RUNTIME_DIR/rankscope/agent.sock`, else
     /// `/tmp/rankscope-<uid>/agent.sock`.
     pub unix_socket_path: String,
-    /// gRPC URL of the collector.
+    /// gRPC URL of the collector, or several separated by commas. Each
+    /// host is resolved to every address it has (a Kubernetes headless
+    /// Service: one per collector pod) at start and every
+    /// `collector_resolve_interval_ms`; each job's batches go to one of
+    /// them, its owner by rendezvous hashing of the job id (`route`).
     pub collector_url: String,
+    /// How often `collector_url`'s host names are resolved again.
+    pub collector_resolve_interval_ms: u64,
+    /// A job's owner collector failing this long: the job moves to the
+    /// next collector of its rendezvous order.
+    pub collector_failover_after_ms: u64,
     /// Bearer token the collector requires (empty: none).
     pub collector_token: String,
     /// PEM CA that signed the collector's certificate; required for an
@@ -178,6 +193,8 @@ impl Default for Config {
             metrics_listen_addr: "127.0.0.1:7711".to_owned(),
             unix_socket_path: default_unix_socket_path().to_string_lossy().into_owned(),
             collector_url: "http://127.0.0.1:7700".to_owned(),
+            collector_resolve_interval_ms: 10_000,
+            collector_failover_after_ms: 15_000,
             collector_token: String::new(),
             tls_ca_path: String::new(),
             tls_cert_path: String::new(),
@@ -269,7 +286,15 @@ impl Config {
 
     /// Checks value ranges (called by the parsers and by `start`).
     pub fn validate(&self) -> Result<(), ConfigError> {
-        let positive: [(&'static str, u64); 9] = [
+        let positive: [(&'static str, u64); 11] = [
+            (
+                "collector_resolve_interval_ms",
+                self.collector_resolve_interval_ms,
+            ),
+            (
+                "collector_failover_after_ms",
+                self.collector_failover_after_ms,
+            ),
             ("queue_max_events", self.queue_max_events as u64),
             ("batch_max_events", self.batch_max_events as u64),
             ("batch_max_delay_ms", self.batch_max_delay_ms),
@@ -310,13 +335,11 @@ impl Config {
                 });
             }
         }
-        if !(self.collector_url.starts_with("http://")
-            || self.collector_url.starts_with("https://"))
-        {
-            return Err(ConfigError::Invalid {
+        if let Err(problem) = crate::route::resolve::parse_urls(&self.collector_url) {
+            return Err(ConfigError::Url {
                 field: "collector_url",
                 value: self.collector_url.clone(),
-                problem: "must start with http:// or https://",
+                problem,
             });
         }
         self.validate_tls()?;
@@ -358,7 +381,7 @@ impl Config {
 impl Config {
     /// TLS options that fit `collector_url` and each other.
     fn validate_tls(&self) -> Result<(), ConfigError> {
-        let https = self.collector_url.starts_with("https://");
+        let https = self.collector_url.trim_start().starts_with("https://");
         let invalid = |field, value: &str, problem| {
             Err(ConfigError::Invalid {
                 field,

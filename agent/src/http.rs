@@ -1,5 +1,6 @@
 //! The agent's HTTP endpoint: `GET /metrics` (Prometheus text, the counter
-//! and gauge names of [`crate::metrics`]) and `GET /healthz`.
+//! and gauge names of [`crate::metrics`] and [`crate::route`]), `GET
+//! /status` (the collectors and each job's owner) and `GET /healthz`.
 //!
 //! In: a function rendering the current exposition. Out: HTTP responses on
 //! `metrics_listen_addr` (default 127.0.0.1:7711; empty disables it). Serving
@@ -20,6 +21,7 @@ pub type Render = Arc<dyn Fn() -> String + Send + Sync>;
 pub async fn spawn(
     addr: SocketAddr,
     render: Render,
+    status: Render,
     mut stop: watch::Receiver<bool>,
 ) -> std::io::Result<(SocketAddr, JoinHandle<()>)> {
     let listener = tokio::net::TcpListener::bind(addr).await?;
@@ -30,6 +32,13 @@ pub async fn spawn(
             get(move || {
                 let render = render.clone();
                 async move { ([("content-type", "text/plain; version=0.0.4")], render()) }
+            }),
+        )
+        .route(
+            "/status",
+            get(move || {
+                let status = status.clone();
+                async move { status() }
             }),
         )
         .route("/healthz", get(|| async { "ok\n" }));

@@ -47,6 +47,7 @@ pub mod http;
 mod ingest;
 pub mod kineto;
 pub mod metrics;
+pub mod route;
 pub mod sample;
 mod serve;
 mod spool;
@@ -114,8 +115,10 @@ pub struct AgentHandle {
     pub metrics_addr: Option<SocketAddr>,
     /// The Unix socket of the rank-facing service, when enabled.
     pub unix_path: Option<PathBuf>,
-    /// This run's `agent_session` (random, non-zero).
+    /// This run's `agent_session` (random, non-zero); each job's batches
+    /// carry [`AgentHandle::session_for`] it.
     pub agent_session: u64,
+    routes: route::Routes,
     metrics: Arc<Metrics>,
     queue: Arc<Semaphore>,
     queue_max_events: usize,
@@ -141,7 +144,6 @@ pub async fn start(config: Config) -> Result<AgentHandle, AgentError> {
     let client = channel::client(&config)?;
     let (client_tx, client_rx) = watch::channel(client);
     let control_client = client_rx.clone();
-    let control_resend_client = client_rx.clone();
 
     let listen_addr = config.listen_socket_addr()?;
     let tcp = serve::bind_tcp(listen_addr).await?;
@@ -203,16 +205,50 @@ pub async fn start(config: Config) -> Result<AgentHandle, AgentError> {
             rankscope_proto::tls::sighup(),
         ));
     }
+    let routes: route::Routes = Arc::default();
+    let (routes_tx, routes_rx) = watch::channel(0u64);
+    if dump.is_none() {
+        let urls = route::resolve::parse_urls(&config.collector_url).map_err(|problem| {
+            config::ConfigError::Url {
+                field: "collector_url",
+                value: config.collector_url.clone(),
+                problem,
+            }
+        })?;
+        let cfg = config.clone();
+        let connect: route::resolve::Connect = Arc::new(move |url, addr| {
+            channel::client_for(&cfg, url, addr)
+                .map_err(
+                    |e| tracing::error!(%addr, error = %e, "cannot build a client for a collector"),
+                )
+                .ok()
+        });
+        let resolver = route::resolve::Resolver {
+            urls,
+            every: Duration::from_millis(config.collector_resolve_interval_ms),
+            connect,
+            routes: Arc::clone(&routes),
+            changed: routes_tx,
+            metrics: Arc::clone(&metrics),
+            reload: channel::tls_paths(&config).map(|_| client_rx.clone()),
+        };
+        tokio::spawn(resolver.run());
+    } else {
+        drop(routes_tx);
+    }
+    drop(client_rx);
     let uplink = Uplink::new(
-        client_rx,
+        Arc::clone(&routes),
+        routes_rx,
         Arc::clone(&metrics),
         backoff,
         SmallRng::seed_from_u64(rng.random()),
         config.max_in_flight_batches,
     )
+    .with_failover_after(Duration::from_millis(config.collector_failover_after_ms))
     .with_tls_probe(channel::tls_paths(&config).map(|_| config.clone()))
-    .with_spool(spool.clone(), agent_session)
-    .with_dump(dump.clone(), agent_session)
+    .with_spool(spool.clone())
+    .with_dump(dump.clone())
     .with_token(&config.collector_token)
     .map_err(|_| config::ConfigError::Invalid {
         field: "collector_token",
@@ -318,7 +354,7 @@ pub async fn start(config: Config) -> Result<AgentHandle, AgentError> {
     }
     if let Some(s) = &spool {
         let resend = spool::Resend {
-            client: control_resend_client,
+            routes: Arc::clone(&routes),
             auth: auth.clone(),
             backoff: config.backoff().map_err(config::ConfigError::from)?,
             rng: SmallRng::seed_from_u64(rng.random()),
@@ -359,11 +395,16 @@ pub async fn start(config: Config) -> Result<AgentHandle, AgentError> {
             config.queue_max_events,
             budget.clone(),
         );
+        let r = Arc::clone(&routes);
         let render: http::Render = Arc::new(move || {
             let queued = max.saturating_sub(q.available_permits());
-            m.snapshot(queued as u64, b.held() as u64).to_prometheus()
+            let mut text = m.snapshot(queued as u64, b.held() as u64).to_prometheus();
+            text.push_str(&route::lock(&r).prometheus());
+            text
         });
-        let (bound, task) = http::spawn(addr, render, server_stop.subscribe())
+        let r = Arc::clone(&routes);
+        let status: http::Render = Arc::new(move || route::lock(&r).status());
+        let (bound, task) = http::spawn(addr, render, status, server_stop.subscribe())
             .await
             .map_err(|e| AgentError::MetricsAddr {
                 addr: config.metrics_listen_addr.clone(),
@@ -387,6 +428,7 @@ pub async fn start(config: Config) -> Result<AgentHandle, AgentError> {
         metrics_addr,
         unix_path,
         agent_session,
+        routes,
         metrics,
         queue,
         queue_max_events: config.queue_max_events,
@@ -405,6 +447,16 @@ pub async fn start(config: Config) -> Result<AgentHandle, AgentError> {
 }
 
 impl AgentHandle {
+    /// The `agent_session` of `job`'s batches ([`route::job_session`]).
+    pub fn session_for(&self, job: &str) -> u64 {
+        route::job_session(self.agent_session, job)
+    }
+
+    /// The agent status: collectors and each live job's owner (`GET /status`).
+    pub fn route_status(&self) -> String {
+        route::lock(&self.routes).status()
+    }
+
     /// Offers a trace request to the libkineto processes polling this
     /// agent (see [`kineto`]).
     pub fn request_trace(&self, req: kineto::TraceRequest) {

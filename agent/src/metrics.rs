@@ -108,6 +108,11 @@ pub struct Metrics {
     pub(crate) delivered_samples: AtomicU64,
     /// Calls to the collector that failed in TLS (handshake, certificate).
     pub(crate) collector_tls_failures: AtomicU64,
+    /// Lookups of `collector_url` that failed with a new reason.
+    pub(crate) collector_resolve_errors: AtomicU64,
+    /// Collectors evicted after `collector_failover_after_ms` of failures
+    /// (their jobs moved to the next collector of their order).
+    pub(crate) collector_failovers: AtomicU64,
     /// Certificate reloads that installed new files.
     pub(crate) tls_reloads: AtomicU64,
     /// Certificate reloads that failed (the previous files stay in use).
@@ -196,6 +201,8 @@ impl Metrics {
             gpu_read_errors: get(&self.gpu_read_errors),
             delivered_samples: get(&self.delivered_samples),
             collector_tls_failures: get(&self.collector_tls_failures),
+            collector_resolve_errors: get(&self.collector_resolve_errors),
+            collector_failovers: get(&self.collector_failovers),
             tls_reloads: get(&self.tls_reloads),
             tls_reload_failures: get(&self.tls_reload_failures),
             traces_archived: get(&self.traces_archived),
@@ -271,6 +278,10 @@ pub struct MetricsSnapshot {
     /// Telemetry samples in acknowledged batches.
     pub delivered_samples: u64,
     pub collector_tls_failures: u64,
+    /// Failed lookups of `collector_url` (each new reason once).
+    pub collector_resolve_errors: u64,
+    /// Collectors whose jobs failed over to the next of their order.
+    pub collector_failovers: u64,
     pub tls_reloads: u64,
     pub tls_reload_failures: u64,
     /// Captured traces archived to `[traces] archive_url`.
@@ -320,6 +331,8 @@ impl MetricsSnapshot {
             ("gpu_read_errors", self.gpu_read_errors),
             ("delivered_samples", self.delivered_samples),
             ("collector_tls_failures", self.collector_tls_failures),
+            ("collector_resolve_errors", self.collector_resolve_errors),
+            ("collector_failovers", self.collector_failovers),
             ("tls_reloads", self.tls_reloads),
             ("tls_reload_failures", self.tls_reload_failures),
             ("traces_archived", self.traces_archived),

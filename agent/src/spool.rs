@@ -134,11 +134,24 @@ fn parse_name(name: &str) -> Option<(u64, u64)> {
 /// until the collector acknowledged it (or rejected it for good), then
 /// removes it. Runs beside the live uplink; ends when done or at `stop`.
 pub(crate) struct Resend {
-    pub(crate) client: tokio::sync::watch::Receiver<tonic::transport::Channel>,
+    /// Each batch goes to its job's owner.
+    pub(crate) routes: crate::route::Routes,
     pub(crate) auth: Option<tonic::metadata::MetadataValue<tonic::metadata::Ascii>>,
     pub(crate) backoff: crate::backoff::Backoff,
     pub(crate) rng: rand::rngs::SmallRng,
     pub(crate) metrics: std::sync::Arc<crate::metrics::Metrics>,
+}
+
+/// The job of an encoded batch (its first group's; empty: none or not
+/// decodable, which the collector will say).
+fn job_of(bytes: &[u8]) -> String {
+    use rankscope_proto::prost::Message;
+    rankscope_proto::v1::AgentBatch::decode(bytes)
+        .ok()
+        .and_then(|b| b.ranks.into_iter().next())
+        .and_then(|g| g.identity)
+        .map(|i| i.job_id)
+        .unwrap_or_default()
 }
 
 impl Resend {
@@ -149,8 +162,8 @@ impl Resend {
         spool: std::sync::Arc<Spool>,
         mut stop: tokio::sync::watch::Receiver<bool>,
     ) {
-        let (client, auth, metrics) =
-            (self.client.clone(), self.auth.clone(), self.metrics.clone());
+        let (routes, auth, metrics) =
+            (self.routes.clone(), self.auth.clone(), self.metrics.clone());
         if left.is_empty() {
             return;
         }
@@ -163,6 +176,7 @@ impl Resend {
             let Ok(bytes) = std::fs::read(&l.path).map(bytes::Bytes::from) else {
                 continue;
             };
+            let job = job_of(&bytes);
             let mut failures = 0u32;
             loop {
                 let body = rankscope_proto::codec::StampedBatch {
@@ -173,10 +187,15 @@ impl Resend {
                 if let Some(v) = &auth {
                     request.metadata_mut().insert("authorization", v.clone());
                 }
-                let channel = client.borrow().clone();
-                let result = tokio::select! {
-                    r = crate::uplink::ingest(channel, request) => r,
-                    _ = stop.wait_for(|s| *s) => return,
+                let channel = crate::route::lock(&routes)
+                    .owner(&job)
+                    .map(|(_, t)| t.channel.clone());
+                let result = match channel {
+                    Some(channel) => tokio::select! {
+                        r = crate::uplink::ingest(channel, request) => r,
+                        _ = stop.wait_for(|s| *s) => return,
+                    },
+                    None => Err(tonic::Status::unavailable("no live collector")),
                 };
                 match result {
                     Ok(_) => {

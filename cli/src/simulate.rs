@@ -20,7 +20,7 @@ pub mod model;
 pub mod placement;
 pub mod summary;
 
-pub use client::{run, SimError};
+pub use client::{run, run_nodes, SimError};
 pub use model::{plan, plan_iter, EventCounts, JobPlan, PlanIter, RankStep, StepPlan};
 pub use placement::Placement;
 pub use summary::{SimSummary, SummaryFormat};

@@ -62,6 +62,8 @@ pub struct Config {
     pub alerts: AlertsConfig,
     /// Kineto traces on request and automatic ones (`[traces]`).
     pub traces: crate::traces::TracesConfig,
+    /// Job ownership among several collectors (`[ownership]`).
+    pub ownership: crate::ownership::OwnershipConfig,
 }
 
 impl Default for Config {
@@ -87,6 +89,7 @@ impl Default for Config {
             otlp_export_interval_ms: 10_000,
             alerts: AlertsConfig::default(),
             traces: crate::traces::TracesConfig::default(),
+            ownership: crate::ownership::OwnershipConfig::default(),
         }
     }
 }

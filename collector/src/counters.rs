@@ -64,6 +64,8 @@ pub struct Counters {
     pub tls: Option<Arc<TlsState>>,
     /// Kineto traces on request (`traces::TraceHub`).
     pub traces: Option<Arc<crate::traces::TraceMetrics>>,
+    /// Jobs taken over, released and refused (`ownership`).
+    pub ownership: Option<Arc<crate::ownership::OwnershipMetrics>>,
 }
 
 impl Counters {
@@ -242,6 +244,18 @@ impl Counters {
         ];
         if let Some(tls) = &self.tls {
             out.extend(tls.counters.families());
+        }
+        if let Some(o) = &self.ownership {
+            out.push(Family::labelled(
+                "rankscope_collector_jobs_owned_total",
+                "Jobs this collector took over (rebuilt from ClickHouse), released (another took them, or idle) or refused (another schema version holds them).",
+                "event",
+                [
+                    ("taken", o.jobs_taken.load(Relaxed)),
+                    ("released", o.jobs_released.load(Relaxed)),
+                    ("refused", o.jobs_refused.load(Relaxed)),
+                ],
+            ));
         }
         if let Some(t) = &self.traces {
             out.extend([

@@ -101,6 +101,13 @@ impl Dedupe {
         self.sessions.contains_key(&(agent_id.to_owned(), session))
     }
 
+    /// Stops tracking a session (its job moved to another collector, which
+    /// stores its next batches): if it comes back it is seeded again from
+    /// what ClickHouse holds.
+    pub fn forget(&mut self, agent_id: &str, session: u64) {
+        self.sessions.remove(&(agent_id.to_owned(), session));
+    }
+
     /// Starts tracking a session with the seqs already stored for it (all of
     /// them, as read from `ingest_batches`).
     pub fn seed(&mut self, agent_id: &str, session: u64, stored: &[u64]) {

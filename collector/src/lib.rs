@@ -24,6 +24,7 @@ pub mod gauges;
 pub mod limits;
 pub mod metrics;
 pub mod otel;
+pub mod ownership;
 pub mod service;
 pub mod store;
 pub mod stream;
@@ -225,6 +226,7 @@ pub async fn start(cfg: Config) -> Result<Collector, StartError> {
         wait_for(shutdown_rx.clone()),
     );
 
+    let ownership_metrics = Arc::new(ownership::OwnershipMetrics::default());
     let counters = counters::Counters {
         ingest: metrics.clone(),
         writer: writer.clone(),
@@ -232,6 +234,7 @@ pub async fn start(cfg: Config) -> Result<Collector, StartError> {
         alerts: alerts.clone(),
         tls: tls.clone(),
         traces: Some(trace_hub.metrics.clone()),
+        ownership: Some(ownership_metrics.clone()),
     };
     let otel = if cfg.otlp_endpoint.is_empty() {
         None
@@ -257,6 +260,7 @@ pub async fn start(cfg: Config) -> Result<Collector, StartError> {
         source,
     })?;
 
+    let svc_dedupe = Arc::clone(&dedupe);
     let svc = service::IngestService::new(
         store.clone(),
         writer.clone(),
@@ -266,6 +270,23 @@ pub async fn start(cfg: Config) -> Result<Collector, StartError> {
     )
     .with_traces(trace_hub.clone())
     .with_uncommitted(recovered.uncommitted);
+    let ownership = Arc::new(ownership::Ownership::new(
+        store.clone(),
+        stream.clone(),
+        cfg.stream.clone(),
+        policy,
+        cfg.ownership.clone(),
+        if cfg.ownership.collector_id.is_empty() {
+            ownership::default_id(grpc_addr)
+        } else {
+            cfg.ownership.collector_id.clone()
+        },
+        svc_dedupe,
+        svc.uncommitted(),
+        ownership_metrics,
+    ));
+    tokio::spawn(Arc::clone(&ownership).run(wait_for(shutdown_rx.clone())));
+    let svc = svc.with_ownership(Arc::clone(&ownership));
     let server = proto::collector_ingest_server::CollectorIngestServer::new(svc)
         .max_decoding_message_size(cfg.max_message_bytes);
     let server = tonic::service::interceptor::InterceptedService::new(

@@ -42,6 +42,9 @@ pub struct IngestService {
     /// collector's, see `store::writer`) or left by a failed flush. When one
     /// comes again, only the tables that lack its rows are written.
     uncommitted: Arc<Mutex<std::collections::HashSet<BatchKey>>>,
+    /// The jobs this collector holds (`crate::ownership`); `None`: every
+    /// job is live here without a rebuild (tests of the service alone).
+    ownership: Option<Arc<crate::ownership::Ownership>>,
 }
 
 impl IngestService {
@@ -61,7 +64,20 @@ impl IngestService {
             metrics,
             traces: None,
             uncommitted: Arc::default(),
+            ownership: None,
         }
+    }
+
+    /// Takes each batch's jobs over before writing it (see `ownership`).
+    pub fn with_ownership(mut self, o: Arc<crate::ownership::Ownership>) -> Self {
+        self.ownership = Some(o);
+        self
+    }
+
+    /// The batches that may be stored in part (shared with `ownership`,
+    /// which adds a killed owner's when it takes its jobs).
+    pub fn uncommitted(&self) -> Arc<Mutex<std::collections::HashSet<BatchKey>>> {
+        Arc::clone(&self.uncommitted)
     }
 
     /// The batches found uncommitted at start-up.
@@ -260,6 +276,23 @@ impl proto::collector_ingest_server::CollectorIngest for IngestService {
             tracing::debug!(agent = %batch.agent_id, seq = batch.seq, error = %e, "batch rejected");
             Status::invalid_argument(e.to_string())
         })?;
+        if let Some(o) = &self.ownership {
+            let mut jobs: Vec<&str> = Vec::new();
+            for g in &batch.ranks {
+                if let Some(j) = g.identity.as_ref().map(|i| i.job_id.as_str()) {
+                    if !jobs.contains(&j) {
+                        jobs.push(j);
+                    }
+                }
+            }
+            if let Err(status) = o
+                .ensure(&jobs, (&batch.agent_id, batch.agent_session))
+                .await
+            {
+                self.metrics.batches_retry.fetch_add(1, Relaxed);
+                return Err(status);
+            }
+        }
         if let Err(status) = self.ensure_session(&batch).await {
             self.metrics.batches_retry.fetch_add(1, Relaxed);
             return Err(status);

@@ -31,6 +31,7 @@ pub mod goodput;
 pub mod gpu_ops;
 mod migrate;
 pub mod native;
+pub mod owners;
 pub mod per_step;
 pub mod plugin;
 mod read;

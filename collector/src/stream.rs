@@ -225,10 +225,28 @@ struct Submission {
     input: Option<StreamInput>,
 }
 
+/// Ownership's orders to the analytics task (`crate::ownership`); taken
+/// before any submission sent after them.
+pub enum Control {
+    /// Take a job over: rebuild its live state from this snapshot.
+    Restore(Box<recover::JobSnapshot>),
+    /// Drop a job's live state, open steps unfinalized (another collector
+    /// owns it, or it sent nothing for `release_after_ms`), and forget its
+    /// agent sessions' order.
+    Release {
+        job: String,
+        sessions: Vec<(String, u64)>,
+        /// The job sent nothing for long (not moved): its alerts end, as
+        /// when analytics forget an idle job.
+        gone: bool,
+    },
+}
+
 /// Submits stored batches to the analytics task. Cheap to clone.
 #[derive(Clone)]
 pub struct StreamHandle {
     tx: mpsc::Sender<Submission>,
+    control: mpsc::Sender<Control>,
     metrics: Arc<StreamMetrics>,
 }
 
@@ -263,6 +281,14 @@ impl StreamHandle {
     pub fn metrics(&self) -> &StreamMetrics {
         &self.metrics
     }
+
+    /// Hands an ownership order to analytics, waiting for room (orders are
+    /// rare: one per job taken or released).
+    pub async fn control(&self, c: Control) {
+        if self.control.send(c).await.is_err() {
+            tracing::debug!("analytics stopped; ownership order dropped");
+        }
+    }
 }
 
 /// Starts the analytics task.
@@ -275,6 +301,7 @@ pub fn spawn_stream(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> (StreamHandle, tokio::task::JoinHandle<()>) {
     let (tx, rx) = mpsc::channel(cfg.queue_capacity.max(1));
+    let (control, control_rx) = mpsc::channel(64);
     let metrics = Arc::new(StreamMetrics::default());
     let task = Stream {
         reorder: Reorder::new(
@@ -295,8 +322,15 @@ pub fn spawn_stream(
         writer,
         metrics: metrics.clone(),
     };
-    let handle = tokio::spawn(task.run(rx, recovered, shutdown));
-    (StreamHandle { tx, metrics }, handle)
+    let handle = tokio::spawn(task.run(rx, control_rx, recovered, shutdown));
+    (
+        StreamHandle {
+            tx,
+            control,
+            metrics,
+        },
+        handle,
+    )
 }
 
 /// Where live analytics results go besides the tables.
@@ -361,6 +395,7 @@ impl Stream {
     async fn run(
         mut self,
         mut rx: mpsc::Receiver<Submission>,
+        mut control: mpsc::Receiver<Control>,
         recovered: Vec<recover::JobSnapshot>,
         shutdown: impl Future<Output = ()>,
     ) {
@@ -373,7 +408,22 @@ impl Stream {
         let mut ready = Vec::new();
         loop {
             tokio::select! {
+                biased;
                 () = &mut shutdown => break,
+                Some(c) = control.recv() => match c {
+                    Control::Restore(snap) => self.restore(vec![*snap], now_ns()),
+                    Control::Release { job, sessions, gone } => {
+                        if self.jobs.remove(&job).is_some() {
+                            self.outputs.gauges.forget(&job);
+                            if gone {
+                                self.outputs.alert(crate::alert::AlertInput::JobGone { job: job.clone() });
+                            }
+                        }
+                        for s in sessions {
+                            self.reorder.forget(&s);
+                        }
+                    }
+                },
                 sub = rx.recv() => match sub {
                     Some(s) => {
                         let now = now_ns();

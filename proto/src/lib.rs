@@ -14,6 +14,9 @@ pub mod codec;
 pub mod tls;
 pub mod validate;
 
+/// The generated messages' `prost` (the agent decodes a spooled batch's job).
+pub use prost;
+
 /// Where the agent's rank-facing Unix socket is unless configured:
 /// `$XDG_RUNTIME_DIR/rankscope/agent.sock`, else `/tmp/rankscope-<uid>/agent.sock`.
 /// The agent listens there and the rank SDK connects there by default.

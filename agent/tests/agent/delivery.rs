@@ -71,7 +71,12 @@ async fn sixty_four_ranks_are_delivered_exactly_once_in_order() {
     for b in &batches {
         assert_eq!(b.agent_id, "test-agent");
         assert_eq!(b.node, "test-node");
-        assert_eq!(b.agent_session, agent.agent_session);
+        // Every batch holds one job, in that job's own session.
+        assert!(b
+            .ranks
+            .iter()
+            .all(|r| r.identity.as_ref().unwrap().job_id == "job-a"));
+        assert_eq!(b.agent_session, agent.session_for("job-a"));
         assert!(b.sent_at_ns > 0);
         for r in &b.ranks {
             assert_eq!(r.identity.as_ref().unwrap().node, "test-node");

@@ -68,17 +68,32 @@ impl SimError {
 
 /// Simulates the job `cfg` against the agent at `agent_url`.
 pub async fn run(cfg: &SimConfig, agent_url: &str) -> Result<SimSummary, SimError> {
+    run_nodes(cfg, &[agent_url]).await
+}
+
+/// Simulates the job `cfg` with each node's ranks (`rank / ranks_per_node`)
+/// sending to their own agent: node `n` to `agent_urls[n % len]` (a
+/// multi-node job on one machine, one agent per node).
+pub async fn run_nodes(cfg: &SimConfig, agent_urls: &[&str]) -> Result<SimSummary, SimError> {
     cfg.validate()?;
-    let target = Target::parse(agent_url)?;
+    let agent_url = agent_urls.first().copied().unwrap_or_default();
+    let targets = agent_urls
+        .iter()
+        .map(|u| Target::parse(u))
+        .collect::<Result<Vec<_>, _>>()?;
     let started = Instant::now();
 
     let mut channels = Vec::with_capacity(cfg.ranks as usize);
     for rank in 0..cfg.ranks {
-        let channel = target.connect().await.map_err(|e| SimError::Connect {
-            rank,
-            url: agent_url.to_string(),
-            reason: crate::error_chain(&e),
-        })?;
+        let node = (rank / cfg.ranks_per_node.max(1)) as usize % targets.len().max(1);
+        let channel = targets[node]
+            .connect()
+            .await
+            .map_err(|e| SimError::Connect {
+                rank,
+                url: agent_urls[node].to_string(),
+                reason: crate::error_chain(&e),
+            })?;
         channels.push(channel);
     }
     tracing::info!(job = %cfg.job, ranks = cfg.ranks, steps = cfg.steps, agent = agent_url, "simulation started");

@@ -101,6 +101,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "0012_kernel_configs",
         sql: include_str!("../../schema/0012_kernel_configs.sql"),
     },
+    Migration {
+        version: 16,
+        name: "0016_job_owners",
+        sql: include_str!("../../schema/0016_job_owners.sql"),
+    },
 ];
 
 const CREATE_TABLE_SQL: &str = include_str!("../../queries/schema_migrations.sql");
@@ -346,6 +351,7 @@ mod tests {
             (10, "0010_operator_stats", "fnv1a64:b4f23a2fa7274377"),
             (11, "0011_memory_stats", "fnv1a64:ce1dfb428c43ce4c"),
             (12, "0012_kernel_configs", "fnv1a64:6b229c6b83886f75"),
+            (16, "0016_job_owners", "fnv1a64:49c457df14c43943"),
         ];
         let actual: Vec<(u32, &str, String)> = MIGRATIONS
             .iter()

@@ -2,8 +2,11 @@
 //! unfinalized steps and the straggler window of every running job; this
 //! rebuilds both from ClickHouse before the collector accepts batches again.
 //!
-//! In: at start-up, the jobs with a step marker in the last
-//! `recover_horizon_secs` (`[stream]`). Per job, [`load`] reads
+//! In: a job whose first batch reaches this collector (`crate::ownership`:
+//! after a restart, or a job moved here from another collector); at
+//! start-up [`load`] reads only the uncommitted batches of the last
+//! `recover_horizon_secs` (`[stream]`) and the firing alerts. Per job,
+//! [`load_job`] reads
 //! - the last finalized step F (highest `step_breakdown` step),
 //! - the finalized breakdowns of a replay window before F: they are fed to a
 //!   fresh `StragglerTracker` in step order, which rebuilds its window and
@@ -85,13 +88,14 @@ pub struct Recovered {
     pub stats: RecoverStats,
 }
 
-/// Reads what was live `recover_horizon_secs` before `now_ns` (nothing
-/// when the horizon is 0): the uncommitted batches, the running jobs'
-/// snapshots (without the rows of those batches) and the firing alerts.
+/// Reads what a start-up needs from the last `recover_horizon_secs` before
+/// `now_ns` (nothing when the horizon is 0): the uncommitted batches and
+/// the firing alerts. `jobs` stays empty: each job is rebuilt by
+/// [`load_job`] when its first batch arrives (`crate::ownership`).
 pub async fn load(
     store: &Store,
     cfg: &StreamConfig,
-    policy: &StragglerPolicy,
+    _policy: &StragglerPolicy,
     now_ns: u64,
 ) -> Result<Recovered, StoreError> {
     if cfg.recover_horizon_secs == 0 {
@@ -99,14 +103,10 @@ pub async fn load(
     }
     let since = now_ns.saturating_sub(cfg.recover_horizon_secs.saturating_mul(1_000_000_000));
     let uncommitted = store.uncommitted_batches(since).await?;
-    let (jobs, stats) = load_jobs(
-        store,
-        cfg,
-        policy,
-        &uncommitted.iter().cloned().collect(),
-        since,
-    )
-    .await?;
+    // Jobs are not rebuilt here: a collector rebuilds a job when its first
+    // batch arrives (`crate::ownership`), so a restarted collector never
+    // holds a job another collector took over while it was down.
+    let (jobs, stats) = (Vec::new(), RecoverStats::default());
     let firing = store.alerts(None, true).await?;
     Ok(Recovered {
         jobs,
@@ -116,19 +116,20 @@ pub async fn load(
     })
 }
 
-/// The snapshots of the jobs with a step marker since `since`.
-async fn load_jobs(
+/// The snapshot of one job (`None`: over `recover_max_rows`, logged and
+/// counted in `stats`). A collector taking over a job from another
+/// (`crate::ownership`) rebuilds it with this too.
+pub async fn load_job(
     store: &Store,
     cfg: &StreamConfig,
     policy: &StragglerPolicy,
     uncommitted: &HashSet<BatchKey>,
-    since: u64,
-) -> Result<(Vec<JobSnapshot>, RecoverStats), StoreError> {
-    let mut stats = RecoverStats::default();
+    job: &str,
+    stats: &mut RecoverStats,
+) -> Result<Option<JobSnapshot>, StoreError> {
     let limit = cfg.recover_max_rows;
-    let mut out = Vec::new();
-    for j in store.recover_jobs(since).await? {
-        let job = j.job_id;
+    let job = job.to_owned();
+    {
         let last_finalized = store.last_finalized_step(&job).await?;
         let next = last_finalized.map_or(0, |f| f + 1);
         let markers = store.recover_markers(&job, next, limit + 1).await?;
@@ -139,7 +140,7 @@ async fn load_jobs(
                 "not rebuilding live state: too many step markers after the last finalized step"
             );
             stats.jobs_skipped += 1;
-            continue;
+            return Ok(None);
         }
         let since_ns = markers.iter().map(|m| m.ts_ns).min().unwrap_or(u64::MAX);
         let (kernels, spans, collectives) = if markers.is_empty() {
@@ -157,7 +158,7 @@ async fn load_jobs(
                 "not rebuilding live state: too many events after the last finalized step"
             );
             stats.jobs_skipped += 1;
-            continue;
+            return Ok(None);
         }
         // Rows of batches a killed collector stored in part are left out:
         // those batches come again and reach analytics whole.
@@ -191,7 +192,7 @@ async fn load_jobs(
         stats.jobs += 1;
         stats.events_replayed +=
             (markers.len() + kernels.len() + spans.len() + collectives.len()) as u64;
-        out.push(JobSnapshot {
+        Ok(Some(JobSnapshot {
             job,
             last_finalized,
             ranks,
@@ -201,9 +202,8 @@ async fn load_jobs(
             kernels,
             spans,
             collectives,
-        });
+        }))
     }
-    Ok((out, stats))
 }
 
 /// The straggler tracker, the what-if history (the last `recent` steps'

@@ -69,6 +69,12 @@ impl<T> Reorder<T> {
         }
     }
 
+    /// Forgets `session` (its job moved to another collector): when it
+    /// comes back it starts where its first submission says, as a new one.
+    pub fn forget(&mut self, session: &(String, u64)) {
+        self.sessions.remove(session);
+    }
+
     /// [`Reorder::push_from`] where a session not seen yet starts at `seq`
     /// (the tests' shorthand).
     #[cfg(test)]

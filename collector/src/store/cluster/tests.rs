@@ -89,6 +89,10 @@ const SCHEMA: &[(&str, &[Expect])] = &[
         "0012_kernel_configs",
         &[Create("kernel_configs", JOB, "MergeTree")],
     ),
+    (
+        "0016_job_owners",
+        &[Create("job_owners", JOB, "ReplacingMergeTree")],
+    ),
 ];
 
 fn schema() -> ClusterSchema {
