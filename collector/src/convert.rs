@@ -518,6 +518,7 @@ pub fn stream_input(batch: &proto::AgentBatch) -> StreamInput {
     StreamInput {
         groups,
         gpu: gpu_obs(batch),
+        memory: memory_obs(batch),
     }
 }
 
@@ -579,8 +580,10 @@ pub fn dtype_name(dtype: i32) -> &'static str {
     }
 }
 
+mod memory;
 mod names;
 mod samples;
 
 use names::NameTable;
+pub use memory::memory_obs;
 pub use samples::{gpu_obs, sample_rows};

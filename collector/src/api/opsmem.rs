@@ -23,5 +23,5 @@ mod live;
 mod memory;
 mod ops;
 
-pub(super) use memory::{memory, MemoryQuery};
+pub(super) use memory::{job_live, memory, MemoryQuery};
 pub(super) use ops::{ops, OpsQuery};

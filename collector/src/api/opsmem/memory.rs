@@ -71,6 +71,25 @@ fn device_name(d: i32) -> String {
     }
 }
 
+/// The live view of `job` (`peaks` = its `peak` memory rows) and whether it
+/// has RSS samples / SDK device peaks at all.
+pub(in crate::api) async fn job_live(
+    st: &ApiState,
+    job: &str,
+    peaks: &[MemStat],
+    rank: Option<u32>,
+) -> Result<(super::live::Live, bool, bool), ApiError> {
+    let rss = st.store.job_rank_rss(job).await?;
+    let sdk_peaks: Vec<MemStat> = peaks.iter().filter(|p| p.per_step != 0).cloned().collect();
+    if rss.is_empty() && sdk_peaks.is_empty() {
+        return Ok((super::live::Live::default(), false, false));
+    }
+    let windows = st.store.job_step_windows(job).await?;
+    let nodes = st.store.job_node_memory(job).await?;
+    let live = super::live::live(&windows, &rss, &nodes, &sdk_peaks, rank);
+    Ok((live, !rss.is_empty(), !sdk_peaks.is_empty()))
+}
+
 pub(in crate::api) async fn memory(
     State(st): State<ApiState>,
     Path(job): Path<String>,
@@ -83,21 +102,9 @@ pub(in crate::api) async fn memory(
     } else {
         Vec::new()
     };
-    let rss = st.store.job_rank_rss(&job).await?;
-    let sdk_peaks: Vec<MemStat> = peaks_all
-        .iter()
-        .filter(|p| p.per_step != 0)
-        .cloned()
-        .collect();
-    let live = if rss.is_empty() && sdk_peaks.is_empty() {
-        super::live::Live::default()
-    } else {
-        let windows = st.store.job_step_windows(&job).await?;
-        let nodes = st.store.job_node_memory(&job).await?;
-        super::live::live(&windows, &rss, &nodes, &sdk_peaks, q.rank)
-    };
+    let (live, rss_seen, sdk_seen) = job_live(&st, &job, &peaks_all, q.rank).await?;
     let traced = peaks_all.iter().any(|p| p.per_step == 0);
-    if !traced && rss.is_empty() && sdk_peaks.is_empty() {
+    if !traced && !rss_seen && !sdk_seen {
         st.require_job(&job, true).await?;
     }
     let mut notes = Vec::new();
@@ -120,7 +127,7 @@ pub(in crate::api) async fn memory(
         p.1 = p.1.max(r.reserved_bytes);
     }
     if let Some(rank) = q.rank {
-        if peaks.is_empty() && live.max_rank.is_none() && (traced || !rss.is_empty()) {
+        if peaks.is_empty() && live.max_rank.is_none() && (traced || rss_seen) {
             return Err(ApiError(
                 StatusCode::NOT_FOUND,
                 format!("job {job:?} has no memory records of rank {rank}"),
