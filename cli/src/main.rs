@@ -290,9 +290,15 @@ struct MemoryArgs {
     /// The per-operator memory table.
     #[arg(long)]
     ops: bool,
-    /// Allocation/release events.
+    /// Allocation/release events (ts, device, bytes, totals, operator).
     #[arg(long)]
     events: bool,
+    /// With --events: at most this many (1..=100000).
+    #[arg(long, visible_alias = "top", default_value_t = 1000)]
+    limit: u64,
+    /// With --events: skip this many first.
+    #[arg(long, default_value_t = 0)]
+    offset: u64,
     /// Output format.
     #[arg(long, value_enum, default_value_t = OutputFormat::Table)]
     format: OutputFormat,
@@ -781,12 +787,22 @@ async fn run(cli: Cli) -> Result<()> {
         }
         Command::Memory(a) => {
             use rankscope_cli::query::opsmem as views;
-            let v = views::memory(&http(), &cli.collector, &a.job, a.rank, a.ops, a.events).await?;
+            let events = a.events.then_some((a.limit, a.offset));
+            let v = views::memory(&http(), &cli.collector, &a.job, a.rank, a.ops, events).await?;
             if a.format == OutputFormat::Json {
                 println!("{}", serde_json::to_string_pretty(&v)?);
             } else {
                 let traced = v["peaks"].as_array().is_some_and(|p| !p.is_empty());
-                let (key, cols) = if a.ops {
+                let (key, cols) = if a.events {
+                    if a.format == OutputFormat::Table {
+                        println!(
+                            "{} events in all; from {}",
+                            v["events_total"].as_u64().unwrap_or(0),
+                            a.offset
+                        );
+                    }
+                    ("events", views::EVENTS)
+                } else if a.ops {
                     ("ops", views::MEMORY_OPS)
                 } else if !traced && v["live"]["ranks"].as_array().is_some_and(|r| !r.is_empty()) {
                     if let (Some(s), OutputFormat::Table) = (views::live_summary(&v), a.format) {

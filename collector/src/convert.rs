@@ -253,11 +253,17 @@ fn memory_row(cx: &Ctx<'_>, ev: &proto::Event, received_ns: u64) -> Option<Memor
             r.per_step = u8::from(p.per_step);
         }
         Some(Kind::MemorySample(s)) => {
-            r.kind = Text::from("sample");
+            // A [memory] event: its bytes in `size_increase_bytes`, its
+            // operator in `name`.
+            r.kind = Text::from(if s.event { "event" } else { "sample" });
             r.device = s.device;
             r.allocated_bytes = s.allocated_bytes;
             r.reserved_bytes = s.reserved_bytes;
             r.ts_ns = s.ts_ns;
+            if s.event {
+                r.name = cx.name(s.name_id);
+                r.size_increase_bytes = s.bytes;
+            }
         }
         _ => return None,
     }

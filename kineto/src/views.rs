@@ -1,7 +1,9 @@
 //! The Operator and Memory views of one trace file, computed by the
 //! importer (so imported and daemon traces get them the same way) and sent
 //! as aggregates: `OperatorStat`, `MemoryOpStat`, `MemoryPeak` and
-//! `MemorySample` events after the file's last step.
+//! `MemorySample` events after the file's last step, and each `[memory]`
+//! event itself (`MemorySample` with `event`: ts, device, bytes, totals,
+//! operator; at most [`MAX_MEMORY_EVENTS`] per file).
 //!
 //! In: the scan pass's raw events (this collector rides along with it:
 //! no extra read of the file). Out: those events, with the names interned
@@ -38,6 +40,9 @@ use crate::time::us_to_ns;
 /// here: the largest-allocation record of each of this many equal runs of
 /// records, so the peak is always kept).
 pub(crate) const CURVE_POINTS: usize = 2048;
+/// Most `[memory]` events sent one by one per file (the first ones in
+/// time; the curve, peaks and table always cover them all).
+pub(crate) const MAX_MEMORY_EVENTS: usize = 1 << 20;
 /// Most frames kept of an operator's call stack (innermost first).
 const MAX_FRAMES: usize = 32;
 
@@ -292,6 +297,29 @@ impl Collect {
                 ts_ns: base_ns.saturating_add(ts),
                 allocated_bytes: alloc as i64,
                 reserved_bytes: reserved as i64,
+                ..Default::default()
+            })));
+        }
+        // The allocation / release events themselves, each with its
+        // operator (the table's attribution), in time order.
+        let ops = mem::record_operators(&self.hosts, &tree, &self.records);
+        let mut order: Vec<usize> = (0..self.records.len())
+            .filter(|&i| self.records[i].device.is_some())
+            .collect();
+        order.sort_by_key(|&i| self.records[i].ts_ns);
+        order.truncate(MAX_MEMORY_EVENTS);
+        for i in order {
+            let r = &self.records[i];
+            let Some(d) = r.device else { continue };
+            let total = |v: f64| if v.is_finite() { v as i64 } else { -1 };
+            out.push(ev(Kind::MemorySample(proto::MemorySample {
+                device: dev(d),
+                ts_ns: base_ns.saturating_add(r.ts_ns),
+                allocated_bytes: total(r.total_allocated),
+                reserved_bytes: total(r.total_reserved),
+                bytes: r.bytes,
+                name_id: ops[i].map_or(0, |n| id(names, n)),
+                event: true,
             })));
         }
         out

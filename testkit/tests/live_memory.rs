@@ -94,8 +94,14 @@ async fn device_peaks_show_live_and_fire_memory_headroom_only_above_the_share() 
         "one peak per (step, rank): {live}"
     );
     let imb = &live["imbalance"][0];
-    assert_eq!((imb["step"].as_u64(), imb["max_rank"].as_u64()), (Some(0), Some(2)));
-    assert!((imb["imbalance"].as_f64().unwrap() - 76.0 / 40.0).abs() < 1e-9, "{imb}");
+    assert_eq!(
+        (imb["step"].as_u64(), imb["max_rank"].as_u64()),
+        (Some(0), Some(2))
+    );
+    assert!(
+        (imb["imbalance"].as_f64().unwrap() - 76.0 / 40.0).abs() < 1e-9,
+        "{imb}"
+    );
     let r2 = live["ranks"]
         .as_array()
         .unwrap()
@@ -103,7 +109,10 @@ async fn device_peaks_show_live_and_fire_memory_headroom_only_above_the_share() 
         .find(|r| r["rank"] == 2)
         .unwrap();
     let want = 100.0 * (1.0 - last as f64 / DEVICE as f64);
-    assert!((r2["headroom_pct"].as_f64().unwrap() - want).abs() < 1e-9, "{r2}");
+    assert!(
+        (r2["headroom_pct"].as_f64().unwrap() - want).abs() < 1e-9,
+        "{r2}"
+    );
 
     // The alert: rank 2 of the hot job, nothing else.
     let alerts = stack
@@ -115,12 +124,19 @@ async fn device_peaks_show_live_and_fire_memory_headroom_only_above_the_share() 
         .iter()
         .find(|x| x["rule"] == "memory_headroom")
         .unwrap();
-    assert_eq!((a["rank"].as_i64(), a["state"].as_str()), (Some(2), Some("firing")), "{a}");
+    assert_eq!(
+        (a["rank"].as_i64(), a["state"].as_str()),
+        (Some(2), Some("firing")),
+        "{a}"
+    );
     assert_eq!(a["evidence"]["source"], "cuda", "{a}");
     assert_eq!(a["evidence"]["total_bytes"], DEVICE, "{a}");
     assert_eq!(a["evidence"]["max_share"], 0.9, "{a}");
     assert!(
-        a["summary"].as_str().unwrap().contains("95.0% of the device's"),
+        a["summary"]
+            .as_str()
+            .unwrap()
+            .contains("95.0% of the device's"),
         "{a}"
     );
     // The alert task takes its inputs in order: every observation of the
@@ -148,7 +164,10 @@ async fn poll_live(stack: &Stack, job: &str) -> serde_json::Value {
         if v["live"]["steps"].as_array().map_or(0, Vec::len) == (RANKS as u64 * STEPS) as usize {
             return v;
         }
-        assert!(std::time::Instant::now() < deadline, "no live peaks of {job}: {v}");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no live peaks of {job}: {v}"
+        );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }

@@ -197,7 +197,11 @@ async fn bad_input_is_named() {
         ("/api/v1/jobs/nope/annotations", "404", "nope"),
         ("/api/v1/jobs/bad/memory?rank=9", "404", "its ranks: 0, 1"),
         ("/api/v1/jobs/bad/ops?top=10001", "400", "top must be"),
-        ("/api/v1/jobs/bad/ops?group_by=module", "400", "group_by must be"),
+        (
+            "/api/v1/jobs/bad/ops?group_by=module",
+            "400",
+            "group_by must be",
+        ),
     ] {
         let url = format!("http://{}{path}", stack.http_addr());
         let e = http
@@ -212,7 +216,10 @@ async fn bad_input_is_named() {
         let m = stack.api_get(&format!("/api/v1/jobs/bad/memory{q}")).await;
         assert_eq!(m["peaks"].as_array().map(Vec::len), Some(0), "{m}");
         assert!(
-            m["notes"][0].as_str().unwrap_or("").contains("profile_memory"),
+            m["notes"][0]
+                .as_str()
+                .unwrap_or("")
+                .contains("profile_memory"),
             "{m}"
         );
     }

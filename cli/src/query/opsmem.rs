@@ -52,6 +52,17 @@ pub const PEAKS: &[Column] = &[
     col("peak_reserved_bytes", "peak reserved", Kind::Bytes),
 ];
 
+/// `memory --events`: the allocation/release events.
+pub const EVENTS: &[Column] = &[
+    col("rank", "rank", Kind::Plain),
+    col("device", "device", Kind::Plain),
+    col("ts_ns", "ts ns", Kind::Plain),
+    col("bytes", "bytes", Kind::Plain),
+    col("total_allocated_bytes", "total allocated", Kind::Plain),
+    col("total_reserved_bytes", "total reserved", Kind::Plain),
+    col("operator", "operator", Kind::Name),
+];
+
 /// `memory` of a live job: per rank its peak over the steps.
 pub const LIVE_RANKS: &[Column] = &[
     col("rank", "rank", Kind::Plain),
@@ -134,7 +145,7 @@ pub async fn memory(
     job: &str,
     rank: Option<u32>,
     ops: bool,
-    events: bool,
+    events: Option<(u64, u64)>,
 ) -> Result<Value, HttpError> {
     let mut p = Vec::new();
     if let Some(r) = rank {
@@ -143,8 +154,10 @@ pub async fn memory(
     if ops {
         p.push(("ops", "true".to_owned()));
     }
-    if events {
+    if let Some((limit, offset)) = events {
         p.push(("events", "true".to_owned()));
+        p.push(("limit", limit.to_string()));
+        p.push(("offset", offset.to_string()));
     }
     client.get_json(&url(collector, job, "memory", &p)).await
 }
