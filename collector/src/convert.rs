@@ -590,6 +590,6 @@ mod memory;
 mod names;
 mod samples;
 
-use names::NameTable;
 pub use memory::memory_obs;
+use names::NameTable;
 pub use samples::{gpu_obs, sample_rows};

@@ -461,8 +461,7 @@ impl Stream {
                 self.gpus.push(o);
             }
             for m in input.memory {
-                self.outputs
-                    .alert(crate::alert::AlertInput::RankMemory(m));
+                self.outputs.alert(crate::alert::AlertInput::RankMemory(m));
             }
             for group in input.groups {
                 let job = group.job.clone();

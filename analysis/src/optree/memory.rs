@@ -100,7 +100,12 @@ pub fn peaks(records: &[MemRecord]) -> Vec<(MemDevice, f64, f64)> {
 
 /// The deepest node of `r`'s thread tree with `start <= ts < end`, calling
 /// `visit` on every node the descent passes through (it included).
-fn descend(hosts: &[Host], tree: &Tree, r: &MemRecord, mut visit: impl FnMut(usize)) -> Option<usize> {
+fn descend(
+    hosts: &[Host],
+    tree: &Tree,
+    r: &MemRecord,
+    mut visit: impl FnMut(usize),
+) -> Option<usize> {
     let ti = tree.roots.binary_search_by_key(&r.thread, |x| x.0).ok()?;
     let (rs, re) = tree.root_range[ti];
     if r.ts_ns < rs || r.ts_ns >= re {

@@ -86,11 +86,8 @@ pub(super) async fn memory_items(
         }
     }
     // Per-rank peaks: live when the job has them, else the traces'.
-    let mut per_rank: BTreeMap<u32, u64> = live
-        .ranks
-        .iter()
-        .map(|r| (r.rank, r.peak_bytes))
-        .collect();
+    let mut per_rank: BTreeMap<u32, u64> =
+        live.ranks.iter().map(|r| (r.rank, r.peak_bytes)).collect();
     if per_rank.is_empty() {
         for p in peaks
             .iter()
