@@ -16,8 +16,8 @@ use rankscope_proto::v1 as proto;
 use rankscope_proto::validate::{self, StepState, ValidationError};
 
 use crate::store::{
-    BatchRow, CollectiveRow, KernelConfigRow, KernelRow, LaunchRow, MemoryStatRow, OperatorStatRow,
-    RankRow, RowSet, SpanRow, StepRow, Text,
+    BatchRow, CollectiveRow, KernelConfigRow, KernelRow, LaunchRow, MemoryStatRow,
+    OperatorShapeRow, OperatorStatRow, RankRow, RowSet, SpanRow, StepRow, Text,
 };
 use crate::stream::{RankInput, StreamEvent, StreamInput};
 
@@ -175,6 +175,9 @@ fn push_group(
                     rows.kernel_configs.push(config_row(&cx, k, c));
                 }
             }
+            Some(Kind::OperatorStat(o)) if o.by_shape => {
+                rows.operator_shapes.push(shape_row(&cx, o, received_ns))
+            }
             Some(Kind::OperatorStat(o)) => {
                 rows.operator_stats.push(operator_row(&cx, o, received_ns))
             }
@@ -185,6 +188,36 @@ fn push_group(
             }
             None => {} // rejected by validation
         }
+    }
+}
+
+/// An `operator_shapes` row: [`operator_row`]'s figures keyed by input shape.
+fn shape_row(cx: &Ctx<'_>, o: &proto::OperatorStat, received_ns: u64) -> OperatorShapeRow {
+    let r = operator_row(cx, o, received_ns);
+    OperatorShapeRow {
+        job_id: r.job_id,
+        run_id: r.run_id,
+        rank: r.rank,
+        node: r.node,
+        name: r.name,
+        input_shape: o.input_shape.clone(),
+        calls: r.calls,
+        host_self_ns: r.host_self_ns,
+        host_total_ns: r.host_total_ns,
+        device_self_ns: r.device_self_ns,
+        device_total_ns: r.device_total_ns,
+        tc_self_ns: r.tc_self_ns,
+        tc_total_ns: r.tc_total_ns,
+        tc_eligible: r.tc_eligible,
+        runtime_ns: r.runtime_ns,
+        host_total_min_ns: r.host_total_min_ns,
+        host_total_max_ns: r.host_total_max_ns,
+        device_total_min_ns: r.device_total_min_ns,
+        device_total_max_ns: r.device_total_max_ns,
+        ts_ns: r.ts_ns,
+        agent_id: r.agent_id,
+        agent_session: r.agent_session,
+        batch_seq: r.batch_seq,
     }
 }
 

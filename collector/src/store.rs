@@ -60,8 +60,8 @@ pub use recover::{
 };
 pub use rows::{
     AlertRow, BatchRow, BreakdownRow, CollectiveRow, HangRow, KernelConfigRow, KernelRow,
-    LaunchRow, MemoryStatRow, OperatorStatRow, RankRow, RowSet, SpanRow, StepRow, Text, TraceOpRow,
-    TraceRankRow, VerdictRow,
+    LaunchRow, MemoryStatRow, OperatorShapeRow, OperatorStatRow, RankRow, RowSet, SpanRow, StepRow,
+    Text, TraceOpRow, TraceRankRow, VerdictRow,
 };
 pub use writer::{
     spawn_writer, spawn_writer_counting, Queued, TableCounters, WriteError, WriteOutcome,
@@ -222,11 +222,12 @@ pub enum Table {
     KernelConfigs,
     OperatorStats,
     MemoryStats,
+    OperatorShapes,
 }
 
 impl Table {
     /// Every table (the writer stores `ingest_batches` after the event tables).
-    pub const ALL: [Table; 22] = [
+    pub const ALL: [Table; 23] = [
         Table::Steps,
         Table::Spans,
         Table::Collectives,
@@ -249,6 +250,7 @@ impl Table {
         Table::KernelConfigs,
         Table::OperatorStats,
         Table::MemoryStats,
+        Table::OperatorShapes,
     ];
 
     /// The table's name in ClickHouse.
@@ -276,6 +278,7 @@ impl Table {
             Table::KernelConfigs => "kernel_configs",
             Table::OperatorStats => "operator_stats",
             Table::MemoryStats => "memory_stats",
+            Table::OperatorShapes => "operator_shapes",
         }
     }
 
@@ -300,6 +303,7 @@ impl Table {
                 | Table::TraceOps
                 | Table::KernelConfigs
                 | Table::OperatorStats
+                | Table::OperatorShapes
                 | Table::MemoryStats
         )
     }

@@ -54,6 +54,9 @@ pub(crate) struct Collect {
     hosts: Vec<Host>,
     /// Per host: its `Call stack` arg (index into `name_list`), if any.
     host_stack: Vec<Option<u32>>,
+    /// Per host: its `Input Dims` as Python prints them (index into
+    /// `name_list`), if any.
+    host_shape: Vec<Option<u32>>,
     runtimes: Vec<Runtime>,
     devices: Vec<Device>,
     records: Vec<MemRecord>,
@@ -88,9 +91,18 @@ impl Collect {
         id
     }
 
-    fn host(&mut self, thread: u64, span: (u64, u64), name: &str, op: bool, stack: Option<&str>) {
+    fn host(
+        &mut self,
+        thread: u64,
+        span: (u64, u64),
+        name: &str,
+        op: bool,
+        (stack, shape): (Option<&str>, Option<&str>),
+    ) {
         let id = self.name(name);
         let stack = stack.filter(|s| !s.is_empty()).map(|s| self.name(s));
+        let shape = shape.filter(|s| !s.is_empty()).map(|s| self.name(s));
+        self.host_shape.push(shape);
         self.hosts.push(Host {
             thread,
             start_ns: span.0,
@@ -138,7 +150,14 @@ impl EventHandler for Collect {
         match class {
             Class::CpuOp => {
                 let stack = ev.args.call_stack.as_str().map(str::to_owned);
-                self.host(thread, span, name, true, stack.as_deref());
+                let shape = Some(ev.args.input_shape.clone());
+                self.host(
+                    thread,
+                    span,
+                    name,
+                    true,
+                    (stack.as_deref(), shape.as_deref()),
+                );
             }
             Class::CpuAnnotation => {
                 let comm = ["nccl:", "gloo:"].iter().any(|p| {
@@ -150,7 +169,7 @@ impl EventHandler for Collect {
                     })
                 });
                 if name.starts_with("ProfilerStep#") || comm {
-                    self.host(thread, span, name, false, None);
+                    self.host(thread, span, name, false, (None, None));
                 }
             }
             Class::Launch => self.runtimes.push(Runtime {
@@ -168,12 +187,12 @@ impl EventHandler for Collect {
             Class::OtherComplete => {
                 let cat = ev.cat.as_str().unwrap_or("");
                 if cat.eq_ignore_ascii_case("python") {
-                    self.host(thread, span, name, false, None);
+                    self.host(thread, span, name, false, (None, None));
                 } else if cat.eq_ignore_ascii_case("python_function") {
                     let id = self.name(name);
                     self.py.push((thread, span.0, span.1, id));
                     if !matches!(ev.args.python_module_id, Scalar::Absent) {
-                        self.host(thread, span, name, false, None);
+                        self.host(thread, span, name, false, (None, None));
                     }
                 }
             }
@@ -205,28 +224,6 @@ impl Collect {
     pub(crate) fn finish(self, names: &mut Interner, base_ns: u64) -> Vec<proto::Event> {
         let (tree, nodes) = optree::operator_tree(&self.hosts, &self.runtimes, &self.devices);
         let stacks = self.python_stacks(&nodes);
-        let mut agg: HashMap<(u32, String), Agg> = HashMap::new();
-        for (k, n) in nodes.iter().enumerate() {
-            let h = &self.hosts[n.host];
-            let a = agg.entry((h.name, stacks[k].clone())).or_default();
-            if a.calls == 0 {
-                a.host_min = u64::MAX;
-                a.dev_min = u64::MAX;
-                a.tc_eligible = n.tc_eligible;
-            }
-            a.calls += 1;
-            a.host_self += n.host_self_ns;
-            a.host_total += n.host_total_ns;
-            a.runtime += n.runtime_ns;
-            a.device_self += n.device_self_ns;
-            a.device_total += n.device_total_ns;
-            a.tc_self += n.tc_self_ns;
-            a.tc_total += n.tc_total_ns;
-            a.host_min = a.host_min.min(n.host_total_ns);
-            a.host_max = a.host_max.max(n.host_total_ns);
-            a.dev_min = a.dev_min.min(n.device_total_ns);
-            a.dev_max = a.dev_max.max(n.device_total_ns);
-        }
         let mut ids: Vec<u32> = vec![u32::MAX; self.name_list.len()];
         let mut id = |names: &mut Interner, k: u32| {
             let slot = &mut ids[k as usize];
@@ -235,32 +232,49 @@ impl Collect {
             }
             *slot
         };
-        let mut rows: Vec<((u32, String), Agg)> = agg.into_iter().collect();
-        rows.sort_by(|a, b| {
-            (&self.name_list[a.0 .0 as usize], &a.0 .1)
-                .cmp(&(&self.name_list[b.0 .0 as usize], &b.0 .1))
-        });
         let mut out = Vec::new();
         let ev = |k| proto::Event { kind: Some(k) };
         use proto::event::Kind;
-        for ((name, call_stack), a) in rows {
-            out.push(ev(Kind::OperatorStat(Box::new(proto::OperatorStat {
-                name_id: id(names, name),
-                call_stack,
-                calls: a.calls,
-                host_self_ns: a.host_self,
-                host_total_ns: a.host_total,
-                device_self_ns: a.device_self,
-                device_total_ns: a.device_total,
-                tc_self_ns: a.tc_self,
-                tc_total_ns: a.tc_total,
-                tc_eligible: a.tc_eligible,
-                runtime_ns: a.runtime,
-                host_total_min_ns: a.host_min,
-                host_total_max_ns: a.host_max,
-                device_total_min_ns: a.dev_min,
-                device_total_max_ns: a.dev_max,
-            }))));
+        // Rows by (name, call stack); with `Input Dims` in the file, also
+        // by (name, input shape) (`by_shape`).
+        let mut groups = vec![(false, stacks)];
+        if self.host_shape.iter().any(Option::is_some) {
+            let shapes = nodes
+                .iter()
+                .map(|n| {
+                    self.host_shape[n.host]
+                        .map_or_else(|| "[]".to_owned(), |s| self.name_list[s as usize].clone())
+                })
+                .collect();
+            groups.push((true, shapes));
+        }
+        for (by_shape, keys) in groups {
+            for ((name, key), a) in self.aggregate(&nodes, keys) {
+                let (call_stack, input_shape) = if by_shape {
+                    (String::new(), key)
+                } else {
+                    (key, String::new())
+                };
+                out.push(ev(Kind::OperatorStat(Box::new(proto::OperatorStat {
+                    name_id: id(names, name),
+                    call_stack,
+                    calls: a.calls,
+                    host_self_ns: a.host_self,
+                    host_total_ns: a.host_total,
+                    device_self_ns: a.device_self,
+                    device_total_ns: a.device_total,
+                    tc_self_ns: a.tc_self,
+                    tc_total_ns: a.tc_total,
+                    tc_eligible: a.tc_eligible,
+                    runtime_ns: a.runtime,
+                    host_total_min_ns: a.host_min,
+                    host_total_max_ns: a.host_max,
+                    device_total_min_ns: a.dev_min,
+                    device_total_max_ns: a.dev_max,
+                    input_shape,
+                    by_shape,
+                }))));
+            }
         }
         let dev = |d: MemDevice| match d {
             MemDevice::Cpu => -1,
@@ -323,6 +337,39 @@ impl Collect {
             })));
         }
         out
+    }
+
+    /// The operator nodes summed by (name, `keys[node]`), sorted by name
+    /// text then key.
+    fn aggregate(&self, nodes: &[optree::OpNode], keys: Vec<String>) -> Vec<((u32, String), Agg)> {
+        let mut agg: HashMap<(u32, String), Agg> = HashMap::new();
+        for (n, key) in nodes.iter().zip(keys) {
+            let h = &self.hosts[n.host];
+            let a = agg.entry((h.name, key)).or_default();
+            if a.calls == 0 {
+                a.host_min = u64::MAX;
+                a.dev_min = u64::MAX;
+                a.tc_eligible = n.tc_eligible;
+            }
+            a.calls += 1;
+            a.host_self += n.host_self_ns;
+            a.host_total += n.host_total_ns;
+            a.runtime += n.runtime_ns;
+            a.device_self += n.device_self_ns;
+            a.device_total += n.device_total_ns;
+            a.tc_self += n.tc_self_ns;
+            a.tc_total += n.tc_total_ns;
+            a.host_min = a.host_min.min(n.host_total_ns);
+            a.host_max = a.host_max.max(n.host_total_ns);
+            a.dev_min = a.dev_min.min(n.device_total_ns);
+            a.dev_max = a.dev_max.max(n.device_total_ns);
+        }
+        let mut rows: Vec<((u32, String), Agg)> = agg.into_iter().collect();
+        rows.sort_by(|a, b| {
+            (&self.name_list[a.0 .0 as usize], &a.0 .1)
+                .cmp(&(&self.name_list[b.0 .0 as usize], &b.0 .1))
+        });
+        rows
     }
 
     /// Per operator node: its `Call stack` arg, else the `python_function`

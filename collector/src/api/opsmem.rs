@@ -9,6 +9,10 @@
 //!   with the median over ranks, the max and its rank. Sorted like the
 //!   plugin: device self time descending when the job has device time, else
 //!   host self. Answer `{"job", "rank", "group_by", "rows", "notes"}`.
+//!   `group_by=shape`: rows per (operator, input shape), the plugin's
+//!   "Operator + Input Shape" (`operator_shapes`; `input_shape` = `Input
+//!   Dims` as Python prints the list); a job whose traces have no shapes
+//!   gets name rows and a note.
 //! - `GET /api/v1/jobs/{job}/memory[?rank=R][&ops=true][&curve=true]`: per
 //!   rank and device the peak allocated / reserved bytes of its traces'
 //!   `[memory]` events, with `ops` the plugin's per-operator memory table,

@@ -14,6 +14,7 @@ const JOB_RANK_RSS_SQL: QueryFile = query_file!("job_rank_rss");
 const JOB_NODE_MEMORY_SQL: QueryFile = query_file!("job_node_memory");
 const STEP_WINDOWS_SQL: QueryFile = query_file!("step_windows");
 const JOB_MEMORY_EVENTS_SQL: QueryFile = query_file!("job_memory_events");
+const JOB_OPERATOR_SHAPES_SQL: QueryFile = query_file!("job_operator_shapes");
 const JOB_MEMORY_EVENTS_COUNT_SQL: QueryFile = query_file!("job_memory_events_count");
 
 /// One `[memory]` event of a trace (`memory_stats` kind `event`).
@@ -155,6 +156,16 @@ impl Store {
             .fetch_all()
             .await
             .map_err(StoreError::query("job memory stats"))
+    }
+
+    /// Operator figures of `job` per (rank, name, input shape), the shape
+    /// in `call_stack` (`operator_shapes`, migration 0014).
+    pub async fn job_operator_shapes(&self, job: &str) -> Result<Vec<OpStat>, StoreError> {
+        self.read(JOB_OPERATOR_SHAPES_SQL)
+            .bind(job)
+            .fetch_all()
+            .await
+            .map_err(StoreError::query("job operator shapes"))
     }
 
     /// `limit` `[memory]` events of `job` (one rank or all) from `offset`

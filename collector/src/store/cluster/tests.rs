@@ -89,6 +89,10 @@ const SCHEMA: &[(&str, &[Expect])] = &[
         "0012_kernel_configs",
         &[Create("kernel_configs", JOB, "MergeTree")],
     ),
+    (
+        "0014_operator_shapes",
+        &[Create("operator_shapes", JOB, "MergeTree")],
+    ),
 ];
 
 fn schema() -> ClusterSchema {
