@@ -778,7 +778,8 @@ async fn run(cli: Cli) -> Result<()> {
                 } else {
                     views::JOB_OPS
                 };
-                print!("{}", columns::render(&rows, cols, a.format));
+                let cols = views::with_shape(&rows, cols);
+                print!("{}", columns::render(&rows, &cols, a.format));
                 for n in v["notes"].as_array().into_iter().flatten() {
                     eprintln!("note: {}", n.as_str().unwrap_or(""));
                 }

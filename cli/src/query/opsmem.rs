@@ -29,6 +29,19 @@ pub const RANK_OPS: &[Column] = &[
     col("device_ratio_pct", "dev %", Kind::Pct),
 ];
 
+/// `ops --group-by shape`: the input shape column, after the name.
+pub const INPUT_SHAPE: Column = col("input_shape", "input shape", Kind::Plain);
+
+/// `cols` with the input shape column after the name when the rows carry
+/// one (`--group-by shape` of traces with `Input Dims`).
+pub fn with_shape(rows: &[Value], cols: &[Column]) -> Vec<Column> {
+    let mut out = cols.to_vec();
+    if rows.iter().any(|r| r.get("input_shape").is_some()) {
+        out.insert(1, INPUT_SHAPE);
+    }
+    out
+}
+
 /// `ops` without `--rank`: one row per operator across the ranks.
 pub const JOB_OPS: &[Column] = &[
     col("name", "operator", Kind::Name),
