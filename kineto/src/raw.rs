@@ -282,8 +282,8 @@ impl<'de> Visitor<'de> for ArgsSeed<'_> {
             match k {
                 ARG_INPUT_DIMS => {
                     let v: serde_json::Value = map.next_value()?;
-                    a.input_dims = InputDims::deserialize(&v)
-                        .map_err(|e| <A::Error as de::Error>::custom(e))?;
+                    a.input_dims =
+                        InputDims::deserialize(&v).map_err(<A::Error as de::Error>::custom)?;
                     a.input_shape.clear();
                     super::shapes::shape_text_of(&v, &mut a.input_shape);
                 }
