@@ -149,6 +149,45 @@ async fn device_peaks_show_live_and_fire_memory_headroom_only_above_the_share() 
         .api_get(&format!("/api/v1/alerts?job={balanced}"))
         .await;
     assert_eq!(none["alerts"].as_array().map(Vec::len), Some(0), "{none}");
+
+    // advice: the memory rules from the same peaks.
+    let adv = stack.api_get(&format!("/api/v1/jobs/{hot}/advice")).await;
+    let items = adv["advice"].as_array().unwrap();
+    let item = |rule: &str| {
+        items
+            .iter()
+            .find(|i| i["rule"] == rule)
+            .unwrap_or_else(|| panic!("no {rule}: {adv}"))
+    };
+    let near = item("memory_near_capacity");
+    assert_eq!(near["ranks"], serde_json::json!([2]), "{near}");
+    let want = 100.0 * last as f64 / DEVICE as f64;
+    assert!(
+        (near["figure"].as_f64().unwrap() - want).abs() < 1e-9,
+        "{near}"
+    );
+    let imb = item("memory_imbalance");
+    assert_eq!(imb["ranks"], serde_json::json!([2]), "{imb}");
+    let med = (40 * GIB + (STEPS - 1) * 1_048_576) as f64;
+    assert!(
+        (imb["figure"].as_f64().unwrap() - last as f64 / med).abs() < 1e-9,
+        "{imb}"
+    );
+    let calm = stack
+        .api_get(&format!("/api/v1/jobs/{balanced}/advice"))
+        .await;
+    assert!(
+        calm["advice"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|i| !i["rule"].as_str().unwrap().starts_with("memory")),
+        "{calm}"
+    );
+    assert!(
+        calm["not_evaluated"].as_array().unwrap().is_empty(),
+        "{calm}"
+    );
     stack.stop().await;
 }
 
