@@ -150,14 +150,8 @@ impl EventHandler for Collect {
         match class {
             Class::CpuOp => {
                 let stack = ev.args.call_stack.as_str().map(str::to_owned);
-                let shape = Some(ev.args.input_shape.clone());
-                self.host(
-                    thread,
-                    span,
-                    name,
-                    true,
-                    (stack.as_deref(), shape.as_deref()),
-                );
+                let shape = Some(ev.args.input_shape.as_str());
+                self.host(thread, span, name, true, (stack.as_deref(), shape));
             }
             Class::CpuAnnotation => {
                 let comm = ["nccl:", "gloo:"].iter().any(|p| {
