@@ -36,6 +36,8 @@ use crate::raw::{EventHandler, RawEvent};
 use crate::scalar::{Num, Scalar};
 use crate::time::us_to_ns;
 
+mod agg;
+
 /// Most memory-curve points per device (the plugin keeps 10240 by LTTB;
 /// here: the largest-allocation record of each of this many equal runs of
 /// records, so the peak is always kept).
@@ -195,23 +197,6 @@ impl EventHandler for Collect {
     }
 }
 
-#[derive(Default)]
-struct Agg {
-    calls: u64,
-    host_self: i64,
-    host_total: u64,
-    runtime: u64,
-    device_self: u64,
-    device_total: u64,
-    tc_self: u64,
-    tc_total: u64,
-    tc_eligible: bool,
-    host_min: u64,
-    host_max: u64,
-    dev_min: u64,
-    dev_max: u64,
-}
-
 impl Collect {
     /// The view events (name ids are `names`' ids; times absolute with
     /// `base_ns`), in a deterministic order.
@@ -243,7 +228,7 @@ impl Collect {
             groups.push((true, shapes));
         }
         for (by_shape, keys) in groups {
-            for ((name, key), a) in self.aggregate(&nodes, keys) {
+            for ((name, key), a) in agg::aggregate(&self.hosts, &self.name_list, &nodes, keys) {
                 let (call_stack, input_shape) = if by_shape {
                     (String::new(), key)
                 } else {
@@ -331,39 +316,6 @@ impl Collect {
             })));
         }
         out
-    }
-
-    /// The operator nodes summed by (name, `keys[node]`), sorted by name
-    /// text then key.
-    fn aggregate(&self, nodes: &[optree::OpNode], keys: Vec<String>) -> Vec<((u32, String), Agg)> {
-        let mut agg: HashMap<(u32, String), Agg> = HashMap::new();
-        for (n, key) in nodes.iter().zip(keys) {
-            let h = &self.hosts[n.host];
-            let a = agg.entry((h.name, key)).or_default();
-            if a.calls == 0 {
-                a.host_min = u64::MAX;
-                a.dev_min = u64::MAX;
-                a.tc_eligible = n.tc_eligible;
-            }
-            a.calls += 1;
-            a.host_self += n.host_self_ns;
-            a.host_total += n.host_total_ns;
-            a.runtime += n.runtime_ns;
-            a.device_self += n.device_self_ns;
-            a.device_total += n.device_total_ns;
-            a.tc_self += n.tc_self_ns;
-            a.tc_total += n.tc_total_ns;
-            a.host_min = a.host_min.min(n.host_total_ns);
-            a.host_max = a.host_max.max(n.host_total_ns);
-            a.dev_min = a.dev_min.min(n.device_total_ns);
-            a.dev_max = a.dev_max.max(n.device_total_ns);
-        }
-        let mut rows: Vec<((u32, String), Agg)> = agg.into_iter().collect();
-        rows.sort_by(|a, b| {
-            (&self.name_list[a.0 .0 as usize], &a.0 .1)
-                .cmp(&(&self.name_list[b.0 .0 as usize], &b.0 .1))
-        });
-        rows
     }
 
     /// Per operator node: its `Call stack` arg, else the `python_function`
