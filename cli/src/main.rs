@@ -299,6 +299,9 @@ struct MemoryArgs {
     /// With --events: skip this many first.
     #[arg(long, default_value_t = 0)]
     offset: u64,
+    /// A live job: per (step, rank) peaks instead of per rank.
+    #[arg(long)]
+    steps: bool,
     /// Output format.
     #[arg(long, value_enum, default_value_t = OutputFormat::Table)]
     format: OutputFormat,
@@ -805,6 +808,8 @@ async fn run(cli: Cli) -> Result<()> {
                     ("events", views::EVENTS)
                 } else if a.ops {
                     ("ops", views::MEMORY_OPS)
+                } else if a.steps {
+                    ("steps", views::LIVE_STEPS)
                 } else if !traced && v["live"]["ranks"].as_array().is_some_and(|r| !r.is_empty()) {
                     if let (Some(s), OutputFormat::Table) = (views::live_summary(&v), a.format) {
                         println!("{s}");
@@ -813,7 +818,9 @@ async fn run(cli: Cli) -> Result<()> {
                 } else {
                     ("peaks", views::PEAKS)
                 };
-                let rows = if key == "live" {
+                let rows = if key == "steps" {
+                    v["live"]["steps"].as_array().cloned().unwrap_or_default()
+                } else if key == "live" {
                     v["live"]["ranks"].as_array().cloned().unwrap_or_default()
                 } else {
                     v[key].as_array().cloned().unwrap_or_default()

@@ -114,6 +114,42 @@ async fn device_peaks_show_live_and_fire_memory_headroom_only_above_the_share() 
         "{r2}"
     );
 
+    // The CLI: per-rank table naming rank 2, and per (step, rank) peaks.
+    let bin = std::env::current_exe()
+        .expect("test exe")
+        .parent()
+        .and_then(std::path::Path::parent)
+        .expect("target dir")
+        .join("rankscope");
+    let collector = format!("http://{}", stack.http_addr());
+    let out = std::process::Command::new(&bin)
+        .args(["--collector", &collector, "memory", "--job", hot])
+        .output()
+        .expect("rankscope memory");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{out:?}");
+    assert!(text.contains("largest peak: rank 2"), "{text}");
+    let out = std::process::Command::new(&bin)
+        .args([
+            "--collector",
+            &collector,
+            "memory",
+            "--job",
+            hot,
+            "--steps",
+            "--format",
+            "csv",
+        ])
+        .output()
+        .expect("rankscope memory --steps");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 1 + (RANKS as u64 * STEPS) as usize, "{text}");
+    assert!(
+        lines.contains(&format!("{},2,cuda,{last}", STEPS - 1).as_str()),
+        "{text}"
+    );
+
     // The alert: rank 2 of the hot job, nothing else.
     let alerts = stack
         .api_poll(&format!("/api/v1/alerts?job={hot}"), "alerts", |a| {

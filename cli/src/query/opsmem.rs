@@ -85,6 +85,14 @@ pub const LIVE_RANKS: &[Column] = &[
     col("headroom_pct", "headroom %", Kind::Pct),
 ];
 
+/// `memory --steps` of a live job: per (step, rank) its peak.
+pub const LIVE_STEPS: &[Column] = &[
+    col("step", "step", Kind::Plain),
+    col("rank", "rank", Kind::Plain),
+    col("source", "source", Kind::Plain),
+    col("peak_bytes", "peak", Kind::Plain),
+];
+
 /// The line above the live table: the max rank and the worst imbalance.
 pub fn live_summary(v: &Value) -> Option<String> {
     let l = &v["live"];
