@@ -291,9 +291,18 @@ struct MemoryArgs {
     /// The per-operator memory table.
     #[arg(long)]
     ops: bool,
-    /// Allocation/release events.
+    /// Allocation/release events (ts, device, bytes, totals, operator).
     #[arg(long)]
     events: bool,
+    /// With --events: at most this many (1..=100000).
+    #[arg(long, visible_alias = "top", default_value_t = 1000)]
+    limit: u64,
+    /// With --events: skip this many first.
+    #[arg(long, default_value_t = 0)]
+    offset: u64,
+    /// A live job: per (step, rank) peaks instead of per rank.
+    #[arg(long)]
+    steps: bool,
     /// Output format.
     #[arg(long, value_enum, default_value_t = OutputFormat::Table)]
     format: OutputFormat,
@@ -793,7 +802,8 @@ async fn run(cli: Cli) -> Result<()> {
                 } else {
                     views::JOB_OPS
                 };
-                print!("{}", columns::render(&rows, cols, a.format));
+                let cols = views::with_shape(&rows, cols);
+                print!("{}", columns::render(&rows, &cols, a.format));
                 for n in v["notes"].as_array().into_iter().flatten() {
                     eprintln!("note: {}", n.as_str().unwrap_or(""));
                 }
@@ -802,13 +812,25 @@ async fn run(cli: Cli) -> Result<()> {
         }
         Command::Memory(a) => {
             use rankscope_cli::query::opsmem as views;
-            let v = views::memory(&http(), &cli.collector, &a.job, a.rank, a.ops, a.events).await?;
+            let events = a.events.then_some((a.limit, a.offset));
+            let v = views::memory(&http(), &cli.collector, &a.job, a.rank, a.ops, events).await?;
             if a.format == OutputFormat::Json {
                 println!("{}", serde_json::to_string_pretty(&v)?);
             } else {
                 let traced = v["peaks"].as_array().is_some_and(|p| !p.is_empty());
-                let (key, cols) = if a.ops {
+                let (key, cols) = if a.events {
+                    if a.format == OutputFormat::Table {
+                        println!(
+                            "{} events in all; from {}",
+                            v["events_total"].as_u64().unwrap_or(0),
+                            a.offset
+                        );
+                    }
+                    ("events", views::EVENTS)
+                } else if a.ops {
                     ("ops", views::MEMORY_OPS)
+                } else if a.steps {
+                    ("steps", views::LIVE_STEPS)
                 } else if !traced && v["live"]["ranks"].as_array().is_some_and(|r| !r.is_empty()) {
                     if let (Some(s), OutputFormat::Table) = (views::live_summary(&v), a.format) {
                         println!("{s}");
@@ -817,7 +839,9 @@ async fn run(cli: Cli) -> Result<()> {
                 } else {
                     ("peaks", views::PEAKS)
                 };
-                let rows = if key == "live" {
+                let rows = if key == "steps" {
+                    v["live"]["steps"].as_array().cloned().unwrap_or_default()
+                } else if key == "live" {
                     v["live"]["ranks"].as_array().cloned().unwrap_or_default()
                 } else {
                     v[key].as_array().cloned().unwrap_or_default()

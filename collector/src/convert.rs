@@ -16,8 +16,8 @@ use rankscope_proto::v1 as proto;
 use rankscope_proto::validate::{self, StepState, ValidationError};
 
 use crate::store::{
-    BatchRow, CollectiveRow, KernelConfigRow, KernelRow, LaunchRow, MemoryStatRow, OperatorStatRow,
-    RankRow, RowSet, SpanRow, StepRow, Text,
+    BatchRow, CollectiveRow, KernelConfigRow, KernelRow, LaunchRow, MemoryStatRow,
+    OperatorShapeRow, OperatorStatRow, RankRow, RowSet, SpanRow, StepRow, Text,
 };
 use crate::stream::{RankInput, StreamEvent, StreamInput};
 
@@ -175,6 +175,9 @@ fn push_group(
                     rows.kernel_configs.push(config_row(&cx, k, c));
                 }
             }
+            Some(Kind::OperatorStat(o)) if o.by_shape => {
+                rows.operator_shapes.push(shape_row(&cx, o, received_ns))
+            }
             Some(Kind::OperatorStat(o)) => {
                 rows.operator_stats.push(operator_row(&cx, o, received_ns))
             }
@@ -185,6 +188,36 @@ fn push_group(
             }
             None => {} // rejected by validation
         }
+    }
+}
+
+/// An `operator_shapes` row: [`operator_row`]'s figures keyed by input shape.
+fn shape_row(cx: &Ctx<'_>, o: &proto::OperatorStat, received_ns: u64) -> OperatorShapeRow {
+    let r = operator_row(cx, o, received_ns);
+    OperatorShapeRow {
+        job_id: r.job_id,
+        run_id: r.run_id,
+        rank: r.rank,
+        node: r.node,
+        name: r.name,
+        input_shape: o.input_shape.clone(),
+        calls: r.calls,
+        host_self_ns: r.host_self_ns,
+        host_total_ns: r.host_total_ns,
+        device_self_ns: r.device_self_ns,
+        device_total_ns: r.device_total_ns,
+        tc_self_ns: r.tc_self_ns,
+        tc_total_ns: r.tc_total_ns,
+        tc_eligible: r.tc_eligible,
+        runtime_ns: r.runtime_ns,
+        host_total_min_ns: r.host_total_min_ns,
+        host_total_max_ns: r.host_total_max_ns,
+        device_total_min_ns: r.device_total_min_ns,
+        device_total_max_ns: r.device_total_max_ns,
+        ts_ns: r.ts_ns,
+        agent_id: r.agent_id,
+        agent_session: r.agent_session,
+        batch_seq: r.batch_seq,
     }
 }
 
@@ -253,11 +286,17 @@ fn memory_row(cx: &Ctx<'_>, ev: &proto::Event, received_ns: u64) -> Option<Memor
             r.per_step = u8::from(p.per_step);
         }
         Some(Kind::MemorySample(s)) => {
-            r.kind = Text::from("sample");
+            // A [memory] event: its bytes in `size_increase_bytes`, its
+            // operator in `name`.
+            r.kind = Text::from(if s.event { "event" } else { "sample" });
             r.device = s.device;
             r.allocated_bytes = s.allocated_bytes;
             r.reserved_bytes = s.reserved_bytes;
             r.ts_ns = s.ts_ns;
+            if s.event {
+                r.name = cx.name(s.name_id);
+                r.size_increase_bytes = s.bytes;
+            }
         }
         _ => return None,
     }
@@ -518,6 +557,7 @@ pub fn stream_input(batch: &proto::AgentBatch) -> StreamInput {
     StreamInput {
         groups,
         gpu: gpu_obs(batch),
+        memory: memory_obs(batch),
     }
 }
 
@@ -579,8 +619,10 @@ pub fn dtype_name(dtype: i32) -> &'static str {
     }
 }
 
+mod memory;
 mod names;
 mod samples;
 
+pub use memory::memory_obs;
 use names::NameTable;
 pub use samples::{gpu_obs, sample_rows};

@@ -4,7 +4,7 @@
 //! them, its owner, chosen by the agents (rendezvous hashing,
 //! `rankscope_agent::route`). In: the job ids of every batch the ingest
 //! service accepts ([`Ownership::ensure`], before the batch is written);
-//! the `job_owners` table (migration 0016). Out: [`Control`] orders to
+//! the `job_owners` table (migration 0015). Out: [`Control`] orders to
 //! live analytics (take a job over, release one); `job_owners` rows.
 //!
 //! Rules:

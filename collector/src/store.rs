@@ -61,8 +61,8 @@ pub use recover::{
 };
 pub use rows::{
     AlertRow, BatchRow, BreakdownRow, CollectiveRow, HangRow, KernelConfigRow, KernelRow,
-    LaunchRow, MemoryStatRow, OperatorStatRow, RankRow, RowSet, SpanRow, StepRow, Text, TraceOpRow,
-    TraceRankRow, VerdictRow,
+    LaunchRow, MemoryStatRow, OperatorShapeRow, OperatorStatRow, RankRow, RowSet, SpanRow, StepRow,
+    Text, TraceOpRow, TraceRankRow, VerdictRow,
 };
 pub use writer::{
     spawn_writer, spawn_writer_counting, Queued, TableCounters, WriteError, WriteOutcome,
@@ -223,11 +223,12 @@ pub enum Table {
     KernelConfigs,
     OperatorStats,
     MemoryStats,
+    OperatorShapes,
 }
 
 impl Table {
     /// Every table (the writer stores `ingest_batches` after the event tables).
-    pub const ALL: [Table; 22] = [
+    pub const ALL: [Table; 23] = [
         Table::Steps,
         Table::Spans,
         Table::Collectives,
@@ -250,6 +251,7 @@ impl Table {
         Table::KernelConfigs,
         Table::OperatorStats,
         Table::MemoryStats,
+        Table::OperatorShapes,
     ];
 
     /// The table's name in ClickHouse.
@@ -277,6 +279,7 @@ impl Table {
             Table::KernelConfigs => "kernel_configs",
             Table::OperatorStats => "operator_stats",
             Table::MemoryStats => "memory_stats",
+            Table::OperatorShapes => "operator_shapes",
         }
     }
 
@@ -301,6 +304,7 @@ impl Table {
                 | Table::TraceOps
                 | Table::KernelConfigs
                 | Table::OperatorStats
+                | Table::OperatorShapes
                 | Table::MemoryStats
         )
     }

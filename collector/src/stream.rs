@@ -89,6 +89,8 @@ pub struct StreamInput {
     pub groups: Vec<RankInput>,
     /// GPU samples mapped to ranks (straggler evidence).
     pub gpu: Vec<evidence::GpuObs>,
+    /// Memory peaks of ranks (`memory_headroom` alerts).
+    pub memory: Vec<crate::alert::rules::MemoryObs>,
 }
 
 /// Straggler thresholds (see `rankscope_analysis::StragglerPolicy`).
@@ -481,6 +483,7 @@ impl Stream {
             inputs.push(StreamInput {
                 groups: recover::rank_inputs(&snap),
                 gpu: Vec::new(),
+                memory: Vec::new(),
             });
             self.jobs.insert(
                 snap.job,
@@ -506,6 +509,9 @@ impl Stream {
         for input in ready.drain(..) {
             for o in input.gpu {
                 self.gpus.push(o);
+            }
+            for m in input.memory {
+                self.outputs.alert(crate::alert::AlertInput::RankMemory(m));
             }
             for group in input.groups {
                 let job = group.job.clone();

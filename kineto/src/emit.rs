@@ -596,6 +596,7 @@ where
             match &mut ev.kind {
                 Some(Kind::OperatorStat(o)) => o.name_id = self.published.use_name(o.name_id),
                 Some(Kind::MemoryOpStat(m)) => m.name_id = self.published.use_name(m.name_id),
+                Some(Kind::MemorySample(m)) => m.name_id = self.published.use_name(m.name_id),
                 _ => {}
             }
             self.push(ev, names)?;

@@ -110,6 +110,7 @@ pub(crate) fn event(b: &[u8], ev: &mut RawEvent) -> Option<usize> {
     }
     if args_seen & (1 << ARG_INPUT_DIMS) == 0 {
         a.input_dims = Default::default();
+        a.input_shape.clear();
     }
     if args_seen & (1 << ARG_INPUT_TYPES) == 0 {
         a.input_types = Default::default();
@@ -333,7 +334,10 @@ impl<'a> Cursor<'a> {
                     *seen |= 1 << k;
                 }
                 ARG_INPUT_DIMS => {
+                    self.peek()?;
+                    let start = self.i;
                     a.input_dims = self.nested(3)?;
+                    super::shapes::shape_text(&self.b[start..self.i], &mut a.input_shape);
                     *seen |= 1 << ARG_INPUT_DIMS;
                 }
                 ARG_INPUT_TYPES => {

@@ -100,6 +100,9 @@ pub(crate) struct RawArgs {
     pub python_module_id: Scalar,
     pub input_dims: InputDims,
     pub input_types: InputTypes,
+    /// `Input Dims` as Python prints it (`shapes::shape_text`; empty when
+    /// absent): the group key of `ops --group-by shape`.
+    pub input_shape: String,
 }
 
 /// One element of `traceEvents`, with only the fields the importer uses.
@@ -277,7 +280,13 @@ impl<'de> Visitor<'de> for ArgsSeed<'_> {
         let a = self.0;
         while let Some(k) = map.next_key_seed(KeySeed(arg_key))? {
             match k {
-                ARG_INPUT_DIMS => a.input_dims = map.next_value()?,
+                ARG_INPUT_DIMS => {
+                    let v: serde_json::Value = map.next_value()?;
+                    a.input_dims =
+                        InputDims::deserialize(&v).map_err(<A::Error as de::Error>::custom)?;
+                    a.input_shape.clear();
+                    super::shapes::shape_text_of(&v, &mut a.input_shape);
+                }
                 ARG_INPUT_TYPES => a.input_types = map.next_value()?,
                 _ => match arg_scalar(a, k) {
                     Some(slot) => *slot = map.next_value()?,

@@ -227,3 +227,93 @@ mod tests {
         assert_eq!(t.get(99), None);
     }
 }
+
+/// `Input Dims` as Python prints the parsed list (`str(args["Input Dims"])`,
+/// the TensorBoard plugin 0.4.3's "Operator + Input Shape" group key,
+/// `op_agg.py`): `[[3, 4], [], [5]]` — from the JSON bytes of the value
+/// (the flat reader's path). Whitespace is dropped, `,` becomes `, `,
+/// strings take single quotes and `true` / `false` / `null` Python's
+/// names; the bytes have no escapes (the flat reader leaves those to serde).
+pub(crate) fn shape_text(b: &[u8], out: &mut String) {
+    out.clear();
+    let mut i = 0;
+    while i < b.len() {
+        match b[i] {
+            b' ' | b'\t' | b'\n' | b'\r' => {}
+            b',' => out.push_str(", "),
+            b'"' => {
+                let end = b[i + 1..]
+                    .iter()
+                    .position(|&c| c == b'"')
+                    .map_or(b.len(), |p| i + 1 + p);
+                out.push('\'');
+                out.push_str(std::str::from_utf8(&b[i + 1..end]).unwrap_or(""));
+                out.push('\'');
+                i = end;
+            }
+            b't' if b[i..].starts_with(b"true") => {
+                out.push_str("True");
+                i += 3;
+            }
+            b'f' if b[i..].starts_with(b"false") => {
+                out.push_str("False");
+                i += 4;
+            }
+            b'n' if b[i..].starts_with(b"null") => {
+                out.push_str("None");
+                i += 3;
+            }
+            c => out.push(c as char),
+        }
+        i += 1;
+    }
+}
+
+/// [`shape_text`] of a parsed value (serde's path).
+pub(crate) fn shape_text_of(v: &serde_json::Value, out: &mut String) {
+    use serde_json::Value as V;
+    match v {
+        V::Array(a) => {
+            out.push('[');
+            for (k, x) in a.iter().enumerate() {
+                if k > 0 {
+                    out.push_str(", ");
+                }
+                shape_text_of(x, out);
+            }
+            out.push(']');
+        }
+        V::String(s) => {
+            out.push('\'');
+            out.push_str(s);
+            out.push('\'');
+        }
+        V::Bool(true) => out.push_str("True"),
+        V::Bool(false) => out.push_str("False"),
+        V::Null => out.push_str("None"),
+        V::Number(n) => out.push_str(&n.to_string()),
+        V::Object(_) => out.push_str(&v.to_string()),
+    }
+}
+
+#[cfg(test)]
+mod text_tests {
+    use super::*;
+
+    #[test]
+    fn shape_text_prints_the_list_as_python_does_on_both_paths() {
+        for (json, want) in [
+            ("[[3,4], [], [[5], [6, 7]]]", "[[3, 4], [], [[5], [6, 7]]]"),
+            ("[ [ 2 ,3 ] ,\n [] ]", "[[2, 3], []]"),
+            ("[]", "[]"),
+            ("[[1], \"x y\", null, true]", "[[1], 'x y', None, True]"),
+        ] {
+            let mut a = String::new();
+            shape_text(json.as_bytes(), &mut a);
+            assert_eq!(a, want);
+            let mut b = String::new();
+            shape_text_of(&serde_json::from_str(json).unwrap(), &mut b);
+            assert_eq!(b, want);
+        }
+    }
+}

@@ -1,7 +1,9 @@
 //! The Operator and Memory views of one trace file, computed by the
 //! importer (so imported and daemon traces get them the same way) and sent
 //! as aggregates: `OperatorStat`, `MemoryOpStat`, `MemoryPeak` and
-//! `MemorySample` events after the file's last step.
+//! `MemorySample` events after the file's last step, and each `[memory]`
+//! event itself (`MemorySample` with `event`: ts, device, bytes, totals,
+//! operator; at most [`MAX_MEMORY_EVENTS`] per file).
 //!
 //! In: the scan pass's raw events (this collector rides along with it:
 //! no extra read of the file). Out: those events, with the names interned
@@ -34,10 +36,15 @@ use crate::raw::{EventHandler, RawEvent};
 use crate::scalar::{Num, Scalar};
 use crate::time::us_to_ns;
 
+mod agg;
+
 /// Most memory-curve points per device (the plugin keeps 10240 by LTTB;
 /// here: the largest-allocation record of each of this many equal runs of
 /// records, so the peak is always kept).
 pub(crate) const CURVE_POINTS: usize = 2048;
+/// Most `[memory]` events sent one by one per file (the first ones in
+/// time; the curve, peaks and table always cover them all).
+pub(crate) const MAX_MEMORY_EVENTS: usize = 1 << 20;
 /// Most frames kept of an operator's call stack (innermost first).
 const MAX_FRAMES: usize = 32;
 
@@ -49,6 +56,9 @@ pub(crate) struct Collect {
     hosts: Vec<Host>,
     /// Per host: its `Call stack` arg (index into `name_list`), if any.
     host_stack: Vec<Option<u32>>,
+    /// Per host: its `Input Dims` as Python prints them (index into
+    /// `name_list`), if any.
+    host_shape: Vec<Option<u32>>,
     runtimes: Vec<Runtime>,
     devices: Vec<Device>,
     records: Vec<MemRecord>,
@@ -83,9 +93,18 @@ impl Collect {
         id
     }
 
-    fn host(&mut self, thread: u64, span: (u64, u64), name: &str, op: bool, stack: Option<&str>) {
+    fn host(
+        &mut self,
+        thread: u64,
+        span: (u64, u64),
+        name: &str,
+        op: bool,
+        (stack, shape): (Option<&str>, Option<&str>),
+    ) {
         let id = self.name(name);
         let stack = stack.filter(|s| !s.is_empty()).map(|s| self.name(s));
+        let shape = shape.filter(|s| !s.is_empty()).map(|s| self.name(s));
+        self.host_shape.push(shape);
         self.hosts.push(Host {
             thread,
             start_ns: span.0,
@@ -133,7 +152,8 @@ impl EventHandler for Collect {
         match class {
             Class::CpuOp => {
                 let stack = ev.args.call_stack.as_str().map(str::to_owned);
-                self.host(thread, span, name, true, stack.as_deref());
+                let shape = Some(ev.args.input_shape.as_str());
+                self.host(thread, span, name, true, (stack.as_deref(), shape));
             }
             Class::CpuAnnotation => {
                 let comm = ["nccl:", "gloo:"].iter().any(|p| {
@@ -145,7 +165,7 @@ impl EventHandler for Collect {
                     })
                 });
                 if name.starts_with("ProfilerStep#") || comm {
-                    self.host(thread, span, name, false, None);
+                    self.host(thread, span, name, false, (None, None));
                 }
             }
             Class::Launch => self.runtimes.push(Runtime {
@@ -163,12 +183,12 @@ impl EventHandler for Collect {
             Class::OtherComplete => {
                 let cat = ev.cat.as_str().unwrap_or("");
                 if cat.eq_ignore_ascii_case("python") {
-                    self.host(thread, span, name, false, None);
+                    self.host(thread, span, name, false, (None, None));
                 } else if cat.eq_ignore_ascii_case("python_function") {
                     let id = self.name(name);
                     self.py.push((thread, span.0, span.1, id));
                     if !matches!(ev.args.python_module_id, Scalar::Absent) {
-                        self.host(thread, span, name, false, None);
+                        self.host(thread, span, name, false, (None, None));
                     }
                 }
             }
@@ -177,51 +197,12 @@ impl EventHandler for Collect {
     }
 }
 
-#[derive(Default)]
-struct Agg {
-    calls: u64,
-    host_self: i64,
-    host_total: u64,
-    runtime: u64,
-    device_self: u64,
-    device_total: u64,
-    tc_self: u64,
-    tc_total: u64,
-    tc_eligible: bool,
-    host_min: u64,
-    host_max: u64,
-    dev_min: u64,
-    dev_max: u64,
-}
-
 impl Collect {
     /// The view events (name ids are `names`' ids; times absolute with
     /// `base_ns`), in a deterministic order.
     pub(crate) fn finish(self, names: &mut Interner, base_ns: u64) -> Vec<proto::Event> {
         let (tree, nodes) = optree::operator_tree(&self.hosts, &self.runtimes, &self.devices);
         let stacks = self.python_stacks(&nodes);
-        let mut agg: HashMap<(u32, String), Agg> = HashMap::new();
-        for (k, n) in nodes.iter().enumerate() {
-            let h = &self.hosts[n.host];
-            let a = agg.entry((h.name, stacks[k].clone())).or_default();
-            if a.calls == 0 {
-                a.host_min = u64::MAX;
-                a.dev_min = u64::MAX;
-                a.tc_eligible = n.tc_eligible;
-            }
-            a.calls += 1;
-            a.host_self += n.host_self_ns;
-            a.host_total += n.host_total_ns;
-            a.runtime += n.runtime_ns;
-            a.device_self += n.device_self_ns;
-            a.device_total += n.device_total_ns;
-            a.tc_self += n.tc_self_ns;
-            a.tc_total += n.tc_total_ns;
-            a.host_min = a.host_min.min(n.host_total_ns);
-            a.host_max = a.host_max.max(n.host_total_ns);
-            a.dev_min = a.dev_min.min(n.device_total_ns);
-            a.dev_max = a.dev_max.max(n.device_total_ns);
-        }
         let mut ids: Vec<u32> = vec![u32::MAX; self.name_list.len()];
         let mut id = |names: &mut Interner, k: u32| {
             let slot = &mut ids[k as usize];
@@ -230,32 +211,49 @@ impl Collect {
             }
             *slot
         };
-        let mut rows: Vec<((u32, String), Agg)> = agg.into_iter().collect();
-        rows.sort_by(|a, b| {
-            (&self.name_list[a.0 .0 as usize], &a.0 .1)
-                .cmp(&(&self.name_list[b.0 .0 as usize], &b.0 .1))
-        });
         let mut out = Vec::new();
         let ev = |k| proto::Event { kind: Some(k) };
         use proto::event::Kind;
-        for ((name, call_stack), a) in rows {
-            out.push(ev(Kind::OperatorStat(Box::new(proto::OperatorStat {
-                name_id: id(names, name),
-                call_stack,
-                calls: a.calls,
-                host_self_ns: a.host_self,
-                host_total_ns: a.host_total,
-                device_self_ns: a.device_self,
-                device_total_ns: a.device_total,
-                tc_self_ns: a.tc_self,
-                tc_total_ns: a.tc_total,
-                tc_eligible: a.tc_eligible,
-                runtime_ns: a.runtime,
-                host_total_min_ns: a.host_min,
-                host_total_max_ns: a.host_max,
-                device_total_min_ns: a.dev_min,
-                device_total_max_ns: a.dev_max,
-            }))));
+        // Rows by (name, call stack); with `Input Dims` in the file, also
+        // by (name, input shape) (`by_shape`).
+        let mut groups = vec![(false, stacks)];
+        if self.host_shape.iter().any(Option::is_some) {
+            let shapes = nodes
+                .iter()
+                .map(|n| {
+                    self.host_shape[n.host]
+                        .map_or_else(|| "[]".to_owned(), |s| self.name_list[s as usize].clone())
+                })
+                .collect();
+            groups.push((true, shapes));
+        }
+        for (by_shape, keys) in groups {
+            for ((name, key), a) in agg::aggregate(&self.hosts, &self.name_list, &nodes, keys) {
+                let (call_stack, input_shape) = if by_shape {
+                    (String::new(), key)
+                } else {
+                    (key, String::new())
+                };
+                out.push(ev(Kind::OperatorStat(Box::new(proto::OperatorStat {
+                    name_id: id(names, name),
+                    call_stack,
+                    calls: a.calls,
+                    host_self_ns: a.host_self,
+                    host_total_ns: a.host_total,
+                    device_self_ns: a.device_self,
+                    device_total_ns: a.device_total,
+                    tc_self_ns: a.tc_self,
+                    tc_total_ns: a.tc_total,
+                    tc_eligible: a.tc_eligible,
+                    runtime_ns: a.runtime,
+                    host_total_min_ns: a.host_min,
+                    host_total_max_ns: a.host_max,
+                    device_total_min_ns: a.dev_min,
+                    device_total_max_ns: a.dev_max,
+                    input_shape,
+                    by_shape,
+                }))));
+            }
         }
         let dev = |d: MemDevice| match d {
             MemDevice::Cpu => -1,
@@ -292,6 +290,29 @@ impl Collect {
                 ts_ns: base_ns.saturating_add(ts),
                 allocated_bytes: alloc as i64,
                 reserved_bytes: reserved as i64,
+                ..Default::default()
+            })));
+        }
+        // The allocation / release events themselves, each with its
+        // operator (the table's attribution), in time order.
+        let ops = mem::record_operators(&self.hosts, &tree, &self.records);
+        let mut order: Vec<usize> = (0..self.records.len())
+            .filter(|&i| self.records[i].device.is_some())
+            .collect();
+        order.sort_by_key(|&i| self.records[i].ts_ns);
+        order.truncate(MAX_MEMORY_EVENTS);
+        for i in order {
+            let r = &self.records[i];
+            let Some(d) = r.device else { continue };
+            let total = |v: f64| if v.is_finite() { v as i64 } else { -1 };
+            out.push(ev(Kind::MemorySample(proto::MemorySample {
+                device: dev(d),
+                ts_ns: base_ns.saturating_add(r.ts_ns),
+                allocated_bytes: total(r.total_allocated),
+                reserved_bytes: total(r.total_reserved),
+                bytes: r.bytes,
+                name_id: ops[i].map_or(0, |n| id(names, n)),
+                event: true,
             })));
         }
         out

@@ -16,6 +16,9 @@
 //!   copied): host self there equals ours plus the runtime calls' time.
 //! - memory (the set with `[memory]` events): the per-operator table and
 //!   the peaks, exactly.
+//! - per (operator, input shape), the "Operator + Input Shape" table: calls,
+//!   host total and (where 0.4.3 links nothing) host self, on every set
+//!   taken with `record_shapes=True`.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -54,6 +57,7 @@ fn ours(
     let mut rest = Vec::new();
     for ev in r.events {
         match &ev.kind {
+            Some(proto::event::Kind::OperatorStat(o)) if o.by_shape => rest.push(ev),
             Some(proto::event::Kind::OperatorStat(o)) => {
                 let e = ops.entry(names[&o.name_id].clone()).or_default();
                 let us = |ns: u64| ns as f64 / 1000.0;
@@ -83,6 +87,65 @@ fn close(what: &str, op: &str, ours: f64, theirs: f64, calls: u64) {
         (ours - theirs).abs() <= tol,
         "{op}: {what} {ours} vs torch-tb-profiler {theirs} ({calls} calls)"
     );
+}
+
+/// "Group By: Operator + Input Shape" (`ops --group-by shape`): per (name,
+/// `Input Dims` as Python prints it) the calls and host total equal 0.4.3's
+/// (`as_is.ops_by_shape`, run as is), and where
+/// 0.4.3 links no runtime call its host self equals ours plus the runtime
+/// calls' time, as by name.
+fn check_shapes(
+    set: &str,
+    file: &str,
+    exp: &Value,
+    rows: &[proto::Event],
+    names: &BTreeMap<u32, String>,
+    linked: bool,
+) {
+    let want = exp["as_is"]["ops_by_shape"].as_object().unwrap();
+    let mut got: BTreeMap<String, Op> = BTreeMap::new();
+    for ev in rows {
+        if let Some(proto::event::Kind::OperatorStat(o)) = &ev.kind {
+            let e = got
+                .entry(format!("{}###{}", names[&o.name_id], o.input_shape))
+                .or_default();
+            e.calls += o.calls;
+            e.host_total += o.host_total_ns as f64 / 1000.0;
+            e.host_self += o.host_self_ns as f64 / 1000.0;
+            e.runtime += o.runtime_ns as f64 / 1000.0;
+        }
+    }
+    if got.is_empty() {
+        // No operator of the file has `Input Dims` (taken without
+        // record_shapes): the importer sends no shape rows (the API groups
+        // by name and says so); the plugin's table is the name table with
+        // every shape `[]`.
+        assert!(
+            want.keys().all(|k| k.ends_with("###[]")),
+            "{set}/{file}: shapes we did not see: {want:?}"
+        );
+        return;
+    }
+    assert_eq!(
+        got.keys().collect::<Vec<_>>(),
+        want.keys().collect::<Vec<_>>(),
+        "{set}/{file}: (operator, input shape) keys"
+    );
+    for (key, o) in &got {
+        let t = &want[key];
+        let f = |k: &str| t[k].as_f64().unwrap();
+        assert_eq!(o.calls, t["calls"].as_u64().unwrap(), "{set}/{file} {key}");
+        close("host_total", key, o.host_total, f("host_total"), o.calls);
+        if !linked {
+            close(
+                "host_self + runtime",
+                key,
+                o.host_self + o.runtime,
+                f("host_self"),
+                o.calls,
+            );
+        }
+    }
 }
 
 fn check(set: &str, file: &str) {
@@ -147,6 +210,11 @@ fn check(set: &str, file: &str) {
             assert_eq!(f("device_total"), 0.0, "0.4.3 links nothing here");
         }
     }
+    check_shapes(set, file, &exp, &mem, &names, linked);
+    let mem: Vec<proto::Event> = mem
+        .into_iter()
+        .filter(|e| !matches!(e.kind, Some(proto::event::Kind::OperatorStat(_))))
+        .collect();
     let Some(exp_mem) = exp["as_is"]["memory_ops"].as_object() else {
         assert!(
             mem.is_empty(),

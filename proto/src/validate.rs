@@ -402,7 +402,10 @@ pub fn validate_events(
             Kind::MemoryOpStat(m) => {
                 check_name(index, "memory_op_stat", "name_id", m.name_id, &defined)?;
             }
-            Kind::MemoryPeak(_) | Kind::MemorySample(_) => {}
+            Kind::MemorySample(m) => {
+                check_name(index, "memory_sample", "name_id", m.name_id, &defined)?;
+            }
+            Kind::MemoryPeak(_) => {}
         }
     }
     Ok(st)

@@ -64,6 +64,9 @@ _pid: Optional[int] = None
 #: True once the user marked a step with :func:`step`; the torch
 #: integration then leaves step boundaries to the user.
 user_marks_steps = False
+#: Called as ``hook(client, n)`` after each step the user marks ends (the
+#: torch integration reads the step's CUDA memory peaks there).
+step_end_hooks: list[Callable[[Any, int], None]] = []
 
 
 def _warn(message: str, stacklevel: int = 3) -> None:
@@ -151,6 +154,8 @@ def step(n: int) -> Iterator[None]:
         yield
     finally:
         call(c.step_end, n, stacklevel=5)
+        for hook in list(step_end_hooks):
+            hook(c, n)
 
 
 class span:

@@ -56,6 +56,7 @@ import torch
 import torch.distributed as dist
 
 import rankscope as _rs
+from rankscope._memory import report_step_peak
 
 __all__ = ["Instrumentation", "instrument"]
 
@@ -116,6 +117,7 @@ class Instrumentation:
         self._disabled = False
         self._removed = False
         self._cuda = _CudaTimer.create()
+        self._memory_off = False
         self._dataloader = weakref.ref(dataloader) if dataloader is not None else None
         self._install_steps()
         self._install_dataloader()
@@ -130,6 +132,8 @@ class Instrumentation:
         self._undo.append(lambda: _rs.exit_hooks.remove(self._close_step))
         _rs.user_step_hooks.append(self._yield_steps)
         self._undo.append(lambda: _rs.user_step_hooks.remove(self._yield_steps))
+        _rs.step_end_hooks.append(self._step_memory)
+        self._undo.append(lambda: _rs.step_end_hooks.remove(self._step_memory))
 
     # -- identity and steps ------------------------------------------------
 
@@ -165,8 +169,21 @@ class Instrumentation:
         if _rs.user_marks_steps or not self._open:
             return
         _rs.call(c.step_end, self._step, ts)
+        self._step_memory(c, self._step)
         self._step += 1
         self._open = False
+
+    def _step_memory(self, c: Any, step: int) -> None:
+        """The step's CUDA memory peaks (:mod:`rankscope._memory`); a
+        failure is a warning once and stops these reads."""
+        if self._memory_off:
+            return
+        try:
+            report_step_peak(c, step)
+        except Exception as e:  # never raise into the training script
+            self._memory_off = True
+            warnings.warn(f"rankscope: per-step CUDA memory peaks are off: {e}", _rs.RankscopeWarning,
+                          stacklevel=2)
 
     def _close_step(self) -> None:
         c = _rs.client()

@@ -133,6 +133,26 @@ impl Client {
         queued(self.inner.collective(&record))
     }
 
+    /// The peak allocated / reserved bytes of CUDA device `device` during
+    /// step `step` (`device_total_bytes` 0 = unknown).
+    #[pyo3(signature = (step, device, peak_allocated_bytes, peak_reserved_bytes, device_total_bytes=0))]
+    fn memory_peak(
+        &self,
+        step: u64,
+        device: i32,
+        peak_allocated_bytes: u64,
+        peak_reserved_bytes: u64,
+        device_total_bytes: u64,
+    ) -> PyResult<bool> {
+        queued(self.inner.memory_peak(
+            step,
+            device,
+            peak_allocated_bytes,
+            peak_reserved_bytes,
+            device_total_bytes,
+        ))
+    }
+
     /// Waits (GIL released) until the agent acknowledged everything so far.
     #[pyo3(signature = (timeout_ms=5000))]
     fn flush(&self, py: Python<'_>, timeout_ms: u64) -> bool {

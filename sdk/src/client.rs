@@ -18,6 +18,8 @@ use crate::identity::{self, IdentityArgs, IdentityError};
 use crate::sender::{self, Item};
 use crate::{now_ns, MAX_NAMES};
 
+mod memory;
+
 /// How to start a [`Client`].
 #[derive(Debug, Clone)]
 pub struct Options {

@@ -51,6 +51,8 @@ const JOB_ROUTES: &[&str] = &[
     "ops",
     "ops?rank=0&group_by=stack",
     "memory?ops=true",
+    "memory?events=true&limit=100",
+    "ops?rank=0&group_by=shape",
 ];
 
 /// Keys whose values are wall-clock times of this run, not stored facts.

@@ -193,6 +193,15 @@ async fn bad_input_is_named() {
         ("/api/v1/jobs/bad/kernels?by=nope", "400", "by must be"),
         ("/api/v1/jobs/bad/kernels?top=0", "400", "top must be"),
         ("/api/v1/jobs/bad/overview?rank=x", "400", "rank"),
+        ("/api/v1/jobs/nope/advice", "404", "not found"),
+        ("/api/v1/jobs/nope/annotations", "404", "nope"),
+        ("/api/v1/jobs/bad/memory?rank=9", "404", "its ranks: 0, 1"),
+        ("/api/v1/jobs/bad/ops?top=10001", "400", "top must be"),
+        (
+            "/api/v1/jobs/bad/ops?group_by=module",
+            "400",
+            "group_by must be",
+        ),
     ] {
         let url = format!("http://{}{path}", stack.http_addr());
         let e = http
@@ -201,6 +210,18 @@ async fn bad_input_is_named() {
             .expect_err("an error")
             .to_string();
         assert!(e.contains(code) && e.contains(text), "{path}: {e}");
+    }
+    // A set without [memory] events: 200, empty, and a note (rank 0 too).
+    for q in ["", "?rank=0"] {
+        let m = stack.api_get(&format!("/api/v1/jobs/bad/memory{q}")).await;
+        assert_eq!(m["peaks"].as_array().map(Vec::len), Some(0), "{m}");
+        assert!(
+            m["notes"][0]
+                .as_str()
+                .unwrap_or("")
+                .contains("profile_memory"),
+            "{m}"
+        );
     }
     // The CLI's tables over the same routes.
     use rankscope_cli::query::{gpu, views, OutputFormat};

@@ -405,11 +405,11 @@ async fn a_collector_of_another_schema_version_refuses_to_share_a_job() {
     let stack = common::Stack::start_without_agent().await;
     let db = &stack.database;
     let now = now_ns();
-    // Another collector, at schema version 15, holds the job now.
+    // Another collector, at schema version 9, holds the job now.
     stack
         .clickhouse
         .query(&format!(
-            "INSERT INTO {db}.job_owners VALUES ('route-versions', 'old-collector:7700', 15, {now}, {now})"
+            "INSERT INTO {db}.job_owners VALUES ('route-versions', 'old-collector:7700', 9, {now}, {now})"
         ))
         .expect("insert owner");
     let err = stack
@@ -419,7 +419,7 @@ async fn a_collector_of_another_schema_version_refuses_to_share_a_job() {
     assert_eq!(err.code(), tonic::Code::Aborted, "{err:?}");
     for part in [
         "\"route-versions\"",
-        "\"old-collector:7700\" at schema version 15",
+        "\"old-collector:7700\" at schema version 9",
         "refuse to share a job",
     ] {
         assert!(

@@ -2,6 +2,8 @@
 //! under `rankscope run`, rank 2 holding an extra 192 MiB tensor. The
 //! agent's per-rank RSS samples, joined to the step windows, make
 //! `rankscope memory --job J` name rank 2 as the maximum with its peak.
+//! With a low test share (0.1 % of the host) the `memory_headroom` alert
+//! fires for the CPU ranks, measured as RSS against the host's memory.
 //!
 //! Needs the Python environment `make py` builds (`RANKSCOPE_VENV`) and the
 //! `rankscope` binary.
@@ -31,7 +33,7 @@ fn rankscope_bin() -> PathBuf {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_rank_holding_a_large_tensor_is_named_with_its_peak() {
-    let stack = Stack::start().await;
+    let stack = Stack::start_with(|c| c.alerts.rules.memory_headroom.max_share = 0.001).await;
     let job = "ddp-memory";
     let agent = stack
         .agent
@@ -126,6 +128,24 @@ async fn the_rank_holding_a_large_tensor_is_named_with_its_peak() {
     assert!(
         table.contains(&format!("largest peak: rank {BIG_RANK}")),
         "{table}"
+    );
+    // The alert, from the agent's RSS samples against the host's memory.
+    let alerts = stack
+        .api_poll(&format!("/api/v1/alerts?job={job}"), "alerts", |a| {
+            a.iter()
+                .any(|x| x["rule"] == "memory_headroom" && x["rank"] == BIG_RANK)
+        })
+        .await;
+    let a = alerts
+        .iter()
+        .find(|x| x["rule"] == "memory_headroom" && x["rank"] == BIG_RANK)
+        .unwrap();
+    assert_eq!(a["evidence"]["source"], "rss", "{a}");
+    assert_eq!(a["evidence"]["max_share"], 0.001, "{a}");
+    assert!(a["evidence"]["total_bytes"].as_u64() > Some(0), "{a}");
+    assert!(
+        a["summary"].as_str().unwrap().contains("of the host's"),
+        "{a}"
     );
     stack.stop().await;
 }

@@ -7,6 +7,8 @@
 //! and the max with its rank, and bad input gets a clear answer.
 
 mod common;
+#[path = "trace_views/events.rs"]
+mod events;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -91,6 +93,54 @@ async fn ops_and_memory_of_imported_sets_equal_the_plugin() {
             "{name}"
         );
     }
+    // Group by (operator, input shape): the plugin's "Operator + Input
+    // Shape" table of the same file, through the collector.
+    let v = stack
+        .api_get("/api/v1/jobs/dlrm/ops?rank=3&group_by=shape")
+        .await;
+    assert!(v["notes"].as_array().unwrap().is_empty(), "{v}");
+    let theirs = exp["as_is"]["ops_by_shape"].as_object().unwrap();
+    let rows = v["rows"].as_array().unwrap();
+    assert_eq!(rows.len(), theirs.len(), "(operator, shape) rows");
+    for r in rows {
+        let key = format!(
+            "{}###{}",
+            r["name"].as_str().unwrap(),
+            r["input_shape"].as_str().unwrap()
+        );
+        let t = theirs
+            .get(&key)
+            .unwrap_or_else(|| panic!("{key} is not the plugin's"));
+        let calls = r["calls"].as_u64().unwrap();
+        assert_eq!(calls, t["calls"].as_u64().unwrap(), "{key}");
+        let tol = 0.05 + 1e-3 * calls as f64;
+        let host_total = r["host_total_us"].as_f64().unwrap();
+        assert!(
+            (host_total - t["host_total"].as_f64().unwrap()).abs() <= tol,
+            "{key}"
+        );
+    }
+    let job_wide = stack
+        .api_get("/api/v1/jobs/dlrm/ops?group_by=shape&top=3")
+        .await;
+    assert!(
+        job_wide["rows"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|r| r["input_shape"].is_string()),
+        "{job_wide}"
+    );
+    // A set taken without record_shapes: name rows and a note.
+    let v = stack.api_get("/api/v1/jobs/mem/ops?group_by=shape").await;
+    assert!(
+        v["notes"][0]
+            .as_str()
+            .unwrap_or("")
+            .contains("record_shapes"),
+        "{v}"
+    );
+
     // The A100 set links: device times equal the plugin's too.
     let exp = expected("hta_nccl_parser_rank0_a100", "nccl_data");
     let v = stack.api_get("/api/v1/jobs/nccl/ops?rank=0").await;
@@ -212,6 +262,7 @@ async fn ops_and_memory_of_imported_sets_equal_the_plugin() {
         peak[1] > peak[0] + 4.0e6,
         "rank 1 holds 4 MiB more: {peak:?}"
     );
+    events::memory_events_agree_with_the_table(&stack, &v, &peak).await;
     let v = stack
         .api_get("/api/v1/jobs/torchmem/ops?rank=0&group_by=stack")
         .await;
@@ -255,6 +306,28 @@ async fn ops_and_memory_of_imported_sets_equal_the_plugin() {
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{text}");
     assert!(text.contains("make_cpu_memory_stack_traces.py:"), "{text}");
+    let out = std::process::Command::new(&bin)
+        .args(["--collector", &format!("http://{}", stack.http_addr())])
+        .args([
+            "ops",
+            "--job",
+            "dlrm",
+            "--rank",
+            "3",
+            "--group-by",
+            "shape",
+            "--format",
+            "csv",
+        ])
+        .output()
+        .expect("rankscope ops --group-by shape");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    assert!(
+        text.lines().next().unwrap_or("").contains("input"),
+        "{text}"
+    );
+    assert!(text.contains("\"[["), "shapes in the CSV: {text}");
     let out = std::process::Command::new(&bin)
         .args(["--collector", &format!("http://{}", stack.http_addr())])
         .args(["ops", "--job", "dlrm", "--top", "0"])

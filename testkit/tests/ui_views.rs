@@ -57,6 +57,7 @@ async fn ops_and_memory_tabs_show_the_apis_numbers() {
     let stack = Stack::start_without_agent().await;
     import_set(&stack, "cpu_memory_stack_2rank", "uimem").await;
     import_set(&stack, "hta_nccl_parser_rank0_a100", "uiops").await;
+    import_set(&stack, "cpu_gloo_2rank", "uishape").await;
     let base = format!("http://{}/", stack.http_addr());
     let mut browser = cdp::Browser::launch(&chromium);
     let mut page = browser.new_page(1600, 1000);
@@ -83,6 +84,27 @@ async fn ops_and_memory_tabs_show_the_apis_numbers() {
         n.as_u64(),
         Some(api["ops"].as_array().unwrap().len().min(200) as u64)
     );
+    // The allocation / release events: the API's first page, byte for byte.
+    let ev = stack
+        .api_get("/api/v1/jobs/uimem/memory?events=true&limit=200")
+        .await;
+    let shown = page.eval("[...document.querySelectorAll('table.mem-events tbody tr')].map(r => Number(r.dataset.bytes))");
+    let want: Vec<i64> = ev["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["bytes"].as_i64().unwrap())
+        .collect();
+    assert!(!want.is_empty());
+    assert_eq!(
+        shown
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_i64().unwrap())
+            .collect::<Vec<_>>(),
+        want
+    );
 
     // Ops: the job-wide and the per-rank (stack) tables equal the API's.
     let api = stack.api_get("/api/v1/jobs/uiops/ops?top=50").await;
@@ -96,6 +118,39 @@ async fn ops_and_memory_tabs_show_the_apis_numbers() {
     assert_eq!(
         shown,
         format!("{:.1}", first["host_self_us_median"].as_f64().unwrap())
+    );
+    // A set with `Input Dims`: the rank's (operator, input shape) table
+    // holds the API's rows in order.
+    let all = stack.api_get("/api/v1/jobs/uishape/ops?top=50").await;
+    let rank = all["rows"][0]["host_self_max_rank"].as_u64().unwrap();
+    page.navigate(&format!("{base}#/job/uishape?tab=ops"));
+    let sh = stack
+        .api_get(&format!(
+            "/api/v1/jobs/uishape/ops?rank={rank}&group_by=shape&top=50"
+        ))
+        .await;
+    let want: Vec<String> = sh["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            format!(
+                "{} {}",
+                r["name"].as_str().unwrap(),
+                r["input_shape"].as_str().unwrap()
+            )
+        })
+        .collect();
+    assert!(!want.is_empty());
+    let shown = page.wait_for(30, "document.querySelectorAll('table.ops-shape tbody tr').length > 0 && [...document.querySelectorAll('table.ops-shape tbody tr')].map(r => r.dataset.op + ' ' + r.dataset.shape)");
+    assert_eq!(
+        shown
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_str().unwrap().to_owned())
+            .collect::<Vec<_>>(),
+        want
     );
 
     // Stacks link to the source of the real torch job.

@@ -33,6 +33,8 @@ export async function loadOps(body, job) {
   }
   const rank = all.rows[0].host_self_max_rank;
   const mine = await get(jobPath(job, '/ops'), { rank, group_by: 'stack', top: 50 });
+  const shapes = await get(jobPath(job, '/ops'), { rank, group_by: 'shape', top: 50 });
+  const byShape = shapes.rows.length && shapes.rows[0].input_shape !== undefined;
   body.replaceChildren(
     card('Operators across ranks (median over ranks, the max and its rank; PyTorch Profiler definitions)',
       table('ops', ['operator', 'ranks', 'calls (median)', 'host self µs (median)', 'host self µs (max)', 'max rank',
@@ -53,11 +55,18 @@ export async function loadOps(body, job) {
         el('td', { class: 'num' }, us(r.host_total_us)), el('td', { class: 'num' }, us(r.device_self_us)),
         el('td', { class: 'num' }, us(r.device_total_us)), el('td', {}, r.tc_eligible ? 'yes' : 'no'),
         el('td', { class: 'num' }, pct(r.tc_self_pct)),
-        el('td', {}, ...(r.frames || []).slice(0, 4).flatMap((f, i) => (i ? [' < ', frameLink(f)] : [frameLink(f)]))))))));
+        el('td', {}, ...(r.frames || []).slice(0, 4).flatMap((f, i) => (i ? [' < ', frameLink(f)] : [frameLink(f)])))))),
+    byShape ? card(`Rank ${rank} by input shape (record_shapes=True)`,
+      table('ops-shape', ['operator', 'input shape', 'calls', 'host self µs', 'host total µs', 'device self µs', 'device total µs'],
+        shapes.rows.map((r) => el('tr', { dataset: { op: r.name, shape: r.input_shape } },
+          el('td', {}, r.name), el('td', {}, r.input_shape), el('td', { class: 'num' }, r.calls),
+          el('td', { class: 'num', dataset: { field: 'host_self_us' } }, us(r.host_self_us)),
+          el('td', { class: 'num' }, us(r.host_total_us)), el('td', { class: 'num' }, us(r.device_self_us)),
+          el('td', { class: 'num' }, us(r.device_total_us)))))) : null));
 }
 
 export async function loadMemory(body, job, charts) {
-  const m = await get(jobPath(job, '/memory'), { ops: true, curve: true });
+  const m = await get(jobPath(job, '/memory'), { ops: true, curve: true, events: true, limit: 200 });
   const cards = [];
   if (m.notes.length) cards.push(el('p', { class: 'muted' }, m.notes.join(' ')));
   let plot = null;
@@ -98,6 +107,14 @@ export async function loadMemory(body, job, charts) {
         el('td', { class: 'num' }, bytes(o.size_increase_bytes)), el('td', { class: 'num' }, bytes(o.self_size_increase_bytes)),
         el('td', { class: 'num' }, o.allocation_count), el('td', { class: 'num' }, o.self_allocation_count),
         el('td', { class: 'num' }, bytes(o.allocation_size_bytes)), el('td', { class: 'num' }, bytes(o.self_allocation_size_bytes)))))));
+  }
+  if (m.events && m.events.length) {
+    cards.push(card(`Allocation / release events (first ${m.events.length} of ${m.events_total})`,
+      table('mem-events', ['rank', 'device', 'time (ns)', 'bytes', 'total allocated', 'total reserved', 'operator'],
+        m.events.map((e) => el('tr', { dataset: { bytes: e.bytes } },
+          el('td', {}, 'r' + e.rank), el('td', {}, e.device), el('td', { class: 'num' }, e.ts_ns),
+          el('td', { class: 'num' }, e.bytes), el('td', { class: 'num' }, bytes(e.total_allocated_bytes)),
+          el('td', { class: 'num' }, bytes(e.total_reserved_bytes)), el('td', {}, e.operator))))));
   }
   body.replaceChildren(...cards);
   if (plot) plot();

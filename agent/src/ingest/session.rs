@@ -212,9 +212,8 @@ fn referenced_ids(events: &[proto::Event]) -> Vec<u32> {
             Kind::Kernel(k) => Some(k.name_id),
             Kind::OperatorStat(o) => Some(o.name_id),
             Kind::MemoryOpStat(m) => Some(m.name_id),
-            Kind::StepBegin(_) | Kind::StepEnd(_) | Kind::MemoryPeak(_) | Kind::MemorySample(_) => {
-                None
-            }
+            Kind::MemorySample(m) => Some(m.name_id),
+            Kind::StepBegin(_) | Kind::StepEnd(_) | Kind::MemoryPeak(_) => None,
         })
         .filter(|id| *id != 0)
         .collect();

@@ -98,6 +98,52 @@ pub fn peaks(records: &[MemRecord]) -> Vec<(MemDevice, f64, f64)> {
     out
 }
 
+/// The deepest node of `r`'s thread tree with `start <= ts < end`, calling
+/// `visit` on every node the descent passes through (it included).
+fn descend(
+    hosts: &[Host],
+    tree: &Tree,
+    r: &MemRecord,
+    mut visit: impl FnMut(usize),
+) -> Option<usize> {
+    let ti = tree.roots.binary_search_by_key(&r.thread, |x| x.0).ok()?;
+    let (rs, re) = tree.root_range[ti];
+    if r.ts_ns < rs || r.ts_ns >= re {
+        return None;
+    }
+    let mut level: &[usize] = &tree.roots[ti].1;
+    let mut deepest = None;
+    loop {
+        let k = level.partition_point(|&i| hosts[i].start_ns <= r.ts_ns);
+        if k == 0 {
+            break;
+        }
+        let i = level[k - 1];
+        if r.ts_ns >= hosts[i].end_ns {
+            break;
+        }
+        visit(i);
+        deepest = Some(i);
+        level = &tree.children[i];
+    }
+    deepest
+}
+
+/// Per record (same order), the name id of the operator it is attributed
+/// to by the table's rule ([`op_memory_table`]: the deepest node containing
+/// it, if that is an operator); `None` for a record the table drops. Σ
+/// `bytes` of the records of one name and device equals that row's
+/// `self_size_increase_bytes`.
+pub fn record_operators(hosts: &[Host], tree: &Tree, records: &[MemRecord]) -> Vec<Option<u32>> {
+    records
+        .iter()
+        .map(|r| {
+            let i = descend(hosts, tree, r, |_| {})?;
+            hosts[i].counted.then_some(hosts[i].name)
+        })
+        .collect()
+}
+
 /// The per-operator table: `(device, name id, row)`, sorted by device then
 /// name id.
 pub fn op_memory_table(
@@ -113,28 +159,7 @@ pub fn op_memory_table(
     order.sort_by_key(|&i| (records[i].thread, records[i].ts_ns));
     for &ri in &order {
         let r = &records[ri];
-        let Ok(ti) = tree.roots.binary_search_by_key(&r.thread, |x| x.0) else {
-            continue;
-        };
-        let (rs, re) = tree.root_range[ti];
-        if r.ts_ns < rs || r.ts_ns >= re {
-            continue;
-        }
-        let mut level: &[usize] = &tree.roots[ti].1;
-        let mut deepest = None;
-        loop {
-            let k = level.partition_point(|&i| hosts[i].start_ns <= r.ts_ns);
-            if k == 0 {
-                break;
-            }
-            let i = level[k - 1];
-            if r.ts_ns >= hosts[i].end_ns {
-                break;
-            }
-            visited[i] = true;
-            deepest = Some(i);
-            level = &tree.children[i];
-        }
+        let deepest = descend(hosts, tree, r, |i| visited[i] = true);
         if let (Some(i), Some(d)) = (deepest, r.device) {
             if hosts[i].counted {
                 own[i].push((d, r.bytes));

@@ -1,7 +1,7 @@
 //! The worked oracle of ../shared/SEED-VIEWS.md §5.3 (torch-tb-profiler
 //! 0.4.3 run on a synthetic trace, runtime category `runtime`).
 
-use super::memory::{op_memory_table, peaks, MemDevice, MemOpRow, MemRecord};
+use super::memory::{op_memory_table, peaks, record_operators, MemDevice, MemOpRow, MemRecord};
 use super::*;
 
 const US: u64 = 1000;
@@ -116,6 +116,15 @@ fn memory_table_equals_the_plugins_worked_example() {
         ]
     );
     assert_eq!(peaks(&recs), vec![(MemDevice::Gpu(0), 80.0, 128.0)]);
+    // Each record's operator (the plugin's memory events name the same):
+    // the free at 650 happens inside aten::add (600-700); one at 900 is
+    // outside every operator.
+    let mut more = recs.clone();
+    more.push(rec(900, 8, 3000, 24.0));
+    assert_eq!(
+        record_operators(&hosts, &tree, &more),
+        vec![Some(1), Some(2), Some(2), None]
+    );
 }
 
 #[test]

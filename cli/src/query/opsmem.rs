@@ -29,6 +29,19 @@ pub const RANK_OPS: &[Column] = &[
     col("device_ratio_pct", "dev %", Kind::Pct),
 ];
 
+/// `ops --group-by shape`: the input shape column, after the name.
+pub const INPUT_SHAPE: Column = col("input_shape", "input shape", Kind::Plain);
+
+/// `cols` with the input shape column after the name when the rows carry
+/// one (`--group-by shape` of traces with `Input Dims`).
+pub fn with_shape(rows: &[Value], cols: &[Column]) -> Vec<Column> {
+    let mut out = cols.to_vec();
+    if rows.iter().any(|r| r.get("input_shape").is_some()) {
+        out.insert(1, INPUT_SHAPE);
+    }
+    out
+}
+
 /// `ops` without `--rank`: one row per operator across the ranks.
 pub const JOB_OPS: &[Column] = &[
     col("name", "operator", Kind::Name),
@@ -52,6 +65,17 @@ pub const PEAKS: &[Column] = &[
     col("peak_reserved_bytes", "peak reserved", Kind::Bytes),
 ];
 
+/// `memory --events`: the allocation/release events.
+pub const EVENTS: &[Column] = &[
+    col("rank", "rank", Kind::Plain),
+    col("device", "device", Kind::Plain),
+    col("ts_ns", "ts ns", Kind::Plain),
+    col("bytes", "bytes", Kind::Plain),
+    col("total_allocated_bytes", "total allocated", Kind::Plain),
+    col("total_reserved_bytes", "total reserved", Kind::Plain),
+    col("operator", "operator", Kind::Name),
+];
+
 /// `memory` of a live job: per rank its peak over the steps.
 pub const LIVE_RANKS: &[Column] = &[
     col("rank", "rank", Kind::Plain),
@@ -59,6 +83,14 @@ pub const LIVE_RANKS: &[Column] = &[
     col("peak_bytes", "peak", Kind::Bytes),
     col("total_bytes", "device/node memory", Kind::Bytes),
     col("headroom_pct", "headroom %", Kind::Pct),
+];
+
+/// `memory --steps` of a live job: per (step, rank) its peak.
+pub const LIVE_STEPS: &[Column] = &[
+    col("step", "step", Kind::Plain),
+    col("rank", "rank", Kind::Plain),
+    col("source", "source", Kind::Plain),
+    col("peak_bytes", "peak", Kind::Plain),
 ];
 
 /// The line above the live table: the max rank and the worst imbalance.
@@ -134,7 +166,7 @@ pub async fn memory(
     job: &str,
     rank: Option<u32>,
     ops: bool,
-    events: bool,
+    events: Option<(u64, u64)>,
 ) -> Result<Value, HttpError> {
     let mut p = Vec::new();
     if let Some(r) = rank {
@@ -143,8 +175,10 @@ pub async fn memory(
     if ops {
         p.push(("ops", "true".to_owned()));
     }
-    if events {
+    if let Some((limit, offset)) = events {
         p.push(("events", "true".to_owned()));
+        p.push(("limit", limit.to_string()));
+        p.push(("offset", offset.to_string()));
     }
     client.get_json(&url(collector, job, "memory", &p)).await
 }

@@ -23,7 +23,11 @@
 //!   score at or above `min_score`, at most once per node per
 //!   `cooldown_secs`; resolves when no unit of the node is at or above
 //!   `min_score / 2` any more (hysteresis).
-//!   Its alert key is job `fleet:<node>`, rank -1.
+//!   Its alert key is job `fleet:<node>`, rank -1;
+//! * `memory_headroom` ([`memory`]): fires when a rank's memory peak passes
+//!   `max_share` (0.9) of its device's memory (the SDK's per-step CUDA
+//!   peaks) or, for a CPU rank, its process RSS passes that share of the
+//!   host's memory; resolves at the next observation at or below.
 //!
 //! Memory: windows per (job, rank) and per (job, collective key), dropped
 //! when the job is forgotten.
@@ -34,17 +38,20 @@ use serde::{Deserialize, Serialize};
 
 use super::engine::{AlertKey, Engine, Evidence, Transition};
 
+mod memory;
 mod offender;
 
+pub use memory::{MemoryHeadroomRule, MemoryObs, MemorySource};
 pub use offender::{Offender, RepeatOffenderRule};
 
 /// Every rule name an [`AlertKey`](super::AlertKey) carries.
-pub const RULE_NAMES: [&str; 5] = [
+pub const RULE_NAMES: [&str; 6] = [
     "straggler",
     "hang",
     "low_gpu_utilization",
     "collective_slowdown",
     "repeat_offender",
+    "memory_headroom",
 ];
 
 /// Toggle and severity of a rule.
@@ -142,6 +149,7 @@ pub struct RulesConfig {
     pub low_gpu_utilization: LowGpuRule,
     pub collective_slowdown: CollectiveRule,
     pub repeat_offender: RepeatOffenderRule,
+    pub memory_headroom: MemoryHeadroomRule,
 }
 
 impl RulesConfig {
@@ -168,6 +176,12 @@ impl RulesConfig {
             || r.evaluate_interval_ms < 10
         {
             return Err("alerts.rules.repeat_offender: min_score must be a number > 0, min_jobs and window_secs >= 1, evaluate_interval_ms >= 10".into());
+        }
+        let m = self.memory_headroom.max_share;
+        if !(m > 0.0 && m <= 1.0) {
+            return Err(format!(
+                "alerts.rules.memory_headroom.max_share must be in (0, 1], got {m}"
+            ));
         }
         Ok(())
     }
@@ -232,6 +246,8 @@ pub enum AlertInput {
     /// One evaluation of the fleet window: every node over the
     /// `repeat_offender` threshold (nodes not named resolve).
     FleetRound { offenders: Vec<Offender> },
+    /// A rank's memory peak against its device's (or host's) memory.
+    RankMemory(MemoryObs),
 }
 
 #[derive(Debug, Default)]
@@ -251,6 +267,8 @@ pub struct Rules {
     pub(super) offending: BTreeSet<String>,
     /// When each node's `repeat_offender` alert last fired.
     pub(super) offender_fired: HashMap<String, u64>,
+    /// (job, rank)s that sent device memory peaks (`memory_headroom`).
+    device_ranks: BTreeSet<(String, u32)>,
 }
 
 fn median(v: &[f64]) -> f64 {
@@ -276,6 +294,7 @@ impl Rules {
             slow_keys: HashMap::new(),
             offending: BTreeSet::new(),
             offender_fired: HashMap::new(),
+            device_ranks: BTreeSet::new(),
         }
     }
 
@@ -442,10 +461,14 @@ impl Rules {
                 self.gpu.retain(|(j, _), _| *j != job);
                 self.coll.retain(|(j, _), _| *j != job);
                 self.slow_keys.remove(&job);
+                self.device_ranks.retain(|(j, _)| *j != job);
                 out.extend(engine.resolve_job(&job, now));
             }
             AlertInput::FleetRound { offenders } => {
                 out.extend(self.fleet_round(offenders, engine, now));
+            }
+            AlertInput::RankMemory(o) if self.cfg.memory_headroom.enabled => {
+                out.extend(self.memory(o, engine, now));
             }
             _ => {} // a disabled rule
         }

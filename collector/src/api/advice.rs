@@ -14,13 +14,12 @@
 //! of kernels launched by Tensor Core eligible operators while no kernel uses
 //! Tensor Cores, on compute capability >= 7; without operator attribution
 //! rankscope takes GEMM / convolution kernels by name as that time),
-//! `memory_near_capacity` (peak > 90 % of the device: needs memory events,
-//! the hook [`MEMORY_RULE`] reports it as not evaluated until the job has
-//! them). rankscope's own: `straggler` (an active verdict and its what-if
-//! gain), `input_stall` (a rank whose DataLoader time is over twice the
-//! median rank's and over 5 % of its step), `launch_bound` (a rank with
-//! GPU utilization under 50 % whose kernels are mostly shorter than their
-//! launch calls).
+//! `memory_near_capacity` (peak > 90 % of the device, [`own`]). rankscope's
+//! own: `straggler` (an active verdict and its what-if gain), `input_stall`
+//! (a rank whose DataLoader time is over twice the median rank's and over
+//! 5 % of its step), `launch_bound` (a rank with GPU utilization under 50 %
+//! whose kernels are mostly shorter than their launch calls),
+//! `memory_imbalance` and `exposed_communication` ([`own`]).
 
 use axum::extract::{Path, Query, State};
 use axum::Json;
@@ -29,6 +28,8 @@ use serde_json::{json, Value};
 use super::overview::{overviews, RankOverview, RankQuery};
 use super::views::plugin_ranks;
 use super::{ApiError, ApiState};
+
+mod own;
 
 /// The plugin's thresholds.
 const DATALOADER_SHARE: f64 = 5.0;
@@ -184,11 +185,12 @@ pub(super) async fn advice(
             v["cause"].as_str().unwrap_or("unknown"),
             gain.map_or("an unknown share".into(), |g| format!("{g:.1}%")))));
     }
+    let (memory, not_evaluated) = own::memory_items(&st, &job, q.rank).await?;
+    out.extend(memory);
+    out.extend(own::exposed_items(&st, &job, q.rank).await?);
     Ok(Json(json!({
         "job": job,
         "advice": out,
-        "not_evaluated": [
-            { "rule": MEMORY_RULE, "reason": "the job has no device memory data (memory events or the rank SDK's per-step peaks)" },
-        ],
+        "not_evaluated": not_evaluated,
     })))
 }

@@ -9,19 +9,26 @@
 //!   with the median over ranks, the max and its rank. Sorted like the
 //!   plugin: device self time descending when the job has device time, else
 //!   host self. Answer `{"job", "rank", "group_by", "rows", "notes"}`.
+//!   `group_by=shape`: rows per (operator, input shape), the plugin's
+//!   "Operator + Input Shape" (`operator_shapes`; `input_shape` = `Input
+//!   Dims` as Python prints the list); a job whose traces have no shapes
+//!   gets name rows and a note.
 //! - `GET /api/v1/jobs/{job}/memory[?rank=R][&ops=true][&curve=true]`: per
 //!   rank and device the peak allocated / reserved bytes of its traces'
 //!   `[memory]` events, with `ops` the plugin's per-operator memory table,
-//!   with `curve` (or a `rank`) the down-sampled curve. Answer
-//!   `{"job", "rank", "peaks", "ops", "curve", "notes"}`; a job without
-//!   memory events answers empty lists and a note.
+//!   with `curve` (or a `rank`) the down-sampled curve, with `events` a page
+//!   of the allocation/release events (`events`, `&limit=`, `&offset=`).
+//!   Answer `{"job", "rank", "peaks", "ops", "curve", "live", "notes"}` (+
+//!   `events`, `events_total`); a job without memory events answers empty
+//!   lists and a note.
 //!
-//! 400 for a bad parameter (`top` outside 1..=10000, an unknown
-//! `group_by`), 404 for an unknown job or a rank the job has no rows of.
+//! 400 for a bad parameter (`top` outside 1..=10000, `limit` outside
+//! 1..=100000, an unknown `group_by`), 404 for an unknown job or a rank the job has no rows of.
 
+mod events;
 mod live;
 mod memory;
 mod ops;
 
-pub(super) use memory::{memory, MemoryQuery};
+pub(super) use memory::{job_live, memory, MemoryQuery};
 pub(super) use ops::{ops, OpsQuery};

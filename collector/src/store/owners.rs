@@ -1,4 +1,4 @@
-//! The `job_owners` table (migration 0016): which collector holds which
+//! The `job_owners` table (migration 0015): which collector holds which
 //! job's live state. In: rows from `ownership`; out: the recent holders of
 //! every job (`queries/job_owners.sql`).
 

@@ -167,6 +167,35 @@ pub struct OperatorStatRow {
     pub batch_seq: u64,
 }
 
+/// `operator_shapes`: one (operator, input shape)'s figures of a traced
+/// rank (`rankscope.v1.OperatorStat` with `by_shape`; migration 0013).
+#[derive(Debug, Clone, PartialEq, Eq, Row, Serialize, Deserialize)]
+pub struct OperatorShapeRow {
+    pub job_id: Text,
+    pub run_id: Text,
+    pub rank: u32,
+    pub node: Text,
+    pub name: Text,
+    pub input_shape: String,
+    pub calls: u64,
+    pub host_self_ns: i64,
+    pub host_total_ns: u64,
+    pub device_self_ns: u64,
+    pub device_total_ns: u64,
+    pub tc_self_ns: u64,
+    pub tc_total_ns: u64,
+    pub tc_eligible: u8,
+    pub runtime_ns: u64,
+    pub host_total_min_ns: u64,
+    pub host_total_max_ns: u64,
+    pub device_total_min_ns: u64,
+    pub device_total_max_ns: u64,
+    pub ts_ns: u64,
+    pub agent_id: Text,
+    pub agent_session: u64,
+    pub batch_seq: u64,
+}
+
 /// `memory_stats`: a memory-table row, a peak or a curve point of a rank
 /// (`kind` `op` / `peak` / `sample`; see `schema/0011_memory_stats.sql`).
 #[derive(Debug, Clone, PartialEq, Eq, Row, Serialize, Deserialize, Default)]
@@ -358,6 +387,7 @@ pub struct RowSet {
     /// Operator and memory views of traced ranks (not counted as event rows).
     pub operator_stats: Vec<OperatorStatRow>,
     pub memory_stats: Vec<MemoryStatRow>,
+    pub operator_shapes: Vec<OperatorShapeRow>,
 }
 
 /// A table, its time column and the first and last time of some rows.
@@ -374,7 +404,7 @@ fn time_range<T>(rows: &[T], ts: impl Fn(&T) -> u64) -> Option<(u64, u64)> {
 impl RowSet {
     /// Per table with an agent batch's rows (`batch_seq` column): the table,
     /// its time column and the time range of the rows here.
-    pub fn batch_time_ranges(&self) -> [BatchTimeRange; 12] {
+    pub fn batch_time_ranges(&self) -> [BatchTimeRange; 13] {
         use super::Table as T;
         let t = &self.telemetry;
         [
@@ -434,6 +464,11 @@ impl RowSet {
                 "ts_ns",
                 time_range(&self.memory_stats, |r| r.ts_ns),
             ),
+            (
+                T::OperatorShapes,
+                "ts_ns",
+                time_range(&self.operator_shapes, |r| r.ts_ns),
+            ),
         ]
     }
 
@@ -462,6 +497,7 @@ impl RowSet {
             T::StragglerEvidence => self.telemetry.evidence.clear(),
             T::OperatorStats => self.operator_stats.clear(),
             T::MemoryStats => self.memory_stats.clear(),
+            T::OperatorShapes => self.operator_shapes.clear(),
             T::IngestBatches | T::IngestIntents => {}
         }
     }
@@ -492,6 +528,7 @@ impl RowSet {
             + self.telemetry.len()
             + self.operator_stats.len()
             + self.memory_stats.len()
+            + self.operator_shapes.len()
     }
 }
 

@@ -13,6 +13,29 @@ const JOB_MEMORY_STATS_SQL: QueryFile = query_file!("job_memory_stats");
 const JOB_RANK_RSS_SQL: QueryFile = query_file!("job_rank_rss");
 const JOB_NODE_MEMORY_SQL: QueryFile = query_file!("job_node_memory");
 const STEP_WINDOWS_SQL: QueryFile = query_file!("step_windows");
+const JOB_MEMORY_EVENTS_SQL: QueryFile = query_file!("job_memory_events");
+const JOB_OPERATOR_SHAPES_SQL: QueryFile = query_file!("job_operator_shapes");
+const JOB_MEMORY_EVENTS_COUNT_SQL: QueryFile = query_file!("job_memory_events_count");
+
+/// One `[memory]` event of a trace (`memory_stats` kind `event`).
+#[derive(Debug, Clone, PartialEq, Row, Deserialize, serde::Serialize)]
+pub struct MemEvent {
+    pub rank: u32,
+    pub device: i32,
+    pub ts_ns: u64,
+    /// > 0 allocation, <= 0 release.
+    pub bytes: i64,
+    /// Total Allocated / Total Reserved after it (-1: the trace has none).
+    pub allocated_bytes: i64,
+    pub reserved_bytes: i64,
+    /// Its operator ('' when none encloses it).
+    pub name: String,
+}
+
+#[derive(Debug, Row, Deserialize)]
+struct Count {
+    n: u64,
+}
 
 /// One RSS sample of a rank's process.
 #[derive(Debug, Clone, PartialEq, Row, Deserialize)]
@@ -133,5 +156,47 @@ impl Store {
             .fetch_all()
             .await
             .map_err(StoreError::query("job memory stats"))
+    }
+
+    /// Operator figures of `job` per (rank, name, input shape), the shape
+    /// in `call_stack` (`operator_shapes`, migration 0013).
+    pub async fn job_operator_shapes(&self, job: &str) -> Result<Vec<OpStat>, StoreError> {
+        self.read(JOB_OPERATOR_SHAPES_SQL)
+            .bind(job)
+            .fetch_all()
+            .await
+            .map_err(StoreError::query("job operator shapes"))
+    }
+
+    /// `limit` `[memory]` events of `job` (one rank or all) from `offset`
+    /// in (rank, device, time) order, and how many there are in all.
+    pub async fn job_memory_events(
+        &self,
+        job: &str,
+        rank: Option<u32>,
+        offset: u64,
+        limit: u64,
+    ) -> Result<(Vec<MemEvent>, u64), StoreError> {
+        let all = u8::from(rank.is_none());
+        let r = rank.unwrap_or(0);
+        let total: Count = self
+            .read(JOB_MEMORY_EVENTS_COUNT_SQL)
+            .bind(job)
+            .bind(all)
+            .bind(r)
+            .fetch_one()
+            .await
+            .map_err(StoreError::query("job memory event count"))?;
+        let rows = self
+            .read(JOB_MEMORY_EVENTS_SQL)
+            .bind(job)
+            .bind(all)
+            .bind(r)
+            .bind(offset)
+            .bind(limit)
+            .fetch_all()
+            .await
+            .map_err(StoreError::query("job memory events"))?;
+        Ok((rows, total.n))
     }
 }

@@ -765,6 +765,8 @@ async fn commit_tables(
             .operator_stats),
         write_table(store, metrics, timeout, Table::MemoryStats, sets, |r| &r
             .memory_stats),
+        write_table(store, metrics, timeout, Table::OperatorShapes, sets, |r| &r
+            .operator_shapes),
         write_table(store, metrics, timeout, Table::GpuSamples, sets, |r| {
             &r.telemetry.gpu_samples
         }),
@@ -791,12 +793,34 @@ async fn commit_tables(
             |r| { &r.telemetry.evidence }
         ),
     );
-    let (r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, r15, r16, r17, r18, r19) =
-        results;
+    let (
+        r0,
+        r1,
+        r2,
+        r3,
+        r4,
+        r5,
+        r6,
+        r7,
+        r8,
+        r9,
+        r10,
+        r11,
+        r12,
+        r13,
+        r14,
+        r15,
+        r16,
+        r17,
+        r18,
+        r19,
+        r20,
+    ) = results;
     let mut written = 0u32;
     let mut first_error = None;
     for r in [
         r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, r15, r16, r17, r18, r19,
+        r20,
     ] {
         match r {
             Ok(table) => written |= table_bit(table),

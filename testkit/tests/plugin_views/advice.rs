@@ -122,6 +122,52 @@ async fn advice_on_simulated_jobs_and_per_call_kernel_statistics() {
             "balanced job: {i}"
         );
     }
+    // exposed_communication: on both jobs each rank's item (if any) has the
+    // figure of its breakdown rows (exposed transfer: exposed comm less the
+    // wait for other ranks, over step time) and is over 10 %; a rank over
+    // 10 % always has an item. No memory rule fires without memory data.
+    for job in ["adv-slow", "adv-ok"] {
+        let a = stack.api_get(&format!("/api/v1/jobs/{job}/advice")).await;
+        let b = stack
+            .api_get(&format!("/api/v1/jobs/{job}/breakdown?last=200"))
+            .await;
+        let mut per: std::collections::BTreeMap<u64, (f64, f64)> = Default::default();
+        for r in b["breakdown"].as_array().unwrap() {
+            let exposed = f(&r["exposed_comm_ns"]);
+            let wait = f(&r["comm_wait_ns"]).min(exposed);
+            let e = per.entry(r["rank"].as_u64().unwrap()).or_default();
+            e.0 += exposed - wait;
+            e.1 += f(&r["step_time_ns"]);
+        }
+        let items = a["advice"].as_array().unwrap();
+        for (rank, (x, t)) in &per {
+            let share = 100.0 * x / t;
+            let item = items.iter().find(|i| {
+                i["rule"] == "exposed_communication" && i["ranks"] == serde_json::json!([rank])
+            });
+            match item {
+                Some(i) => assert!(
+                    share > 10.0 && (f(&i["figure"]) - share).abs() < 1e-6,
+                    "{job} rank {rank}: {share} vs {i}"
+                ),
+                None => assert!(share <= 10.0, "{job} rank {rank}: {share}% and no item"),
+            }
+        }
+        assert!(
+            items
+                .iter()
+                .all(|i| i["rule"] != "memory_near_capacity" && i["rule"] != "memory_imbalance"),
+            "{a}"
+        );
+        assert!(
+            a["not_evaluated"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|n| n["rule"] == "memory_near_capacity"),
+            "{a}"
+        );
+    }
     // Per-call statistics of a kernel with many calls (the simulator's
     // jitter makes calls differ).
     let k = stack.api_get("/api/v1/jobs/adv-ok/kernels?rank=0").await;

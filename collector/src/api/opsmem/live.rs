@@ -35,11 +35,11 @@ pub(in crate::api) struct StepImbalance {
 /// One rank over the whole job.
 #[derive(Debug, Serialize, PartialEq)]
 pub(in crate::api) struct RankPeak {
-    rank: u32,
-    peak_bytes: u64,
-    source: &'static str,
+    pub(in crate::api) rank: u32,
+    pub(in crate::api) peak_bytes: u64,
+    pub(in crate::api) source: &'static str,
     /// The device's (or node's) memory; 0 = unknown.
-    total_bytes: u64,
+    pub(in crate::api) total_bytes: u64,
     /// 100 x (1 - peak / total); null when the total is unknown.
     headroom_pct: Option<f64>,
 }
@@ -48,7 +48,7 @@ pub(in crate::api) struct RankPeak {
 pub(in crate::api) struct Live {
     steps: Vec<StepPeak>,
     imbalance: Vec<StepImbalance>,
-    ranks: Vec<RankPeak>,
+    pub(in crate::api) ranks: Vec<RankPeak>,
     /// The rank with the largest peak, and that peak.
     pub(in crate::api) max_rank: Option<u32>,
     max_peak_bytes: u64,

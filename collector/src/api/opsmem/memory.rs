@@ -17,6 +17,8 @@ pub(in crate::api) struct MemoryQuery {
     ops: Option<bool>,
     curve: Option<bool>,
     events: Option<bool>,
+    limit: Option<u64>,
+    offset: Option<u64>,
 }
 
 #[derive(Debug, Serialize)]
@@ -57,18 +59,42 @@ pub(in crate::api) struct MemoryOut {
     peaks: Vec<PeakRow>,
     ops: Vec<MemOpRow>,
     curve: Vec<CurvePoint>,
+    /// `events=true`: a page of the `[memory]` events and their count.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    events: Option<Vec<super::events::EventRow>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    events_total: Option<u64>,
     /// Per (step, rank) peaks while the job runs (no trace needed).
     live: super::live::Live,
     notes: Vec<String>,
 }
 
 /// `CPU` or `GPU{n}` (the plugin's device names).
-fn device_name(d: i32) -> String {
+pub(super) fn device_name(d: i32) -> String {
     if d < 0 {
         "CPU".to_owned()
     } else {
         format!("GPU{d}")
     }
+}
+
+/// The live view of `job` (`peaks` = its `peak` memory rows) and whether it
+/// has RSS samples / SDK device peaks at all.
+pub(in crate::api) async fn job_live(
+    st: &ApiState,
+    job: &str,
+    peaks: &[MemStat],
+    rank: Option<u32>,
+) -> Result<(super::live::Live, bool, bool), ApiError> {
+    let rss = st.store.job_rank_rss(job).await?;
+    let sdk_peaks: Vec<MemStat> = peaks.iter().filter(|p| p.per_step != 0).cloned().collect();
+    if rss.is_empty() && sdk_peaks.is_empty() {
+        return Ok((super::live::Live::default(), false, false));
+    }
+    let windows = st.store.job_step_windows(job).await?;
+    let nodes = st.store.job_node_memory(job).await?;
+    let live = super::live::live(&windows, &rss, &nodes, &sdk_peaks, rank);
+    Ok((live, !rss.is_empty(), !sdk_peaks.is_empty()))
 }
 
 pub(in crate::api) async fn memory(
@@ -83,21 +109,9 @@ pub(in crate::api) async fn memory(
     } else {
         Vec::new()
     };
-    let rss = st.store.job_rank_rss(&job).await?;
-    let sdk_peaks: Vec<MemStat> = peaks_all
-        .iter()
-        .filter(|p| p.per_step != 0)
-        .cloned()
-        .collect();
-    let live = if rss.is_empty() && sdk_peaks.is_empty() {
-        super::live::Live::default()
-    } else {
-        let windows = st.store.job_step_windows(&job).await?;
-        let nodes = st.store.job_node_memory(&job).await?;
-        super::live::live(&windows, &rss, &nodes, &sdk_peaks, q.rank)
-    };
+    let (live, rss_seen, sdk_seen) = job_live(&st, &job, &peaks_all, q.rank).await?;
     let traced = peaks_all.iter().any(|p| p.per_step == 0);
-    if !traced && rss.is_empty() && sdk_peaks.is_empty() {
+    if !traced && !rss_seen && !sdk_seen {
         st.require_job(&job, true).await?;
     }
     let mut notes = Vec::new();
@@ -108,9 +122,19 @@ pub(in crate::api) async fn memory(
                 .to_owned(),
         );
     }
-    if q.events.unwrap_or(false) {
-        notes.push("allocation/release events are not imported; see the ops table".to_owned());
-    }
+    let (events, events_total) = if q.events.unwrap_or(false) {
+        let (rows, total) = super::events::events(&st, &job, q.rank, q.limit, q.offset).await?;
+        if total == 0 && traced {
+            notes.push(
+                "no allocation/release events: the traces were imported by a rankscope that did \
+                 not keep them; import them again"
+                    .to_owned(),
+            );
+        }
+        (Some(rows), Some(total))
+    } else {
+        (None, None)
+    };
     let mut peaks: BTreeMap<(u32, i32), (i64, i64)> = BTreeMap::new();
     for r in peaks_all.iter().filter(|r| keep(r) && r.per_step == 0) {
         let p = peaks
@@ -120,11 +144,18 @@ pub(in crate::api) async fn memory(
         p.1 = p.1.max(r.reserved_bytes);
     }
     if let Some(rank) = q.rank {
-        if peaks.is_empty() && live.max_rank.is_none() && (traced || !rss.is_empty()) {
-            return Err(ApiError(
-                StatusCode::NOT_FOUND,
-                format!("job {job:?} has no memory records of rank {rank}"),
-            ));
+        if peaks.is_empty() && live.max_rank.is_none() {
+            let ranks = st.store.job_rank_list(&job).await?;
+            if traced || rss_seen || !ranks.iter().any(|r| r.rank == rank) {
+                let known: Vec<String> = ranks.iter().map(|r| r.rank.to_string()).collect();
+                return Err(ApiError(
+                    StatusCode::NOT_FOUND,
+                    format!(
+                        "job {job:?} has no memory records of rank {rank} (its ranks: {})",
+                        known.join(", ")
+                    ),
+                ));
+            }
         }
     }
     let curve = if q.curve.unwrap_or(false) || q.rank.is_some() {
@@ -174,6 +205,8 @@ pub(in crate::api) async fn memory(
             .collect(),
         ops,
         curve,
+        events,
+        events_total,
         live,
         notes,
     }))

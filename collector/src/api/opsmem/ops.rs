@@ -51,6 +51,10 @@ pub(in crate::api) struct OpRow {
     /// `group_by=stack`: the call stack, innermost first.
     #[serde(skip_serializing_if = "Option::is_none")]
     call_stack: Option<String>,
+    /// `group_by=shape`: `Input Dims` as Python prints the list (`[]` when
+    /// the operator has none, as the plugin).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    input_shape: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     frames: Option<Vec<Frame>>,
     calls: u64,
@@ -76,6 +80,9 @@ pub(in crate::api) struct OpRow {
 #[derive(Debug, Serialize)]
 pub(in crate::api) struct JobOpRow {
     name: String,
+    /// `group_by=shape`: the input shape of this row's operators.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    input_shape: Option<String>,
     ranks: usize,
     calls_median: f64,
     host_self_us_median: f64,
@@ -177,8 +184,18 @@ pub(in crate::api) async fn ops(
 ) -> Result<Json<OpsOut>, ApiError> {
     q.check()?;
     let group_by = q.group_by.unwrap_or_else(|| "name".to_owned());
-    let all = st.store.job_operator_stats(&job).await?;
+    let mut all = st.store.job_operator_stats(&job).await?;
     st.require_job(&job, all.is_empty()).await?;
+    // `shape`: the (name, input shape) rows, their shape in `call_stack`.
+    let shapes = if group_by == "shape" && !all.is_empty() {
+        st.store.job_operator_shapes(&job).await?
+    } else {
+        Vec::new()
+    };
+    let by_shape = !shapes.is_empty();
+    if by_shape {
+        all = shapes;
+    }
     let mut notes = Vec::new();
     if all.is_empty() {
         notes.push(
@@ -188,8 +205,12 @@ pub(in crate::api) async fn ops(
         );
     }
     let by_stack = group_by == "stack";
-    if group_by == "shape" {
-        notes.push("input shapes are not imported: rows are grouped by operator name".to_owned());
+    if group_by == "shape" && !by_shape && !all.is_empty() {
+        notes.push(
+            "the traces carry no input shapes (take them with record_shapes=True): rows are \
+             grouped by operator name"
+                .to_owned(),
+        );
     }
     if by_stack && !all.iter().any(|r| !r.call_stack.is_empty()) && !all.is_empty() {
         notes.push(
@@ -207,7 +228,7 @@ pub(in crate::api) async fn ops(
         let key = (
             r.rank,
             r.name.clone(),
-            if by_stack {
+            if by_stack || by_shape {
                 r.call_stack.clone()
             } else {
                 String::new()
@@ -244,6 +265,7 @@ pub(in crate::api) async fn ops(
                 rank,
                 name,
                 frames: by_stack.then(|| stack.split(';').filter_map(frame).collect()),
+                input_shape: by_shape.then(|| stack.clone()),
                 call_stack: by_stack.then_some(stack),
                 calls: g.calls,
                 host_self_us: us(g.host_self_ns as f64),
@@ -298,13 +320,15 @@ type PerRank = (u32, f64, f64, f64, f64, f64);
 /// One row per operator name: median over the ranks that ran it, the max
 /// and its rank (ties: the lowest rank).
 fn job_rows(rows: Vec<OpRow>, has_device: bool, top: usize) -> Vec<JobOpRow> {
-    let mut by: BTreeMap<String, Vec<OpRow>> = BTreeMap::new();
+    let mut by: BTreeMap<(String, Option<String>), Vec<OpRow>> = BTreeMap::new();
     for r in rows {
-        by.entry(r.name.clone()).or_default().push(r);
+        by.entry((r.name.clone(), r.input_shape.clone()))
+            .or_default()
+            .push(r);
     }
     let mut out: Vec<JobOpRow> = by
         .into_iter()
-        .map(|(name, mut rs)| {
+        .map(|((name, input_shape), mut rs)| {
             // Rows of one rank with several stacks: one value per rank.
             rs.sort_by_key(|r| r.rank);
             let mut per: Vec<PerRank> = Vec::new();
@@ -350,6 +374,7 @@ fn job_rows(rows: Vec<OpRow>, has_device: bool, top: usize) -> Vec<JobOpRow> {
                 device_self_max_rank: dmax.0,
                 device_total_us_median: median(per.iter().map(|p| p.5).collect()),
                 name,
+                input_shape,
             }
         })
         .collect();
@@ -361,7 +386,8 @@ fn job_rows(rows: Vec<OpRow>, has_device: bool, top: usize) -> Vec<JobOpRow> {
                 r.host_self_us_median
             }
         };
-        k(b).total_cmp(&k(a)).then_with(|| a.name.cmp(&b.name))
+        k(b).total_cmp(&k(a))
+            .then_with(|| (&a.name, &a.input_shape).cmp(&(&b.name, &b.input_shape)))
     });
     out.truncate(top);
     out

@@ -90,7 +90,11 @@ const SCHEMA: &[(&str, &[Expect])] = &[
         &[Create("kernel_configs", JOB, "MergeTree")],
     ),
     (
-        "0016_job_owners",
+        "0013_operator_shapes",
+        &[Create("operator_shapes", JOB, "MergeTree")],
+    ),
+    (
+        "0015_job_owners",
         &[Create("job_owners", JOB, "ReplacingMergeTree")],
     ),
 ];
