@@ -9,7 +9,7 @@ SELECT process_group, seq, node,
        min(rank) AS lowest_rank,
        max(start_ns) AS max_start_ns,
        min(end_ns) AS min_end_ns,
-       toUInt64(quantileExact(0.5)(end_ns)) AS end_ns
+       toUInt64(quantileExact(0.5)(end_ns)) AS median_end_ns
 FROM collectives
 WHERE job_id = ?
   AND op IN ('all_reduce', 'barrier', 'all_gather', 'reduce_scatter', 'all_to_all')

@@ -23,7 +23,7 @@ pub struct ClockCall {
     pub lowest_rank: u32,
     pub max_start_ns: u64,
     pub min_end_ns: u64,
-    pub end_ns: u64,
+    pub median_end_ns: u64,
 }
 
 impl From<ClockCall> for NodeCall {
@@ -35,7 +35,7 @@ impl From<ClockCall> for NodeCall {
             lowest_rank: c.lowest_rank,
             max_start_ns: c.max_start_ns,
             min_end_ns: c.min_end_ns,
-            end_ns: c.end_ns,
+            end_ns: c.median_end_ns,
         }
     }
 }
