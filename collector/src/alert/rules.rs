@@ -24,6 +24,9 @@
 //!   `cooldown_secs`; resolves when no unit of the node is at or above
 //!   `min_score / 2` any more (hysteresis).
 //!   Its alert key is job `fleet:<node>`, rank -1.
+//! * `clock_skew` ([`skew`], on the tick of [`crate::alert::clock_watch`]):
+//!   fires per job (rank -1) when a node's clock offset is above
+//!   `max_offset_us`, resolves when none is.
 //!
 //! Memory: windows per (job, rank) and per (job, collective key), dropped
 //! when the job is forgotten.
@@ -35,16 +38,19 @@ use serde::{Deserialize, Serialize};
 use super::engine::{AlertKey, Engine, Evidence, Transition};
 
 mod offender;
+mod skew;
 
 pub use offender::{Offender, RepeatOffenderRule};
+pub use skew::{ClockSkewRule, NodeClock};
 
 /// Every rule name an [`AlertKey`](super::AlertKey) carries.
-pub const RULE_NAMES: [&str; 5] = [
+pub const RULE_NAMES: [&str; 6] = [
     "straggler",
     "hang",
     "low_gpu_utilization",
     "collective_slowdown",
     "repeat_offender",
+    "clock_skew",
 ];
 
 /// Toggle and severity of a rule.
@@ -142,6 +148,7 @@ pub struct RulesConfig {
     pub low_gpu_utilization: LowGpuRule,
     pub collective_slowdown: CollectiveRule,
     pub repeat_offender: RepeatOffenderRule,
+    pub clock_skew: ClockSkewRule,
 }
 
 impl RulesConfig {
@@ -169,7 +176,7 @@ impl RulesConfig {
         {
             return Err("alerts.rules.repeat_offender: min_score must be a number > 0, min_jobs and window_secs >= 1, evaluate_interval_ms >= 10".into());
         }
-        Ok(())
+        self.clock_skew.validate()
     }
 }
 
@@ -232,6 +239,12 @@ pub enum AlertInput {
     /// One evaluation of the fleet window: every node over the
     /// `repeat_offender` threshold (nodes not named resolve).
     FleetRound { offenders: Vec<Offender> },
+    /// A job's node clock estimate (`clock_skew`).
+    ClockRound {
+        job: String,
+        reference: String,
+        nodes: Vec<NodeClock>,
+    },
 }
 
 #[derive(Debug, Default)]
@@ -446,6 +459,13 @@ impl Rules {
             }
             AlertInput::FleetRound { offenders } => {
                 out.extend(self.fleet_round(offenders, engine, now));
+            }
+            AlertInput::ClockRound {
+                job,
+                reference,
+                nodes,
+            } if self.cfg.clock_skew.enabled => {
+                out.extend(self.clock_round(job, reference, nodes, engine, now));
             }
             _ => {} // a disabled rule
         }
