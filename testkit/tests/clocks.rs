@@ -98,6 +98,7 @@ async fn a_simulated_node_shifted_by_3ms_is_estimated_within_50us() {
     stack.all_stored(&sim).await;
 
     let v = stack.api_get(&format!("/api/v1/jobs/{job}/clocks")).await;
+    eprintln!("clocks: {v}");
     assert_eq!(v["reference_node"], "sim-node-0", "{v}");
     let nodes = v["nodes"].as_array().expect("nodes");
     assert_eq!(nodes.len(), 3, "{v}");
@@ -164,7 +165,14 @@ async fn a_simulated_node_shifted_by_3ms_is_estimated_within_50us() {
             "/api/v1/jobs/{job}/timeline?from_step=2&to_step=3"
         ))
         .await;
-    assert_eq!(t["rankscopeClocks"]["offsets_ns"]["sim-node-2"], 3_000_000);
+    let applied = t["rankscopeClocks"]["offsets_ns"]["sim-node-2"]
+        .as_i64()
+        .expect("applied");
+    assert!(
+        (applied - 3_000_000).abs() <= 50_000,
+        "{}",
+        t["rankscopeClocks"]
+    );
     let blocking = rankscope_analysis::clocks::BLOCKING_OPS;
     let ends = collective_ends(&t, blocking);
     // The window is read on each node's own clock, so a call at its edge may

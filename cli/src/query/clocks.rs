@@ -13,6 +13,9 @@ pub const NODES: &[Column] = &[
     col("node", "node", Kind::Plain),
     col("offset_us", "offset_us", Kind::Float3),
     col("uncertainty_us", "uncertainty_us", Kind::Float3),
+    col("method", "method", Kind::Plain),
+    col("bound_lo_us", "bound_lo_us", Kind::Float3),
+    col("bound_hi_us", "bound_hi_us", Kind::Float3),
     col("samples", "samples", Kind::Plain),
     col("rejected", "rejected", Kind::Plain),
 ];
@@ -64,7 +67,7 @@ mod tests {
         let csv = render(&rows, NODES, OutputFormat::Csv);
         assert_eq!(
             csv.lines().next(),
-            Some("node,offset_us,uncertainty_us,samples,rejected")
+            Some("node,offset_us,uncertainty_us,method,bound_lo_us,bound_hi_us,samples,rejected")
         );
     }
 }
