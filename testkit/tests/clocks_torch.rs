@@ -28,7 +28,6 @@ use common::Stack;
 use serde_json::Value;
 
 const STEPS: u64 = 80;
-const FAKETIME_LIB: &str = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1";
 /// Variables of the test's own environment that would name the job.
 const SCHEDULER_VARS: &[&str] = &[
     "RANKSCOPE_JOB_ID",
@@ -63,13 +62,22 @@ fn bin(name: &str) -> PathBuf {
 /// on CLOCK_MONOTONIC changes no duration, and only CLOCK_REALTIME reaches
 /// the events (`time.time_ns()`).
 fn faked(cmd: &mut Command) {
-    assert!(
-        Path::new(FAKETIME_LIB).exists(),
-        "{FAKETIME_LIB} is missing: install Debian's faketime package (`make deps` does)"
-    );
-    cmd.env("LD_PRELOAD", FAKETIME_LIB)
+    cmd.env("LD_PRELOAD", faketime_lib())
         .env("FAKETIME", "+0.003")
         .env_remove("FAKETIME_DONT_FAKE_MONOTONIC");
+}
+
+/// Debian's `libfaketime.so.1` (`/usr/lib/<multiarch>/faketime/`).
+fn faketime_lib() -> PathBuf {
+    let found = std::fs::read_dir("/usr/lib")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|d| d.path().join("faketime/libfaketime.so.1"))
+        .find(|p| p.exists());
+    found.expect(
+        "libfaketime.so.1 is missing under /usr/lib/*/faketime: install Debian's faketime package (`make deps` does)",
+    )
 }
 
 /// A child killed when dropped (a failing test leaves no orphan).

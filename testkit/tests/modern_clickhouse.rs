@@ -50,6 +50,7 @@ const JOB_ROUTES: &[&str] = &[
     "ops",
     "ops?rank=0&group_by=stack",
     "memory?ops=true",
+    "clocks",
 ];
 
 /// Keys whose values are wall-clock times of this run, not stored facts.
