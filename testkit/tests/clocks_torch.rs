@@ -195,7 +195,9 @@ fn median(mut v: Vec<f64>) -> f64 {
 /// arrived, impossible on one clock) and the gap between the two nodes'
 /// mean ends (faked minus other), µs.
 fn calls(doc: &Value, faked_ranks: &[u64]) -> Vec<(f64, f64)> {
-    let mut by: BTreeMap<(String, u64), Vec<(u64, f64, f64)>> = BTreeMap::new();
+    // (process group, seq) -> (rank, start, end) of each call.
+    type Calls = Vec<(u64, f64, f64)>;
+    let mut by: BTreeMap<(String, u64), Calls> = BTreeMap::new();
     for e in doc["traceEvents"].as_array().expect("traceEvents") {
         if e["ph"] == "X" && e["cat"] == "collective" && e["args"]["op"] == "all_reduce" {
             let key = (
