@@ -60,7 +60,14 @@ pub fn collective_ends(doc: &Value, ops: &[&str]) -> BTreeMap<(String, u64), BTr
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_simulated_node_shifted_by_3ms_is_estimated_within_50us() {
-    let stack = Stack::start().await;
+    // The clock_skew rule on a fast tick, over jobs of any age (the
+    // simulated job's times are from 2023).
+    let stack = Stack::start_with(|c| {
+        let r = &mut c.alerts.rules.clock_skew;
+        r.evaluate_interval_ms = 100;
+        r.window_secs = 20 * 365 * 86_400;
+    })
+    .await;
     let job = "clock-sim";
     let start_ns = 1_700_000_000_000_000_000u64;
     let (ok, out, err) = cli(&[
@@ -205,5 +212,18 @@ async fn a_simulated_node_shifted_by_3ms_is_estimated_within_50us() {
             "raw: node 2 is 3 ms late, got {d} us"
         );
     }
+
+    // The clock_skew alert: node 2 is 3 ms off, over the 1 ms default.
+    let alerts = stack
+        .api_poll(&format!("/api/v1/alerts?job={job}"), "alerts", |rows| {
+            rows.iter().any(|r| r["rule"] == "clock_skew")
+        })
+        .await;
+    let a = alerts.iter().find(|r| r["rule"] == "clock_skew").unwrap();
+    let text = a.to_string();
+    assert!(
+        text.contains("sim-node-2 +3000 us") && !text.contains("sim-node-1 "),
+        "{a}"
+    );
     stack.stop().await;
 }
