@@ -18,7 +18,8 @@ PY_DEPS := torch numpy pytest 'maturin>=1.9.4,<2'
 ## openssl (deploy/tls/gen-certs.sh; the TLS tests make their certificates with it),
 ## systemd (systemd-analyze checks the units in deploy/systemd),
 ## ZooKeeper (the cluster-mode tests start a private one under a 2-shard ClickHouse) and
-## Chromium (testkit/tests/ui.rs drives the web UI in headless Chromium).
+## Chromium (testkit/tests/ui.rs drives the web UI in headless Chromium) and
+## faketime (libfaketime: testkit/tests/clocks_torch.rs runs one node 3 ms ahead).
 deps:
 	@command -v curl >/dev/null || deploy/dev/clickhouse.sh apt curl
 	@command -v openssl >/dev/null || deploy/dev/clickhouse.sh apt openssl
@@ -27,6 +28,7 @@ deps:
 	@command -v unshare >/dev/null || deploy/dev/clickhouse.sh apt util-linux
 	@command -v flock >/dev/null || deploy/dev/clickhouse.sh apt util-linux
 	@command -v chromium >/dev/null || command -v chromium-browser >/dev/null || deploy/dev/clickhouse.sh apt chromium
+	@command -v faketime >/dev/null || deploy/dev/clickhouse.sh apt faketime
 	@deploy/dev/clickhouse.sh install
 	@deploy/dev/clickhouse.sh install-zookeeper
 

@@ -29,6 +29,8 @@
 //!   (host/device self and total per operator) and its Memory view
 //!   (per-operator memory table, peaks);
 //! - [`describe`]: pandas `describe()` (count, mean, std, quartiles);
+//! - [`clocks`]: node clock offsets of a job from the ends of its blocking
+//!   collectives (median of residuals, MAD outlier rejection);
 //! - [`fleet`]: the fleet recurrence score (binomial upper tail of a unit's
 //!   verdicts given its placements and the fleet's base rate).
 //!
@@ -41,6 +43,7 @@
 pub mod annotations;
 pub mod breakdown;
 pub mod classify;
+pub mod clocks;
 pub mod collectives;
 pub mod describe;
 pub mod fleet;

@@ -132,6 +132,9 @@ enum Command {
     /// Where a job's wall time went (compute, exposed communication, straggler
     /// wait, input stalls, idle, hung) and, with --flops-per-step, its MFU.
     Goodput(GoodputArgs),
+    /// Each node's clock offset against the node of the job's lowest rank,
+    /// from the ends of its blocking collectives (median, outliers rejected).
+    Clocks(ClocksArgs),
     /// Operator view of traced ranks (PyTorch Profiler TensorBoard plugin
     /// columns, Paddle's min/max/mean and ratios): per rank, or across ranks.
     Ops(OpsArgs),
@@ -309,6 +312,16 @@ struct MemoryArgs {
 }
 
 #[derive(Debug, Args)]
+struct ClocksArgs {
+    /// The job.
+    #[arg(long)]
+    job: String,
+    /// Output format.
+    #[arg(long, value_enum, default_value_t = OutputFormat::Table)]
+    format: OutputFormat,
+}
+
+#[derive(Debug, Args)]
 struct GoodputArgs {
     /// The job.
     #[arg(long)]
@@ -469,6 +482,11 @@ struct SimulateArgs {
     /// JSON list of {"rank", "node", "gpu_uuid"}: each rank's node and GPU.
     #[arg(long, value_name = "FILE")]
     placement: Option<std::path::PathBuf>,
+    /// A node whose clock is off, as NODE:OFFSET with a sign and a unit
+    /// (ns, us, ms), e.g. 2:+3ms: node 2's ranks (or the --placement node of
+    /// that name) stamp every event that much late (repeatable).
+    #[arg(long, value_name = "NODE:OFFSET")]
+    node_clock_offset: Vec<simulate::NodeClockOffset>,
 }
 
 #[derive(Debug, Args)]
@@ -773,6 +791,20 @@ async fn run(cli: Cli) -> Result<()> {
             )
             .await?;
             eprintln!("wrote {n} trace events to {}", a.output.display());
+            Ok(())
+        }
+        Command::Clocks(a) => {
+            use rankscope_cli::query::clocks;
+            let v = clocks::fetch(&http(), &cli.collector, &a.job).await?;
+            if a.format == OutputFormat::Json {
+                println!("{}", serde_json::to_string_pretty(&v)?);
+            } else {
+                let rows = v["nodes"].as_array().cloned().unwrap_or_default();
+                if a.format == OutputFormat::Table {
+                    println!("{}", clocks::summary(&v));
+                }
+                print!("{}", columns::render(&rows, clocks::NODES, a.format));
+            }
             Ok(())
         }
         Command::Goodput(a) => {
@@ -1122,6 +1154,7 @@ async fn simulate_cmd(args: SimulateArgs) -> Result<(String, u32, u64)> {
             Some(path) => simulate::placement::read(path).map_err(anyhow::Error::msg)?,
             None => Vec::new(),
         },
+        node_clock_offsets: args.node_clock_offset,
     };
     let summary = simulate::run(&cfg, &args.agent).await?;
     print!("{}", summary.render(args.format));

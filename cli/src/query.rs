@@ -11,6 +11,7 @@
 //! absent options are left out of the query string.
 
 pub mod analytics;
+pub mod clocks;
 pub mod columns;
 pub mod diff;
 pub mod fleet;

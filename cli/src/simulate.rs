@@ -16,11 +16,13 @@
 //! [`model::plan`] for that rank, in the same order.
 
 pub mod client;
+pub mod clock;
 pub mod model;
 pub mod placement;
 pub mod summary;
 
 pub use client::{run, run_nodes, SimError};
+pub use clock::NodeClockOffset;
 pub use model::{plan, plan_iter, EventCounts, JobPlan, PlanIter, RankStep, StepPlan};
 pub use placement::Placement;
 pub use summary::{SimSummary, SummaryFormat};
@@ -97,6 +99,9 @@ pub struct SimConfig {
     /// Node and GPU of each rank (`--placement`); empty = `sim-node-{r /
     /// ranks_per_node}` and no GPU.
     pub placement: Vec<Placement>,
+    /// Nodes whose clock is off (`--node-clock-offset`): their ranks'
+    /// timestamps are shifted.
+    pub node_clock_offsets: Vec<NodeClockOffset>,
 }
 
 impl Default for SimConfig {
@@ -117,6 +122,7 @@ impl Default for SimConfig {
             realtime: false,
             events_per_message: DEFAULT_EVENTS_PER_MESSAGE,
             placement: Vec::new(),
+            node_clock_offsets: Vec::new(),
         }
     }
 }
@@ -134,6 +140,8 @@ pub enum ConfigError {
     StragglerTwice { rank: u32 },
     #[error("{0}")]
     Placement(String),
+    #[error("{0}")]
+    ClockOffset(String),
     #[error("{field} = {value} is invalid: {rule}")]
     Invalid {
         field: &'static str,
@@ -175,6 +183,7 @@ impl SimConfig {
         if let Err(rule) = placement::check(&self.placement, self.ranks) {
             return Err(ConfigError::Placement(rule));
         }
+        clock::check(self)?;
         for (i, s) in self.stragglers.iter().enumerate() {
             if s.rank >= self.ranks {
                 return Err(ConfigError::StragglerRank {

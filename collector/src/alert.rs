@@ -11,6 +11,7 @@
 //! One task owns the rules and the engine (`run`: one `select!` over input, an
 //! evaluation tick for re-notifications, shutdown).
 
+pub mod clock_watch;
 pub mod engine;
 pub mod payload;
 pub mod rules;

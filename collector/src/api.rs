@@ -25,6 +25,7 @@ mod advice;
 mod alerts;
 mod analytics;
 mod annotations;
+mod clocks;
 mod diff;
 mod fleet;
 mod goodput;
@@ -104,6 +105,7 @@ pub fn router(state: ApiState) -> Router {
         .route("/api/v1/jobs/{job}/ops", get(opsmem::ops))
         .route("/api/v1/jobs/{job}/memory", get(opsmem::memory))
         .route("/api/v1/fleet", get(fleet::fleet))
+        .route("/api/v1/jobs/{job}/clocks", get(clocks::clocks))
         .route("/", get(ui::index))
         .route("/ui/{*path}", get(ui::asset))
         .route_layer(axum::middleware::from_fn_with_state(

@@ -210,6 +210,13 @@ pub async fn start(cfg: Config) -> Result<Collector, StartError> {
         alerts.clone(),
         wait_for(shutdown_rx.clone()),
     );
+    // The clock_skew rule, on its own tick (alert::clock_watch).
+    let clock_task = alert::clock_watch::spawn(
+        store.clone(),
+        cfg.alerts.rules.clock_skew.clone(),
+        alerts.clone(),
+        wait_for(shutdown_rx.clone()),
+    );
     let live_verdicts = Arc::new(stream::live::LiveVerdicts::default());
     let (stream, stream_task) = stream::spawn_stream(
         cfg.stream.clone(),
@@ -388,6 +395,7 @@ pub async fn start(cfg: Config) -> Result<Collector, StartError> {
     );
     // Servers first: in-flight batches finish before the writer's final flush.
     tasks.extend(fleet_task);
+    tasks.extend(clock_task);
     tasks.extend([
         retention_task,
         stream_task,

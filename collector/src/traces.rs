@@ -26,7 +26,9 @@
 //! iterations take the number of the reference iteration that ends nearest
 //! to them in time (within half an iteration). So the same iteration has the
 //! same step on every rank, as long as the nodes' clocks agree to better than
-//! half an iteration. A rank that streams through the SDK keeps its SDK
+//! half an iteration: each captured rank's iteration ends are put on the
+//! job's reference clock first (the node clock estimate of
+//! `Store::clock_estimate`, read when the capture is reported). A rank that streams through the SDK keeps its SDK
 //! steps; only the trace's GPU activities are imported for it.
 //!
 //! State: in memory, bounded (`max_traces`, oldest first), behind a mutex
@@ -830,6 +832,7 @@ impl TraceHub {
     pub(crate) async fn report(&self, id: u64, mut report: proto::AgentReport) {
         let now = now_ns();
         let report_ops = std::mem::take(&mut report.trace_ops);
+        let clocks = self.clocks_of_captures(&report).await;
         let mut changed = Vec::new();
         {
             let mut book = self.book();
@@ -873,10 +876,18 @@ impl TraceHub {
                 if state == "captured" {
                     v.steps = s.iteration_end_ns.len() as u64;
                     v.archive_url = s.archive_url.clone();
+                    // Iteration ends on the job's reference clock, so ranks
+                    // of different nodes are numbered on one time axis.
+                    let clock = clocks.get(&t.job);
+                    let ends = s
+                        .iteration_end_ns
+                        .iter()
+                        .map(|e| clock.map_or(*e, |c| c.correct(&node, *e)))
+                        .collect();
                     t.waiting.insert(
                         s.rank,
                         Captured {
-                            ends: s.iteration_end_ns,
+                            ends,
                             numbered: s.numbered,
                             sdk: s.sdk,
                             at_ns: now,
@@ -929,6 +940,36 @@ impl TraceHub {
                 tracing::warn!(error = %e, "storing a trace's operator summary failed");
             }
         });
+    }
+
+    /// The node clock estimates of the jobs whose traces `report` says were
+    /// captured (`Store::clock_estimate`; a job whose estimate cannot be
+    /// read is left uncorrected, logged).
+    async fn clocks_of_captures(
+        &self,
+        report: &proto::AgentReport,
+    ) -> HashMap<String, rankscope_analysis::clocks::ClockEstimate> {
+        let jobs: BTreeSet<String> = {
+            let book = self.book();
+            report
+                .traces
+                .iter()
+                .filter(|s| s.state == "captured")
+                .filter_map(|s| book.traces.get(&s.trace_id).map(|t| t.job.clone()))
+                .collect()
+        };
+        let mut out = HashMap::new();
+        for job in jobs {
+            match self.store.clock_estimate(&job).await {
+                Ok(e) => {
+                    out.insert(job, e);
+                }
+                Err(e) => {
+                    tracing::warn!(job = %job, error = %e, "node clock estimate failed: trace iterations aligned on raw clocks")
+                }
+            }
+        }
+        out
     }
 
     /// Numbers captured ranks' iterations and tells their agents to import.

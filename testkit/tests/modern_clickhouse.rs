@@ -53,6 +53,7 @@ const JOB_ROUTES: &[&str] = &[
     "memory?ops=true",
     "memory?events=true&limit=100",
     "ops?rank=0&group_by=shape",
+    "clocks",
 ];
 
 /// Keys whose values are wall-clock times of this run, not stored facts.

@@ -166,6 +166,8 @@ pub struct PlanIter {
     first_step: u64,
     carry: Vec<RankCarry>,
     seq: u64,
+    /// Per rank, the clock shift of its node (`--node-clock-offset`); empty: none.
+    shifts: Vec<i64>,
 }
 
 impl Iterator for PlanIter {
@@ -184,6 +186,16 @@ impl Iterator for PlanIter {
             &mut self.seq,
         );
         self.next_step += 1;
+        let mut plan = plan;
+        for (r, d) in plan.ranks.iter_mut().zip(&self.shifts) {
+            if *d != 0 {
+                r.start_ns = r.start_ns.saturating_add_signed(*d);
+                r.end_ns = r.end_ns.saturating_add_signed(*d);
+                for e in &mut r.events {
+                    super::clock::shift_event(e, *d);
+                }
+            }
+        }
         Some(plan)
     }
 
@@ -212,6 +224,7 @@ pub fn plan_iter(cfg: &SimConfig) -> PlanIter {
         first_step: cfg.first_step,
         carry: vec![carry; cfg.ranks as usize],
         seq: FIRST_SEQ + cfg.first_step.saturating_mul(collectives_per_step),
+        shifts: super::clock::shifts(cfg),
     }
 }
 
@@ -227,20 +240,17 @@ pub fn plan(cfg: &SimConfig) -> JobPlan {
 pub fn identity(cfg: &SimConfig, rank: u32) -> proto::RankIdentity {
     let per_node = cfg.ranks_per_node.max(1);
     let mut labels = HashMap::from([("simulated".to_string(), "true".to_string())]);
-    let node = match cfg.placed(rank) {
-        Some(p) => {
-            if !p.gpu_uuid.is_empty() {
-                let key = super::placement::GPU_UUID_LABEL.to_string();
-                labels.insert(key, p.gpu_uuid.clone());
-            }
-            if !p.link.is_empty() {
-                let key = super::placement::LINK_LABEL.to_string();
-                labels.insert(key, p.link.clone());
-            }
-            p.node.clone()
+    if let Some(p) = cfg.placed(rank) {
+        if !p.gpu_uuid.is_empty() {
+            let key = super::placement::GPU_UUID_LABEL.to_string();
+            labels.insert(key, p.gpu_uuid.clone());
         }
-        None => format!("sim-node-{}", rank / per_node),
-    };
+        if !p.link.is_empty() {
+            let key = super::placement::LINK_LABEL.to_string();
+            labels.insert(key, p.link.clone());
+        }
+    }
+    let node = super::clock::node_of(cfg, rank);
     proto::RankIdentity {
         job_id: cfg.job.clone(),
         rank,

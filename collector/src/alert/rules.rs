@@ -27,7 +27,10 @@
 //! * `memory_headroom` ([`memory`]): fires when a rank's memory peak passes
 //!   `max_share` (0.9) of its device's memory (the SDK's per-step CUDA
 //!   peaks) or, for a CPU rank, its process RSS passes that share of the
-//!   host's memory; resolves at the next observation at or below.
+//!   host's memory; resolves at the next observation at or below;
+//! * `clock_skew` ([`skew`], on the tick of [`crate::alert::clock_watch`]):
+//!   fires per job (rank -1) when a node's clock offset is above
+//!   `max_offset_us`, resolves when none is.
 //!
 //! Memory: windows per (job, rank) and per (job, collective key), dropped
 //! when the job is forgotten.
@@ -40,18 +43,21 @@ use super::engine::{AlertKey, Engine, Evidence, Transition};
 
 mod memory;
 mod offender;
+mod skew;
 
 pub use memory::{MemoryHeadroomRule, MemoryObs, MemorySource};
 pub use offender::{Offender, RepeatOffenderRule};
+pub use skew::{ClockSkewRule, NodeClock};
 
 /// Every rule name an [`AlertKey`](super::AlertKey) carries.
-pub const RULE_NAMES: [&str; 6] = [
+pub const RULE_NAMES: [&str; 7] = [
     "straggler",
     "hang",
     "low_gpu_utilization",
     "collective_slowdown",
     "repeat_offender",
     "memory_headroom",
+    "clock_skew",
 ];
 
 /// Toggle and severity of a rule.
@@ -150,6 +156,7 @@ pub struct RulesConfig {
     pub collective_slowdown: CollectiveRule,
     pub repeat_offender: RepeatOffenderRule,
     pub memory_headroom: MemoryHeadroomRule,
+    pub clock_skew: ClockSkewRule,
 }
 
 impl RulesConfig {
@@ -183,7 +190,7 @@ impl RulesConfig {
                 "alerts.rules.memory_headroom.max_share must be in (0, 1], got {m}"
             ));
         }
-        Ok(())
+        self.clock_skew.validate()
     }
 }
 
@@ -248,6 +255,12 @@ pub enum AlertInput {
     FleetRound { offenders: Vec<Offender> },
     /// A rank's memory peak against its device's (or host's) memory.
     RankMemory(MemoryObs),
+    /// A job's node clock estimate (`clock_skew`).
+    ClockRound {
+        job: String,
+        reference: String,
+        nodes: Vec<NodeClock>,
+    },
 }
 
 #[derive(Debug, Default)]
@@ -469,6 +482,13 @@ impl Rules {
             }
             AlertInput::RankMemory(o) if self.cfg.memory_headroom.enabled => {
                 out.extend(self.memory(o, engine, now));
+            }
+            AlertInput::ClockRound {
+                job,
+                reference,
+                nodes,
+            } if self.cfg.clock_skew.enabled => {
+                out.extend(self.clock_round(job, reference, nodes, engine, now));
             }
             _ => {} // a disabled rule
         }

@@ -260,3 +260,59 @@ fn repeat_offender_fires_once_per_node_holds_down_to_half_and_respects_its_coold
     let t = round(&mut rules, &mut engine, vec![o(9.0)], after);
     assert!(matches!(&t[..], [Transition::Firing(_)]));
 }
+
+#[test]
+fn clock_skew_fires_per_job_above_the_offset_and_resolves_below() {
+    let mut rules = Rules::new(RulesConfig::default());
+    let mut engine = Engine::new(0, 0);
+    let n = |node: &str, offset_ns: i64, samples: u64| NodeClock {
+        node: node.into(),
+        offset_ns,
+        uncertainty_ns: 4_000.0,
+        samples,
+    };
+    let round = |rules: &mut Rules, engine: &mut Engine, nodes: Vec<NodeClock>, now| {
+        let input = AlertInput::ClockRound {
+            job: "j".into(),
+            reference: "n0".into(),
+            nodes,
+        };
+        rules.apply(input, engine, now)
+    };
+    // 0.9 ms: under the 1 ms default; 3 ms from too few collectives: silent.
+    let quiet = vec![n("n0", 0, 50), n("n1", 900_000, 50), n("n2", 3_000_000, 5)];
+    assert!(round(&mut rules, &mut engine, quiet, 1).is_empty());
+    let t = round(
+        &mut rules,
+        &mut engine,
+        vec![
+            n("n0", 0, 50),
+            n("n1", -1_200_000, 50),
+            n("n2", 3_000_000, 50),
+        ],
+        2,
+    );
+    let [Transition::Firing(a)] = &t[..] else {
+        panic!("{t:?}")
+    };
+    assert_eq!(
+        (a.key.rule, a.key.rank, a.key.job.as_str()),
+        ("clock_skew", -1, "j")
+    );
+    assert_eq!(a.evidence.node, "n2", "the worst node");
+    let s = &a.evidence.summary;
+    assert!(
+        s.contains("n1 -1200 us") && s.contains("n2 +3000 us") && s.contains("reference node n0"),
+        "{s}"
+    );
+    let t = round(
+        &mut rules,
+        &mut engine,
+        vec![n("n0", 0, 50), n("n1", 20_000, 50)],
+        3,
+    );
+    assert!(matches!(&t[..], [Transition::Resolved(_)]), "{t:?}");
+    let mut cfg = RulesConfig::default();
+    cfg.clock_skew.max_offset_us = 0.0;
+    assert!(cfg.validate().unwrap_err().contains("clock_skew"));
+}

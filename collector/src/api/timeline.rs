@@ -15,6 +15,11 @@
 //! `baseTimeNanoseconds`; with a single rank `distributedInfo` names it, so
 //! the file imports as that rank.
 //!
+//! Clocks: every rank's times are put on the reference node's clock with
+//! the job's node clock estimate (`Store::clock_estimate`, see
+//! [`clock`]); `raw_clocks=true` keeps each node's own clock. The offsets
+//! applied are in the top-level `rankscopeClocks` object.
+//!
 //! Range: `from_step`/`to_step` select the window from the first begin to
 //! the last end of those steps over the chosen ranks; without them, every
 //! event of the job. Bounded: above [`MAX_EVENTS`] events (or a lower
@@ -32,6 +37,8 @@ use serde_json::{json, Value};
 
 use super::{ApiError, ApiState};
 
+mod clock;
+
 /// Most trace events one timeline may hold.
 pub const MAX_EVENTS: usize = 2_000_000;
 
@@ -48,6 +55,8 @@ pub(super) struct TimelineQuery {
     ranks: Option<String>,
     /// A lower cap than [`MAX_EVENTS`] for this request.
     max_events: Option<usize>,
+    /// `true`: each node's own clock, no correction.
+    raw_clocks: Option<bool>,
 }
 
 impl TimelineQuery {
@@ -121,20 +130,29 @@ pub(super) async fn timeline(
         (0, u64::MAX)
     };
     let inside = |t: u64| t >= from_ns && t <= to_ns;
-    let ops: Vec<_> = st
+    let mut ops: Vec<_> = st
         .store
         .gpu_ops(&job)
         .await?
         .into_iter()
         .filter(|r| keep(r.rank))
         .collect();
-    let spans = st.store.timeline_spans(&job, from_ns, to_ns).await?;
-    let colls = st.store.timeline_collectives(&job, from_ns, to_ns).await?;
+    for r in &mut ops {
+        r.ops.retain(|o| inside(o.start_ns));
+    }
+    let mut spans = st.store.timeline_spans(&job, from_ns, to_ns).await?;
+    let mut colls = st.store.timeline_collectives(&job, from_ns, to_ns).await?;
+    let mut steps = steps;
+    let clocks = if q.raw_clocks == Some(true) {
+        None
+    } else {
+        let e = st.store.clock_estimate(&job).await?;
+        let ranks = st.store.job_rank_list(&job).await?;
+        clock::correct(&e, &ranks, &mut steps, &mut ops, &mut spans, &mut colls);
+        Some(e)
+    };
     let n_events = steps.len()
-        + ops
-            .iter()
-            .map(|r| r.ops.iter().filter(|o| inside(o.start_ns)).count() * 2)
-            .sum::<usize>()
+        + ops.iter().map(|r| r.ops.len() * 2).sum::<usize>()
         + spans.iter().filter(|s| keep(s.rank)).count()
         + colls.iter().filter(|c| keep(c.rank)).count() * 2;
     let cap = q.max_events.unwrap_or(MAX_EVENTS).min(MAX_EVENTS);
@@ -148,7 +166,7 @@ pub(super) async fn timeline(
         .iter()
         .map(|s| s.start_ns)
         .chain(ops.iter().flat_map(|r| {
-            r.ops.iter().filter(|o| inside(o.start_ns)).map(|o| {
+            r.ops.iter().map(|o| {
                 o.launch
                     .as_ref()
                     .map_or(o.start_ns, |l| l.0.start_ns.min(o.start_ns))
@@ -199,7 +217,7 @@ pub(super) async fn timeline(
     }
     for r in &ops {
         let mut streams: Vec<u32> = Vec::new();
-        for (i, o) in r.ops.iter().filter(|o| inside(o.start_ns)).enumerate() {
+        for (i, o) in r.ops.iter().enumerate() {
             let corr = i as u64 + 1;
             let (cat, kind_name) = match o.kind {
                 rankscope_analysis::GpuEventKind::Memcpy => ("gpu_memcpy", "memcpy"),
@@ -264,6 +282,9 @@ pub(super) async fn timeline(
         "traceName": format!("rankscope job {job}"),
         "traceEvents": ev,
     });
+    if let Some(e) = &clocks {
+        doc["rankscopeClocks"] = clock::describe(e);
+    }
     if nodes.len() == 1 {
         let world = st
             .store
