@@ -261,6 +261,7 @@ pub const QUERY_ROUTES: &[&str] = &[
     "ops",
     "memory",
     "fleet",
+    "ranks",
 ];
 
 /// A route's query string as its handler takes it, without the store:
@@ -287,6 +288,7 @@ pub fn check_query(route: &str, uri: &http::Uri) -> Result<(), String> {
         "alerts" => parse::<alerts::AlertsQuery>(uri).map(drop),
         "goodput" => parse::<goodput::GoodputQuery>(uri).map(drop),
         "breakdown" => parse::<analytics::BreakdownQuery>(uri).map(drop),
+        "ranks" => parse::<analytics::RanksQuery>(uri).map(drop),
         "collectives" => parse::<analytics::CollectivesQuery>(uri).map(drop),
         "gpus" => parse::<telemetry::GpusQuery>(uri).map(drop),
         "diff" => parse::<diff::DiffQuery>(uri).map(drop),

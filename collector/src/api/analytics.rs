@@ -15,7 +15,7 @@ use super::{ApiError, ApiState};
 mod ranks;
 use crate::store::analytics::StepBreakdownRow;
 use crate::store::telemetry::{EvidenceReadRow, StepGpu};
-pub(super) use ranks::ranks;
+pub(super) use ranks::{ranks, RanksQuery};
 
 /// 100 * part / whole, `None` when whole is 0.
 fn pct(part: u64, whole: u64) -> Option<f64> {
