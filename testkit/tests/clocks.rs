@@ -7,26 +7,14 @@
 mod common;
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use common::*;
 use rankscope_cli::simulate::SimConfig;
 use serde_json::Value;
 
-fn rankscope_bin() -> PathBuf {
-    let exe = std::env::current_exe().expect("test exe");
-    let bin = exe
-        .parent()
-        .and_then(Path::parent)
-        .expect("target dir")
-        .join("rankscope");
-    assert!(bin.exists(), "{} was not built", bin.display());
-    bin
-}
-
 fn cli(args: &[&str]) -> (bool, String, String) {
-    let out = Command::new(rankscope_bin())
+    let out = Command::new(rankscope_testkit::bin_path("rankscope"))
         .args(args)
         .env_remove("RANKSCOPE_AGENT")
         .output()

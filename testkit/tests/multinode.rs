@@ -10,7 +10,7 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
 
 use common::Stack;
@@ -32,19 +32,8 @@ const SCHEDULER_VARS: &[&str] = &[
     "RANK",
 ];
 
-fn rankscope_bin() -> PathBuf {
-    let exe = std::env::current_exe().expect("test exe");
-    let bin = exe
-        .parent()
-        .and_then(Path::parent)
-        .expect("target dir")
-        .join("rankscope");
-    assert!(bin.exists(), "{} was not built", bin.display());
-    bin
-}
-
 fn rankscope(cache: &Path) -> Command {
-    let mut cmd = Command::new(rankscope_bin());
+    let mut cmd = Command::new(rankscope_testkit::bin_path("rankscope"));
     for v in SCHEDULER_VARS {
         cmd.env_remove(v);
     }

@@ -10,7 +10,7 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
 
 use common::eventually;
@@ -31,21 +31,10 @@ const SCHEDULER_VARS: &[&str] = &[
     "RANK",
 ];
 
-fn rankscope_bin() -> PathBuf {
-    let exe = std::env::current_exe().expect("test exe");
-    let bin = exe
-        .parent()
-        .and_then(Path::parent)
-        .expect("target dir")
-        .join("rankscope");
-    assert!(bin.exists(), "{} was not built", bin.display());
-    bin
-}
-
 /// One node of a 2-node, 2-process-per-node torchrun launch of the DDP
 /// workload under `rankscope run`, streaming to the agent at `agent`.
 fn node(agent: &Path, cache: &Path, node_rank: u32, rdzv_port: u16, rdzv_id: &str) -> Child {
-    let mut cmd = Command::new(rankscope_bin());
+    let mut cmd = Command::new(rankscope_testkit::bin_path("rankscope"));
     for v in SCHEDULER_VARS {
         cmd.env_remove(v);
     }

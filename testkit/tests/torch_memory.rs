@@ -10,7 +10,6 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -19,17 +18,6 @@ use common::Stack;
 const RANKS: u32 = 4;
 const BIG_RANK: u64 = 2;
 const BIG_MB: u64 = 192;
-
-fn rankscope_bin() -> PathBuf {
-    let exe = std::env::current_exe().expect("test exe");
-    let bin = exe
-        .parent()
-        .and_then(Path::parent)
-        .expect("target dir")
-        .join("rankscope");
-    assert!(bin.exists(), "{} was not built", bin.display());
-    bin
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_rank_holding_a_large_tensor_is_named_with_its_peak() {
@@ -40,7 +28,7 @@ async fn the_rank_holding_a_large_tensor_is_named_with_its_peak() {
         .as_ref()
         .and_then(|a| a.unix_path.clone())
         .expect("agent unix socket");
-    let child = Command::new(rankscope_bin())
+    let child = Command::new(rankscope_testkit::bin_path("rankscope"))
         .arg("run")
         .arg("--agent")
         .arg(format!("unix:{}", agent.display()))
@@ -113,7 +101,7 @@ async fn the_rank_holding_a_large_tensor_is_named_with_its_peak() {
         "{live}"
     );
     // The CLI names it too.
-    let cli = Command::new(rankscope_bin())
+    let cli = Command::new(rankscope_testkit::bin_path("rankscope"))
         .args([
             "--collector",
             &format!("http://{}", stack.http_addr()),

@@ -7,21 +7,6 @@ use std::time::{Duration, Instant};
 
 use rankscope_cli::simulate::{run_nodes, SimConfig, Straggler};
 
-pub fn bin(name: &str) -> PathBuf {
-    let exe = std::env::current_exe().expect("test exe");
-    let bin = exe
-        .parent()
-        .and_then(Path::parent)
-        .expect("target dir")
-        .join(name);
-    assert!(
-        bin.exists(),
-        "{} was not built (cargo build --bins)",
-        bin.display()
-    );
-    bin
-}
-
 /// A collector process, killed when dropped (a failing test leaves no orphan).
 pub struct CollectorProc {
     pub child: Child,
@@ -78,7 +63,7 @@ impl CollectorProc {
 
 fn spawn_collector(config: &Path, port: u16, log: &Path) -> Child {
     let log = std::fs::File::create(log).expect("log file");
-    let mut child = Command::new(bin("rankscope-collector"))
+    let mut child = Command::new(rankscope_testkit::bin_path("rankscope-collector"))
         .arg("--config")
         .arg(config)
         .env("RUST_LOG", "rankscope_collector=info")
@@ -313,7 +298,7 @@ pub fn agent_proc(
     )
     .unwrap();
     let log = std::fs::File::create(dir.join(format!("{name}.log"))).unwrap();
-    let child = std::process::Command::new(bin("rankscope-agent"))
+    let child = std::process::Command::new(rankscope_testkit::bin_path("rankscope-agent"))
         .arg("--config")
         .arg(&config)
         .env("RUST_LOG", "rankscope_agent=info")
