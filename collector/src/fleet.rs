@@ -170,6 +170,8 @@ struct Unit<'a> {
     verdict_jobs: BTreeSet<&'a str>,
     timeline: Vec<FleetVerdictRef>,
     verdict_steps: u64,
+    /// Jobs counted in SQL (the rollup path), beside `jobs`.
+    counted_jobs: u64,
 }
 
 /// (node, GPU, link), borrowed from the facts: no string is copied per
@@ -188,6 +190,21 @@ pub fn assemble(facts: &FleetFacts, by: By, policy: FleetPolicy) -> Vec<FleetRow
         v.push((g.uuid.as_str(), g.sampled_ns));
     }
     let mut units: BTreeMap<Key, Unit> = BTreeMap::new();
+    // The rollup path: each unit's exposure was counted in SQL; `placements`
+    // only maps the verdicts' and hang suspects' placements to their units.
+    let counted = facts.exposure.is_some();
+    for e in facts.exposure.iter().flatten() {
+        let unit = Some(e.unit.as_str()).filter(|u| !u.is_empty());
+        let key: Key = match by {
+            By::Node => (e.node.as_str(), None, None),
+            By::Gpu => (e.node.as_str(), unit, None),
+            By::Link => (e.node.as_str(), None, unit),
+        };
+        let u = units.entry(key).or_default();
+        u.counted_jobs += e.jobs;
+        u.placements += e.placements;
+        u.rank_ns += e.rank_ns;
+    }
     for p in &facts.placements {
         let id = (p.job_id.as_str(), p.rank);
         let span = p.last_ns.saturating_sub(p.first_ns);
@@ -209,10 +226,12 @@ pub fn assemble(facts: &FleetFacts, by: By, policy: FleetPolicy) -> Vec<FleetRow
             By::Link => Vec::new(),
         };
         for (key, ns) in keyed {
-            let u = units.entry(key).or_default();
-            u.jobs.insert(p.job_id.as_str());
-            u.placements += 1;
-            u.rank_ns += ns;
+            if !counted {
+                let u = units.entry(key).or_default();
+                u.jobs.insert(p.job_id.as_str());
+                u.placements += 1;
+                u.rank_ns += ns;
+            }
             units_of.entry(id).or_default().push(key);
         }
     }
@@ -225,6 +244,10 @@ pub fn assemble(facts: &FleetFacts, by: By, policy: FleetPolicy) -> Vec<FleetRow
     for p in &facts.placements {
         let w = world.entry(p.job_id.as_str()).or_default();
         *w = (*w).max(p.rank + 1);
+    }
+    for j in &facts.worlds {
+        let w = world.entry(j.job_id.as_str()).or_default();
+        *w = (*w).max(j.world);
     }
     for v in &facts.verdicts {
         let id = (v.job_id.as_str(), v.rank);
@@ -307,7 +330,7 @@ pub fn assemble(facts: &FleetFacts, by: By, policy: FleetPolicy) -> Vec<FleetRow
         .map(|u| Exposure {
             placements: u.placements,
             flagged: u.flagged.len() as u64,
-            jobs: u.jobs.len() as u64,
+            jobs: u.jobs.len() as u64 + u.counted_jobs,
         })
         .collect();
     let mut slots: Vec<Option<(Key, Unit)>> = keys.into_iter().zip(units).map(Some).collect();
@@ -325,7 +348,7 @@ pub fn assemble(facts: &FleetFacts, by: By, policy: FleetPolicy) -> Vec<FleetRow
                 node: key.0.to_owned(),
                 gpu_uuid: key.1.map(str::to_owned),
                 link: key.2.map(str::to_owned),
-                jobs: u.jobs.len() as u64,
+                jobs: u.jobs.len() as u64 + u.counted_jobs,
                 placements: u.placements,
                 rank_hours: u.rank_ns as f64 / 3.6e12,
                 verdicts: u.timeline.len() as u64 + skip as u64,

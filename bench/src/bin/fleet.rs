@@ -150,7 +150,7 @@ async fn main() -> anyhow::Result<()> {
         let mut answer = (0, 0, 0.0);
         for rep in 0..=a.reps {
             let started = Instant::now();
-            let facts = store.fleet_facts(since, by == By::Gpu).await?;
+            let facts = store.fleet_facts_by(since, by).await?;
             let fetched = started.elapsed().as_secs_f64() * 1e3;
             let started = Instant::now();
             let rows = assemble(&facts, by, FleetPolicy::default());

@@ -101,7 +101,17 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "0012_kernel_configs",
         sql: include_str!("../../schema/0012_kernel_configs.sql"),
     },
+    Migration {
+        version: 15,
+        name: "0015_fleet_rollup",
+        sql: include_str!("../../schema/0015_fleet_rollup.sql"),
+    },
 ];
+
+/// Version of the migration whose rollup is filled from existing rows right
+/// after it is applied (queries/fleet_rollup_backfill.sql).
+const FLEET_ROLLUP_VERSION: u32 = 15;
+const FLEET_ROLLUP_BACKFILL_SQL: QueryFile = query_file!("fleet_rollup_backfill");
 
 const CREATE_TABLE_SQL: &str = include_str!("../../queries/schema_migrations.sql");
 const APPLIED_SQL: QueryFile = query_file!("applied_migrations");
@@ -314,6 +324,16 @@ pub(super) async fn migrate(
             .end()
             .await
             .map_err(StoreError::query("record migration"))?;
+        if migration.version == FLEET_ROLLUP_VERSION {
+            // The view sees only new INSERTs: fill the rollup from the rows
+            // already stored (idempotent states; rows written between the view
+            // and this fill are counted once either way).
+            store
+                .read(FLEET_ROLLUP_BACKFILL_SQL)
+                .execute()
+                .await
+                .map_err(StoreError::query(FLEET_ROLLUP_BACKFILL_SQL.name))?;
+        }
         tracing::info!(
             version = migration.version,
             name = migration.name,
@@ -346,6 +366,7 @@ mod tests {
             (10, "0010_operator_stats", "fnv1a64:b4f23a2fa7274377"),
             (11, "0011_memory_stats", "fnv1a64:ce1dfb428c43ce4c"),
             (12, "0012_kernel_configs", "fnv1a64:6b229c6b83886f75"),
+            (15, "0015_fleet_rollup", "fnv1a64:e30979bfca271ee8"),
         ];
         let actual: Vec<(u32, &str, String)> = MIGRATIONS
             .iter()
