@@ -5,13 +5,13 @@
 -- max(first seen, since)). Binds, in order: since_ns (rank-time clamp),
 -- unit kind ('node' | 'gpu' | 'link'), month_end of since (YYYYMMDD of that
 -- month's last day: partition pruning), since_ns.
-SELECT any(node) AS node, any(unit) AS unit,
+SELECT any(nd) AS node, any(un) AS unit,
        toUInt64(count()) AS jobs,
        toUInt64(sum(n)) AS placements,
        toUInt64(sum(n * (l - greatest(f, ?)))) AS rank_ns
 FROM
 (
-    SELECT unit_key, any(node) AS node, any(unit) AS unit,
+    SELECT unit_key, any(node) AS nd, any(unit) AS un,
            length(groupUniqArrayMerge(ranks)) AS n,
            minMerge(first_ns) AS f, maxMerge(last_ns) AS l
     FROM fleet_unit_jobs

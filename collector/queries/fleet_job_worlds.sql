@@ -2,10 +2,10 @@
 -- straggler verdict first seen since a time, over the job's ranks seen in the
 -- window, from the rollup's per-node rows (schema/0015_fleet_rollup.sql).
 -- Binds, in order: month_end of since, since_ns (verdicts), since_ns (window).
-SELECT any(job_id) AS job_id, toUInt32(max(top) + 1) AS world
+SELECT any(jid) AS job_id, toUInt32(max(top) + 1) AS world
 FROM
 (
-    SELECT unit_key, job_key, any(job_id) AS job_id,
+    SELECT unit_key, job_key, any(job_id) AS jid,
            arrayReduce('max', groupUniqArrayMerge(ranks)) AS top, maxMerge(last_ns) AS l
     FROM fleet_unit_jobs
     WHERE unit_kind = 'node' AND month_end >= ?
