@@ -16,9 +16,7 @@ use rankscope_bench::http::HttpClient;
 use rankscope_bench::report::{self, Details, TUNED_FLUSH_MS};
 use rankscope_bench::stack::{AgentProc, Binaries, CollectorProc, Override};
 use rankscope_bench::sys::Machine;
-use rankscope_bench::{
-    bulk, fleet, hta, idle, import, profile, query, stats, straggler, synth,
-};
+use rankscope_bench::{bulk, fleet, hta, idle, import, profile, query, stats, straggler, synth};
 use rankscope_testkit::ClickHouse;
 
 #[derive(Debug, Parser)]

@@ -3,7 +3,8 @@
 //!
 //! In: a [`FleetQuery`] (window `since`, grouping `by`, `min_jobs`) and the
 //! window's [`FleetFacts`] (rank placements, verdicts, their evidence, hang
-//! suspects). Out: [`FleetRow`]s, one
+//! suspects; from the rollup of migration 0015, each unit's exposure counted
+//! in SQL and only the flagged placements). Out: [`FleetRow`]s, one
 //! per unit, ranked worst first by the recurrence score of
 //! [`rankscope_analysis::fleet`]; units seen in fewer than `min_jobs` jobs
 //! come last, marked `low_exposure`, unranked.

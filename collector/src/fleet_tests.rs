@@ -205,13 +205,15 @@ fn rolled(full: &FleetFacts, by: By) -> FleetFacts {
         exposure: Some(
             units
                 .into_iter()
-                .map(|((node, unit), (jobs, placements, rank_ns))| FleetExposure {
-                    node,
-                    unit,
-                    jobs: jobs.len() as u64,
-                    placements,
-                    rank_ns,
-                })
+                .map(
+                    |((node, unit), (jobs, placements, rank_ns))| FleetExposure {
+                        node,
+                        unit,
+                        jobs: jobs.len() as u64,
+                        placements,
+                        rank_ns,
+                    },
+                )
                 .collect(),
         ),
         worlds: worlds

@@ -260,7 +260,10 @@ impl Store {
     }
 
     /// Verdicts, evidence and hang suspects since `since_ns`.
-    async fn fleet_facts_without_placements(&self, since_ns: u64) -> Result<FleetFacts, StoreError> {
+    async fn fleet_facts_without_placements(
+        &self,
+        since_ns: u64,
+    ) -> Result<FleetFacts, StoreError> {
         async fn all<T>(store: &Store, file: QueryFile, since_ns: u64) -> Result<Vec<T>, StoreError>
         where
             T: clickhouse::RowOwned + clickhouse::RowRead,
