@@ -509,6 +509,7 @@ mod tests {
                 stragglers_cold_ms: 40.0,
                 ..QueryRun::default()
             },
+            fleet: crate::fleet::FleetRun::default(),
             imports: vec![vec![import(5.0)]],
             synthetic_bytes: 0,
             hta: Some(crate::hta::SideBySide {
