@@ -11,10 +11,12 @@
 -- queries/fleet_rollup_backfill.sql; the states are idempotent, so a row
 -- written twice changes nothing). One row per (unit, job, month) once merged.
 -- unit_key = cityHash64(node, unit), job_key = cityHash64(job_id): numeric keys
--- so the fleet query groups on integers.
+-- so the fleet query groups on integers; node, unit and job_id follow them in
+-- the sorting key (they depend on the keys; modern ClickHouse refuses plain
+-- columns outside the sorting key of an AggregatingMergeTree).
 -- PARTITION BY month_end (the month's last day as YYYYMMDD) so retention drops a
 -- month once all of it is older than retention_days (store/retention.rs).
--- ORDER BY (unit_kind, unit_key, job_key) serves queries/fleet_exposure.sql,
+-- ORDER BY (unit_kind, unit_key, job_key, ...) serves queries/fleet_exposure.sql,
 -- fleet_flagged_placements.sql and fleet_job_worlds.sql (one unit kind, all units).
 CREATE TABLE IF NOT EXISTS fleet_unit_jobs
 (
@@ -31,7 +33,7 @@ CREATE TABLE IF NOT EXISTS fleet_unit_jobs
 )
 ENGINE = AggregatingMergeTree()
 PARTITION BY month_end
-ORDER BY (unit_kind, unit_key, job_key);
+ORDER BY (unit_kind, unit_key, job_key, node, unit, job_id);
 
 CREATE MATERIALIZED VIEW IF NOT EXISTS fleet_unit_jobs_mv TO fleet_unit_jobs AS
 SELECT CAST(k.1 AS Enum8('node' = 1, 'gpu' = 2, 'link' = 3)) AS unit_kind,

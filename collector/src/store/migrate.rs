@@ -366,7 +366,7 @@ mod tests {
             (10, "0010_operator_stats", "fnv1a64:b4f23a2fa7274377"),
             (11, "0011_memory_stats", "fnv1a64:ce1dfb428c43ce4c"),
             (12, "0012_kernel_configs", "fnv1a64:6b229c6b83886f75"),
-            (15, "0015_fleet_rollup", "fnv1a64:e30979bfca271ee8"),
+            (15, "0015_fleet_rollup", "fnv1a64:7b6c8d20e7ec8bf0"),
         ];
         let actual: Vec<(u32, &str, String)> = MIGRATIONS
             .iter()
