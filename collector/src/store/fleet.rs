@@ -204,35 +204,46 @@ impl Store {
             By::Link => "link",
         };
         let month = month_start(since_ns);
-        let exposure: Vec<FleetExposure> = self
-            .read(EXPOSURE_SQL)
-            .bind(since_ns)
-            .bind(kind)
-            .bind(month)
-            .bind(since_ns)
-            .fetch_all()
-            .await
-            .map_err(StoreError::query(EXPOSURE_SQL.name))?;
-        let flagged: Vec<UnitPlacement> = self
-            .read(FLAGGED_SQL)
-            .bind(kind)
-            .bind(month)
-            .bind(since_ns)
-            .bind(since_ns)
-            .bind(since_ns)
-            .bind(since_ns)
-            .bind(since_ns)
-            .fetch_all()
-            .await
-            .map_err(StoreError::query(FLAGGED_SQL.name))?;
-        let worlds: Vec<FleetWorld> = self
-            .read(WORLDS_SQL)
-            .bind(month)
-            .bind(since_ns)
-            .bind(since_ns)
-            .fetch_all()
-            .await
-            .map_err(StoreError::query(WORLDS_SQL.name))?;
+        // Independent reads, run side by side (ClickHouse 18.16 runs each
+        // GROUP BY on few threads).
+        let exposure = async {
+            self.read(EXPOSURE_SQL)
+                .bind(since_ns)
+                .bind(kind)
+                .bind(month)
+                .bind(since_ns)
+                .fetch_all::<FleetExposure>()
+                .await
+                .map_err(StoreError::query(EXPOSURE_SQL.name))
+        };
+        let flagged = async {
+            self.read(FLAGGED_SQL)
+                .bind(kind)
+                .bind(month)
+                .bind(since_ns)
+                .bind(since_ns)
+                .bind(since_ns)
+                .bind(since_ns)
+                .bind(since_ns)
+                .fetch_all::<UnitPlacement>()
+                .await
+                .map_err(StoreError::query(FLAGGED_SQL.name))
+        };
+        let worlds = async {
+            self.read(WORLDS_SQL)
+                .bind(month)
+                .bind(since_ns)
+                .bind(since_ns)
+                .fetch_all::<FleetWorld>()
+                .await
+                .map_err(StoreError::query(WORLDS_SQL.name))
+        };
+        let (exposure, flagged, worlds, mut facts) = tokio::try_join!(
+            exposure,
+            flagged,
+            worlds,
+            self.fleet_facts_without_placements(since_ns)
+        )?;
         let placements = flagged
             .into_iter()
             .map(|p| {
@@ -252,7 +263,6 @@ impl Store {
                 }
             })
             .collect();
-        let mut facts = self.fleet_facts_without_placements(since_ns).await?;
         facts.placements = placements;
         facts.exposure = Some(exposure);
         facts.worlds = worlds;
