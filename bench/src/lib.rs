@@ -31,6 +31,7 @@
 pub mod bulk;
 pub mod e2e;
 pub mod error;
+pub mod fleet;
 pub mod hta;
 pub mod http;
 pub mod idle;

@@ -16,7 +16,7 @@ use rankscope_bench::http::HttpClient;
 use rankscope_bench::report::{self, Details, TUNED_FLUSH_MS};
 use rankscope_bench::stack::{AgentProc, Binaries, CollectorProc, Override};
 use rankscope_bench::sys::Machine;
-use rankscope_bench::{bulk, hta, idle, import, profile, query, stats, straggler, synth};
+use rankscope_bench::{bulk, fleet, hta, idle, import, profile, query, stats, straggler, synth};
 use rankscope_testkit::ClickHouse;
 
 #[derive(Debug, Parser)]
@@ -86,12 +86,19 @@ struct Args {
     /// Skip the perf profile of an extra end-to-end run.
     #[arg(long)]
     no_profile: bool,
-    /// Sections to run (comma-separated): e2e, straggler, query, import,
-    /// hta, idle.
+    /// Nodes of the fleet history (section fleet).
+    #[arg(long, default_value_t = fleet::NODES)]
+    fleet_nodes: u64,
+    /// Days of the fleet history (section fleet).
+    #[arg(long, default_value_t = fleet::DAYS)]
+    fleet_days: u64,
+    /// Sections to run (comma-separated): e2e, straggler, query, fleet,
+    /// import, hta, idle. With fewer than all, pass --out-dir to keep the
+    /// record's files.
     #[arg(
         long,
         value_delimiter = ',',
-        default_value = "e2e,straggler,query,import,hta,idle"
+        default_value = "e2e,straggler,query,fleet,import,hta,idle"
     )]
     sections: Vec<String>,
 }
@@ -104,6 +111,8 @@ impl Args {
             self.straggler_trials = 3;
             self.straggler_16k_trials = 1;
             self.query_reps = 3;
+            self.fleet_nodes = 400;
+            self.fleet_days = 9;
             self.import_runs = 1;
             self.synthetic_mb = 20;
             self.hta_mb = 20;
@@ -202,6 +211,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
         straggler_agent_loaded: Vec::new(),
         straggler_16k: Vec::new(),
         query: query::QueryRun::default(),
+        fleet: fleet::FleetRun::default(),
         imports: Vec::new(),
         synthetic_bytes: 0,
         hta: None,
@@ -224,6 +234,16 @@ async fn run(args: Args) -> anyhow::Result<()> {
         match query::run(&ctx, args.query_reps).await {
             Ok(q) => d.query = q,
             Err(e) => fail(&mut d, "query latency", &e),
+        }
+    }
+    if args.wants("fleet") {
+        note(&format!(
+            "fleet view: {} nodes x {} days of history",
+            args.fleet_nodes, args.fleet_days
+        ));
+        match fleet::run(&ctx, args.fleet_nodes, args.fleet_days, args.query_reps).await {
+            Ok(f) => d.fleet = f,
+            Err(e) => fail(&mut d, "fleet view", &e),
         }
     }
     if args.wants("import") || args.wants("idle") || args.wants("hta") {

@@ -11,6 +11,7 @@
 pub mod markdown;
 mod misses;
 pub mod scale;
+mod views;
 
 use serde::Serialize;
 
@@ -47,6 +48,9 @@ pub struct Details {
     /// 16,384 ranks, 2,048 node batches per step straight to the collector.
     pub straggler_16k: Vec<StragglerTrial>,
     pub query: QueryRun,
+    /// The fleet route at fleet scale (issue 38).
+    #[serde(default)]
+    pub fleet: crate::fleet::FleetRun,
     /// Per run, every import invocation.
     pub imports: Vec<Vec<ImportRun>>,
     pub synthetic_bytes: u64,
@@ -97,6 +101,15 @@ pub struct Results {
     pub query_breakdown_16384_ranks_ms: Option<f64>,
     pub query_stragglers_16384x100_ms: Option<f64>,
     pub query_collectives_16384x100_ms: Option<f64>,
+    /// `GET /api/v1/fleet?by=node`, 10,000 nodes x 90 days, warm median.
+    #[serde(default)]
+    pub fleet_10000x90d_ms: Option<f64>,
+    /// The same, first request after the load.
+    #[serde(default)]
+    pub fleet_10000x90d_cold_ms: Option<f64>,
+    /// `by=gpu`, warm median.
+    #[serde(default)]
+    pub fleet_by_gpu_10000x90d_ms: Option<f64>,
     pub import_mb_per_s: Option<f64>,
     #[serde(default)]
     pub import_vs_hta_speedup: Option<f64>,
@@ -188,6 +201,11 @@ impl Details {
             query_breakdown_16384_ranks_ms: fig(median(&self.query.breakdown_16k_ms)),
             query_stragglers_16384x100_ms: fig(median(&self.query.stragglers_ms)),
             query_collectives_16384x100_ms: fig(median(&self.query.collectives_16k_ms)),
+            fleet_10000x90d_ms: fig(median(&self.fleet.node_ms)),
+            fleet_10000x90d_cold_ms: Some(self.fleet.node_cold_ms)
+                .filter(|_| !self.fleet.node_ms.is_empty())
+                .and_then(fig),
+            fleet_by_gpu_10000x90d_ms: fig(median(&self.fleet.gpu_ms)),
             import_mb_per_s: fig(median(&self.import_mb_per_final_s())),
             import_vs_hta_speedup: self.hta.as_ref().and_then(|h| fig(h.speedup())),
         }
@@ -328,6 +346,25 @@ pub fn rows(r: &Results) -> Vec<(&'static str, Option<f64>, &'static str, Option
             r.query_collectives_16384x100_ms,
             "ms",
             at_most(500.0),
+        ),
+        // Issue 38, goal 7: each view <= 200 ms warm, <= 500 ms cold.
+        (
+            "fleet_10000x90d_ms",
+            r.fleet_10000x90d_ms,
+            "ms",
+            at_most(200.0),
+        ),
+        (
+            "fleet_10000x90d_cold_ms",
+            r.fleet_10000x90d_cold_ms,
+            "ms",
+            at_most(500.0),
+        ),
+        (
+            "fleet_by_gpu_10000x90d_ms",
+            r.fleet_by_gpu_10000x90d_ms,
+            "ms",
+            at_most(200.0),
         ),
         (
             "import_mb_per_s",
@@ -472,6 +509,7 @@ mod tests {
                 stragglers_cold_ms: 40.0,
                 ..QueryRun::default()
             },
+            fleet: crate::fleet::FleetRun::default(),
             imports: vec![vec![import(5.0)]],
             synthetic_bytes: 0,
             hta: Some(crate::hta::SideBySide {

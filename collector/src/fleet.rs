@@ -3,7 +3,8 @@
 //!
 //! In: a [`FleetQuery`] (window `since`, grouping `by`, `min_jobs`) and the
 //! window's [`FleetFacts`] (rank placements, verdicts, their evidence, hang
-//! suspects). Out: [`FleetRow`]s, one
+//! suspects; from the rollup of migration 0014, each unit's exposure counted
+//! in SQL and only the flagged placements). Out: [`FleetRow`]s, one
 //! per unit, ranked worst first by the recurrence score of
 //! [`rankscope_analysis::fleet`]; units seen in fewer than `min_jobs` jobs
 //! come last, marked `low_exposure`, unranked.
@@ -170,6 +171,8 @@ struct Unit<'a> {
     verdict_jobs: BTreeSet<&'a str>,
     timeline: Vec<FleetVerdictRef>,
     verdict_steps: u64,
+    /// Jobs counted in SQL (the rollup path), beside `jobs`.
+    counted_jobs: u64,
 }
 
 /// (node, GPU, link), borrowed from the facts: no string is copied per
@@ -188,6 +191,21 @@ pub fn assemble(facts: &FleetFacts, by: By, policy: FleetPolicy) -> Vec<FleetRow
         v.push((g.uuid.as_str(), g.sampled_ns));
     }
     let mut units: BTreeMap<Key, Unit> = BTreeMap::new();
+    // The rollup path: each unit's exposure was counted in SQL; `placements`
+    // only maps the verdicts' and hang suspects' placements to their units.
+    let counted = facts.exposure.is_some();
+    for e in facts.exposure.iter().flatten() {
+        let unit = Some(e.unit.as_str()).filter(|u| !u.is_empty());
+        let key: Key = match by {
+            By::Node => (e.node.as_str(), None, None),
+            By::Gpu => (e.node.as_str(), unit, None),
+            By::Link => (e.node.as_str(), None, unit),
+        };
+        let u = units.entry(key).or_default();
+        u.counted_jobs += e.jobs;
+        u.placements += e.placements;
+        u.rank_ns += e.rank_ns;
+    }
     for p in &facts.placements {
         let id = (p.job_id.as_str(), p.rank);
         let span = p.last_ns.saturating_sub(p.first_ns);
@@ -209,10 +227,12 @@ pub fn assemble(facts: &FleetFacts, by: By, policy: FleetPolicy) -> Vec<FleetRow
             By::Link => Vec::new(),
         };
         for (key, ns) in keyed {
-            let u = units.entry(key).or_default();
-            u.jobs.insert(p.job_id.as_str());
-            u.placements += 1;
-            u.rank_ns += ns;
+            if !counted {
+                let u = units.entry(key).or_default();
+                u.jobs.insert(p.job_id.as_str());
+                u.placements += 1;
+                u.rank_ns += ns;
+            }
             units_of.entry(id).or_default().push(key);
         }
     }
@@ -225,6 +245,10 @@ pub fn assemble(facts: &FleetFacts, by: By, policy: FleetPolicy) -> Vec<FleetRow
     for p in &facts.placements {
         let w = world.entry(p.job_id.as_str()).or_default();
         *w = (*w).max(p.rank + 1);
+    }
+    for j in &facts.worlds {
+        let w = world.entry(j.job_id.as_str()).or_default();
+        *w = (*w).max(j.world);
     }
     for v in &facts.verdicts {
         let id = (v.job_id.as_str(), v.rank);
@@ -307,7 +331,7 @@ pub fn assemble(facts: &FleetFacts, by: By, policy: FleetPolicy) -> Vec<FleetRow
         .map(|u| Exposure {
             placements: u.placements,
             flagged: u.flagged.len() as u64,
-            jobs: u.jobs.len() as u64,
+            jobs: u.jobs.len() as u64 + u.counted_jobs,
         })
         .collect();
     let mut slots: Vec<Option<(Key, Unit)>> = keys.into_iter().zip(units).map(Some).collect();
@@ -325,7 +349,7 @@ pub fn assemble(facts: &FleetFacts, by: By, policy: FleetPolicy) -> Vec<FleetRow
                 node: key.0.to_owned(),
                 gpu_uuid: key.1.map(str::to_owned),
                 link: key.2.map(str::to_owned),
-                jobs: u.jobs.len() as u64,
+                jobs: u.jobs.len() as u64 + u.counted_jobs,
                 placements: u.placements,
                 rank_hours: u.rank_ns as f64 / 3.6e12,
                 verdicts: u.timeline.len() as u64 + skip as u64,

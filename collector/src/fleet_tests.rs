@@ -163,3 +163,81 @@ fn offenders_are_named_per_node_with_their_gpus_and_jobs() {
     assert_eq!(o[0].jobs.len(), 12);
     assert!(watch::offenders(&nodes, &gpus, 100.0).is_empty());
 }
+
+/// What the rollup (migration 0014) hands over for `facts()`: each unit's
+/// exposure counted as SQL counts it, the placements of verdicts and hang
+/// suspects only, and the verdict jobs' world sizes.
+fn rolled(full: &FleetFacts, by: By) -> FleetFacts {
+    use crate::store::fleet::{FleetExposure, FleetWorld};
+    let unit_of = |p: &FleetPlacement| match by {
+        By::Node => Some(String::new()),
+        By::Gpu => Some(p.gpu_label.clone()).filter(|g| !g.is_empty()),
+        By::Link => Some(p.link_label.clone()).filter(|l| !l.is_empty()),
+    };
+    let mut units: BTreeMap<(String, String), (BTreeSet<String>, u64, u64)> = BTreeMap::new();
+    for p in &full.placements {
+        let Some(unit) = unit_of(p) else { continue };
+        let u = units.entry((p.node.clone(), unit)).or_default();
+        u.0.insert(p.job_id.clone());
+        u.1 += 1;
+        u.2 += p.last_ns - p.first_ns;
+    }
+    let flagged: BTreeSet<(&str, u32)> = full
+        .verdicts
+        .iter()
+        .map(|v| (v.job_id.as_str(), v.rank))
+        .chain(full.hangs.iter().map(|h| (h.job_id.as_str(), h.rank)))
+        .collect();
+    let mut worlds: BTreeMap<&str, u32> = BTreeMap::new();
+    for p in &full.placements {
+        if full.verdicts.iter().any(|v| v.job_id == p.job_id) {
+            let w = worlds.entry(p.job_id.as_str()).or_default();
+            *w = (*w).max(p.rank + 1);
+        }
+    }
+    FleetFacts {
+        placements: full
+            .placements
+            .iter()
+            .filter(|p| flagged.contains(&(p.job_id.as_str(), p.rank)))
+            .cloned()
+            .collect(),
+        exposure: Some(
+            units
+                .into_iter()
+                .map(
+                    |((node, unit), (jobs, placements, rank_ns))| FleetExposure {
+                        node,
+                        unit,
+                        jobs: jobs.len() as u64,
+                        placements,
+                        rank_ns,
+                    },
+                )
+                .collect(),
+        ),
+        worlds: worlds
+            .into_iter()
+            .map(|(job, world)| FleetWorld {
+                job_id: job.into(),
+                world,
+            })
+            .collect(),
+        ..full.clone()
+    }
+}
+
+#[test]
+fn the_rollup_path_gives_the_rows_of_counting_every_placement() {
+    let mut full = facts();
+    // A link label on some placements, so `by = link` has units too.
+    for p in full.placements.iter_mut().step_by(3) {
+        p.link_label = format!("nic-{}", p.rank);
+    }
+    for by in [By::Node, By::Gpu, By::Link] {
+        let want = assemble(&full, by, FleetPolicy::default());
+        let got = assemble(&rolled(&full, by), by, FleetPolicy::default());
+        assert!(!want.is_empty(), "{by:?}");
+        assert_eq!(got, want, "{by:?}");
+    }
+}

@@ -408,6 +408,8 @@ async fn migrations_apply_once_and_record_checksums() {
         // Written outside the writer: the migrations' own record and
         // job ownership (collector/src/ownership.rs).
         .chain(["schema_migrations", "job_owners"])
+        // The fleet rollup and its view (migration 0014): derived, not written.
+        .chain(["fleet_unit_jobs", "fleet_unit_jobs_mv"])
         .collect();
     names.sort_unstable();
     assert_eq!(tables.lines().collect::<Vec<_>>(), names);
@@ -1079,6 +1081,26 @@ async fn retention_drops_old_day_partitions_and_keeps_recent_ones() {
             ]
         })
         .collect();
+    // The fleet rollup (migration 0014) keeps a month until its last day is
+    // past the retention: the months of the three writes whose last day
+    // comes before the cutoff day go.
+    let cutoff = day_of(later - 7 * DAY_NS);
+    let month_end_of = |ns: u64| {
+        ch().query(&format!(
+            "SELECT toYYYYMMDD(addDays(addMonths(toStartOfMonth(toDateTime({}, 'UTC')), 1), -1))",
+            ns / 1_000_000_000
+        ))
+        .unwrap()
+        .trim()
+        .to_string()
+    };
+    let mut months: Vec<String> = [now - 10 * DAY_NS, now, now + 8 * DAY_NS]
+        .iter()
+        .map(|ts| month_end_of(*ts))
+        .filter(|m| *m < cutoff)
+        .collect();
+    months.dedup();
+    expected.extend(months.iter().map(|m| format!("fleet_unit_jobs/{m}")));
     expected.sort();
     assert_eq!(dropped, expected);
     for table in [

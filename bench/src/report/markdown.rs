@@ -22,6 +22,7 @@ pub fn render(d: &Details, r: &Results) -> String {
     costs(&mut s, d, r);
     straggler(&mut s, d);
     query(&mut s, d);
+    s.push_str(&super::views::section(d));
     import(&mut s, d);
     hta(&mut s, d);
     s.push_str(&scale::section(d));

@@ -66,10 +66,7 @@ pub(super) async fn fleet(
     Query(q): Query<FleetQuery>,
 ) -> Result<Json<FleetOut>, ApiError> {
     let args = q.check(crate::service::now_ns())?;
-    let facts = st
-        .store
-        .fleet_facts(args.since_ns, args.by == By::Gpu)
-        .await?;
+    let facts = st.store.fleet_facts_by(args.since_ns, args.by).await?;
     let rows = assemble(
         &facts,
         args.by,

@@ -97,7 +97,10 @@ pub fn spawn(
 
 async fn round(store: &Store, rule: &RepeatOffenderRule, alerts: &AlertHandle) {
     let since = now_ns().saturating_sub(rule.window_secs.saturating_mul(1_000_000_000));
-    let facts = match store.fleet_facts(since, true).await {
+    let facts = match tokio::try_join!(
+        store.fleet_facts_by(since, By::Node),
+        store.fleet_facts_by(since, By::Gpu)
+    ) {
         Ok(f) => f,
         Err(e) => {
             alerts.metrics().fleet_round_failures.fetch_add(1, Relaxed);
@@ -108,8 +111,8 @@ async fn round(store: &Store, rule: &RepeatOffenderRule, alerts: &AlertHandle) {
     let policy = FleetPolicy {
         min_jobs: rule.min_jobs,
     };
-    let by_node = assemble(&facts, By::Node, policy);
-    let by_gpu = assemble(&facts, By::Gpu, policy);
+    let by_node = assemble(&facts.0, By::Node, policy);
+    let by_gpu = assemble(&facts.1, By::Gpu, policy);
     let offenders = offenders(&by_node, &by_gpu, rule.min_score / 2.0);
     alerts.submit(AlertInput::FleetRound { offenders });
 }

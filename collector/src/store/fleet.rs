@@ -4,18 +4,31 @@
 //! `hang_suspects` tables and (`--by gpu` only) `rank_gpu_samples`; never
 //! the raw event tables or per-step results, so its cost follows the number
 //! of placements and verdicts in the window.
+//!
+//! [`Store::fleet_facts_by`] (issue 38) reads the rollup of migration 0014
+//! (`fleet_unit_jobs`, written by a materialized view at every INSERT into
+//! `ranks`) instead: each unit's exposure counted in SQL
+//! ([`FleetFacts::exposure`]), and only the placements of the window's
+//! verdicts and hang suspects, so what travels to the collector follows the
+//! number of units and verdicts, not of placements. `--by gpu` while NVML
+//! samples name GPUs falls back to the whole read ([`Store::fleet_facts`]).
 
 use clickhouse::Row;
 use serde::Deserialize;
 
 use super::sql::{query_file, QueryFile};
 use super::{Store, StoreError};
+use crate::fleet::By;
 
 const PLACEMENTS_SQL: QueryFile = query_file!("fleet_placements");
 const RANK_GPUS_SQL: QueryFile = query_file!("fleet_rank_gpus");
 const VERDICTS_SQL: QueryFile = query_file!("fleet_verdicts");
 const EVIDENCE_SQL: QueryFile = query_file!("fleet_evidence");
 const HANGS_SQL: QueryFile = query_file!("fleet_hangs");
+const EXPOSURE_SQL: QueryFile = query_file!("fleet_exposure");
+const FLAGGED_SQL: QueryFile = query_file!("fleet_flagged_placements");
+const WORLDS_SQL: QueryFile = query_file!("fleet_job_worlds");
+const HAS_SAMPLES_SQL: QueryFile = query_file!("fleet_has_samples");
 
 /// One (job, rank) seen since the window's start.
 #[derive(Debug, Clone, PartialEq, Row, Deserialize)]
@@ -80,10 +93,53 @@ pub struct FleetHang {
     pub suspects: u64,
 }
 
+/// One unit's exposure over the window, counted in SQL from the rollup.
+#[derive(Debug, Clone, PartialEq, Row, Deserialize)]
+pub struct FleetExposure {
+    pub node: String,
+    /// The GPU (`by = gpu`) or link (`by = link`); "" by node.
+    pub unit: String,
+    pub jobs: u64,
+    /// Distinct (job, rank) on the unit.
+    pub placements: u64,
+    pub rank_ns: u64,
+}
+
+/// A flagged placement's unit, from the rollup.
+#[derive(Debug, Clone, PartialEq, Row, Deserialize)]
+struct UnitPlacement {
+    job_id: String,
+    rank: u32,
+    node: String,
+    unit: String,
+    first_ns: u64,
+    last_ns: u64,
+}
+
+/// A job's world size (highest rank seen + 1).
+#[derive(Debug, Clone, PartialEq, Row, Deserialize)]
+pub struct FleetWorld {
+    pub job_id: String,
+    pub world: u32,
+}
+
+#[derive(Debug, Row, Deserialize)]
+struct Count {
+    n: u64,
+}
+
 /// Everything the fleet view reads for one window.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct FleetFacts {
+    /// Every placement of the window; with `exposure`, only the placements
+    /// of the verdicts and hang suspects (to find their units).
     pub placements: Vec<FleetPlacement>,
+    /// Per-unit exposure counted in SQL (the rollup path); `None`: count it
+    /// from `placements`.
+    pub exposure: Option<Vec<FleetExposure>>,
+    /// World sizes of the verdicts' jobs (the rollup path; else from
+    /// `placements`).
+    pub worlds: Vec<FleetWorld>,
     pub rank_gpus: Vec<FleetRankGpu>,
     pub verdicts: Vec<FleetVerdict>,
     pub evidence: Vec<FleetEvidence>,
@@ -116,10 +172,144 @@ impl Store {
         };
         Ok(FleetFacts {
             placements: all(self, PLACEMENTS_SQL, since_ns).await?,
+            exposure: None,
+            worlds: Vec::new(),
             rank_gpus,
             verdicts: all(self, VERDICTS_SQL, since_ns).await?,
             evidence: all(self, EVIDENCE_SQL, since_ns).await?,
             hangs: all(self, HANGS_SQL, since_ns).await?,
         })
+    }
+}
+
+impl Store {
+    /// The fleet view's facts since `since_ns` for one grouping, from the
+    /// rollup (see the module docs); `by = gpu` while NVML samples in the
+    /// window name GPUs reads [`Store::fleet_facts`] with samples.
+    pub async fn fleet_facts_by(&self, since_ns: u64, by: By) -> Result<FleetFacts, StoreError> {
+        if by == By::Gpu {
+            let has: Vec<Count> = self
+                .read(HAS_SAMPLES_SQL)
+                .bind(since_ns)
+                .fetch_all()
+                .await
+                .map_err(StoreError::query(HAS_SAMPLES_SQL.name))?;
+            if has.first().is_some_and(|c| c.n > 0) {
+                return self.fleet_facts(since_ns, true).await;
+            }
+        }
+        let kind = match by {
+            By::Node => "node",
+            By::Gpu => "gpu",
+            By::Link => "link",
+        };
+        let month = month_start(since_ns);
+        // Independent reads, run side by side (ClickHouse 18.16 runs each
+        // GROUP BY on few threads).
+        let exposure = async {
+            self.read(EXPOSURE_SQL)
+                .bind(since_ns)
+                .bind(kind)
+                .bind(month)
+                .bind(since_ns)
+                .fetch_all::<FleetExposure>()
+                .await
+                .map_err(StoreError::query(EXPOSURE_SQL.name))
+        };
+        let flagged = async {
+            self.read(FLAGGED_SQL)
+                .bind(kind)
+                .bind(month)
+                .bind(since_ns)
+                .bind(since_ns)
+                .bind(since_ns)
+                .bind(since_ns)
+                .bind(since_ns)
+                .fetch_all::<UnitPlacement>()
+                .await
+                .map_err(StoreError::query(FLAGGED_SQL.name))
+        };
+        let worlds = async {
+            self.read(WORLDS_SQL)
+                .bind(month)
+                .bind(since_ns)
+                .bind(since_ns)
+                .fetch_all::<FleetWorld>()
+                .await
+                .map_err(StoreError::query(WORLDS_SQL.name))
+        };
+        let (exposure, flagged, worlds, mut facts) = tokio::try_join!(
+            exposure,
+            flagged,
+            worlds,
+            self.fleet_facts_without_placements(since_ns)
+        )?;
+        let placements = flagged
+            .into_iter()
+            .map(|p| {
+                let (gpu_label, link_label) = match by {
+                    By::Node => (String::new(), String::new()),
+                    By::Gpu => (p.unit, String::new()),
+                    By::Link => (String::new(), p.unit),
+                };
+                FleetPlacement {
+                    job_id: p.job_id,
+                    rank: p.rank,
+                    node: p.node,
+                    gpu_label,
+                    link_label,
+                    first_ns: p.first_ns,
+                    last_ns: p.last_ns,
+                }
+            })
+            .collect();
+        facts.placements = placements;
+        facts.exposure = Some(exposure);
+        facts.worlds = worlds;
+        Ok(facts)
+    }
+
+    /// Verdicts, evidence and hang suspects since `since_ns`.
+    async fn fleet_facts_without_placements(
+        &self,
+        since_ns: u64,
+    ) -> Result<FleetFacts, StoreError> {
+        async fn all<T>(store: &Store, file: QueryFile, since_ns: u64) -> Result<Vec<T>, StoreError>
+        where
+            T: clickhouse::RowOwned + clickhouse::RowRead,
+        {
+            store
+                .read(file)
+                .bind(since_ns)
+                .fetch_all()
+                .await
+                .map_err(StoreError::query(file.name))
+        }
+        Ok(FleetFacts {
+            verdicts: all(self, VERDICTS_SQL, since_ns).await?,
+            evidence: all(self, EVIDENCE_SQL, since_ns).await?,
+            hangs: all(self, HANGS_SQL, since_ns).await?,
+            ..FleetFacts::default()
+        })
+    }
+}
+
+/// `YYYYMMDD` of the first day of the UTC month holding `ns`: the rollup's
+/// partitions (`month_end`) at or after it hold every row seen since `ns`.
+pub fn month_start(ns: u64) -> u32 {
+    let days = i64::try_from(ns / 86_400_000_000_000).unwrap_or(i64::MAX);
+    let (year, month, _) = crate::civil::civil_from_days(days);
+    u32::try_from(year * 10_000 + month * 100 + 1).unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn month_start_is_the_first_of_the_utc_month() {
+        assert_eq!(super::month_start(0), 19700101);
+        // 2023-11-14T22:13:20Z
+        assert_eq!(super::month_start(1_700_000_000_000_000_000), 20231101);
+        // 2024-02-29T23:59:59Z, a leap day.
+        assert_eq!(super::month_start(1_709_251_199_000_000_000), 20240201);
     }
 }

@@ -31,6 +31,11 @@ const DROP_PARTITION_CLUSTER_SQL: QueryFile = query_file!("drop_partition_cluste
 
 const NS_PER_DAY: u64 = 86_400 * 1_000_000_000;
 
+/// Derived tables outside [`Table::ALL`] (the writer never writes them),
+/// partitioned by a `YYYYMMDD` too: `fleet_unit_jobs` by its month's last day,
+/// so a month goes once all of it is past the retention.
+const ROLLUPS: &[&str] = &["fleet_unit_jobs"];
+
 #[derive(Debug, Row, Deserialize)]
 struct PartRow {
     table: String,
@@ -57,7 +62,11 @@ impl Store {
             None => t.name().to_string(),
             Some(_) => local_name(t.name()),
         };
-        let tables: Vec<String> = Table::ALL.iter().map(|t| physical(*t)).collect();
+        let mut tables: Vec<String> = Table::ALL.iter().map(|t| physical(*t)).collect();
+        tables.extend(ROLLUPS.iter().map(|t| match self.cluster() {
+            None => (*t).to_string(),
+            Some(_) => local_name(t),
+        }));
         let query = match self.cluster() {
             None => self.read(EXPIRED_PARTITIONS_SQL),
             Some(cluster) => self.read(EXPIRED_PARTITIONS_CLUSTER_SQL).bind(cluster),
@@ -72,8 +81,9 @@ impl Store {
         for part in parts {
             let Some(table) = Table::ALL
                 .iter()
-                .copied()
-                .find(|t| physical(*t) == part.table)
+                .map(|t| t.name())
+                .chain(ROLLUPS.iter().copied())
+                .find(|t| part.table == *t || part.table == local_name(t))
             else {
                 continue;
             };
@@ -87,11 +97,11 @@ impl Store {
                 continue;
             }
             let drop = match self.cluster() {
-                None => self.read(DROP_PARTITION_SQL).bind(Identifier(table.name())),
+                None => self.read(DROP_PARTITION_SQL).bind(Identifier(table)),
                 Some(cluster) => self
                     .read(DROP_PARTITION_CLUSTER_SQL)
                     .bind(Identifier(self.database()))
-                    .bind(Identifier(&physical(table)))
+                    .bind(Identifier(&local_name(table)))
                     .bind(Identifier(cluster))
                     .with_setting("wait_end_of_query", "1"),
             };
@@ -99,7 +109,7 @@ impl Store {
                 .execute()
                 .await
                 .map_err(StoreError::query("drop partition"))?;
-            dropped.push(format!("{}/{day}", table.name()));
+            dropped.push(format!("{table}/{day}"));
         }
         Ok(dropped)
     }

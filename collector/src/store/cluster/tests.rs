@@ -14,8 +14,10 @@ enum Expect {
     Create(&'static str, &'static str, &'static str),
     /// `DROP TABLE t`.
     Drop(&'static str),
+    /// `CREATE MATERIALIZED VIEW v TO t AS SELECT ... FROM s` (v, t, s).
+    View(&'static str, &'static str, &'static str),
 }
-use Expect::{Create, Drop};
+use Expect::{Create, Drop, View};
 
 const JOB: &str = "cityHash64(job_id)";
 const NODE: &str = "cityHash64(node)";
@@ -94,6 +96,13 @@ const SCHEMA: &[(&str, &[Expect])] = &[
         &[Create("operator_shapes", JOB, "MergeTree")],
     ),
     (
+        "0014_fleet_rollup",
+        &[
+            Create("fleet_unit_jobs", JOB, "AggregatingMergeTree"),
+            View("fleet_unit_jobs_mv", "fleet_unit_jobs", "ranks"),
+        ],
+    ),
+    (
         "0015_job_owners",
         &[Create("job_owners", JOB, "ReplacingMergeTree")],
     ),
@@ -156,6 +165,18 @@ fn every_schema_statement_has_a_cluster_form() {
                     ],
                     "{file} {index}"
                 ),
+                View(view, to, from) => {
+                    assert_eq!(out.len(), 1, "{file} {index}: {out:#?}");
+                    let head = format!(
+                        "CREATE MATERIALIZED VIEW IF NOT EXISTS `db`.`{view}` ON CLUSTER `c1` TO `db`.`{to}_local` AS SELECT "
+                    );
+                    assert!(out[0].starts_with(&head), "{file} {index}: {}", out[0]);
+                    assert!(
+                        out[0].contains(&format!("FROM `db`.`{from}_local`")),
+                        "{file} {index}: {}",
+                        out[0]
+                    );
+                }
             }
         }
     }
