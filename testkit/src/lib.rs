@@ -142,6 +142,52 @@ pub fn bin_path(name: &str) -> std::path::PathBuf {
     bin
 }
 
+/// The command after `rankscope run ... --` for one node group of a 2-node
+/// torchrun launch on this machine: the venv's Python running
+/// `torch.distributed.run --nnodes 2 --node-rank <node_rank> --nproc-per-node
+/// 2` with the c10d rendezvous on `127.0.0.1:<rdzv_port>` and `--rdzv-id`,
+/// then `python/tests/workloads/<script>` with `--steps <steps>`.
+pub fn torchrun_node_group(
+    node_rank: u32,
+    rdzv_port: u16,
+    rdzv_id: &str,
+    script: &str,
+    steps: u64,
+) -> Vec<std::ffi::OsString> {
+    let mut v: Vec<std::ffi::OsString> = vec![venv_python().into()];
+    for a in [
+        "-m",
+        "torch.distributed.run",
+        "--nnodes",
+        "2",
+        "--node-rank",
+    ] {
+        v.push(a.into());
+    }
+    v.push(node_rank.to_string().into());
+    for a in [
+        "--nproc-per-node",
+        "2",
+        "--rdzv-backend",
+        "c10d",
+        "--rdzv-endpoint",
+    ] {
+        v.push(a.into());
+    }
+    v.push(format!("127.0.0.1:{rdzv_port}").into());
+    v.push("--rdzv-id".into());
+    v.push(rdzv_id.into());
+    v.push(
+        workspace_root()
+            .join("python/tests/workloads")
+            .join(script)
+            .into(),
+    );
+    v.push("--steps".into());
+    v.push(steps.to_string().into());
+    v
+}
+
 /// The Python of the rank SDK's venv (`RANKSCOPE_VENV`, else `.venv/` in the
 /// workspace), which `make py` builds with torch and the `rankscope` package.
 ///

@@ -42,17 +42,6 @@ const SCHEDULER_VARS: &[&str] = &[
     "RANK",
 ];
 
-fn bin(name: &str) -> PathBuf {
-    let exe = std::env::current_exe().expect("test exe");
-    let bin = exe
-        .parent()
-        .and_then(Path::parent)
-        .expect("target dir")
-        .join(name);
-    assert!(bin.exists(), "{} was not built", bin.display());
-    bin
-}
-
 /// Puts `cmd` under libfaketime, +3 ms.
 ///
 /// Both clocks are shifted: the issue's `FAKETIME_DONT_FAKE_MONOTONIC=1`
@@ -106,7 +95,7 @@ fn faked_agent(stack: &Stack, sock: &Path) -> Proc {
         ),
     )
     .expect("agent config");
-    let mut cmd = Command::new(bin("rankscope-agent"));
+    let mut cmd = Command::new(rankscope_testkit::bin_path("rankscope-agent"));
     cmd.arg("--config").arg(&config);
     faked(&mut cmd);
     let agent = Proc(cmd.spawn().expect("agent starts"));
@@ -120,7 +109,7 @@ fn faked_agent(stack: &Stack, sock: &Path) -> Proc {
 
 /// One node group: `rankscope run -- torchrun --nnodes 2 --node-rank N`.
 fn node(stack: &Stack, agent_sock: &Path, node_rank: u32, port: u16, fake: bool) -> Child {
-    let mut cmd = Command::new(bin("rankscope"));
+    let mut cmd = Command::new(rankscope_testkit::bin_path("rankscope"));
     for v in SCHEDULER_VARS {
         cmd.env_remove(v);
     }
@@ -132,21 +121,13 @@ fn node(stack: &Stack, agent_sock: &Path, node_rank: u32, port: u16, fake: bool)
         .arg("--agent")
         .arg(format!("unix:{}", agent_sock.display()))
         .arg("--")
-        .arg(rankscope_testkit::venv_python())
-        .args([
-            "-m",
-            "torch.distributed.run",
-            "--nnodes",
-            "2",
-            "--node-rank",
-        ])
-        .arg(node_rank.to_string())
-        .args(["--nproc-per-node", "2", "--rdzv-backend", "c10d"])
-        .arg("--rdzv-endpoint")
-        .arg(format!("127.0.0.1:{port}"))
-        .args(["--rdzv-id", "clock-torch"])
-        .arg(rankscope_testkit::workspace_root().join("python/tests/workloads/sync_allreduce.py"))
-        .args(["--steps", &STEPS.to_string()]);
+        .args(rankscope_testkit::torchrun_node_group(
+            node_rank,
+            port,
+            "clock-torch",
+            "sync_allreduce.py",
+            STEPS,
+        ));
     if fake {
         faked(&mut cmd);
     }

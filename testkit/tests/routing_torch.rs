@@ -46,21 +46,13 @@ fn node(agent: &Path, cache: &Path, node_rank: u32, rdzv_port: u16, rdzv_id: &st
         .arg("--agent")
         .arg(format!("unix:{}", agent.display()))
         .arg("--")
-        .arg(rankscope_testkit::venv_python())
-        .args([
-            "-m",
-            "torch.distributed.run",
-            "--nnodes",
-            "2",
-            "--node-rank",
-        ])
-        .arg(node_rank.to_string())
-        .args(["--nproc-per-node", "2", "--rdzv-backend", "c10d"])
-        .arg("--rdzv-endpoint")
-        .arg(format!("127.0.0.1:{rdzv_port}"))
-        .args(["--rdzv-id", rdzv_id])
-        .arg(rankscope_testkit::workspace_root().join("python/tests/workloads/ddp_train.py"))
-        .args(["--steps", &STEPS.to_string()]);
+        .args(rankscope_testkit::torchrun_node_group(
+            node_rank,
+            rdzv_port,
+            rdzv_id,
+            "ddp_train.py",
+            STEPS,
+        ));
     cmd.spawn().expect("rankscope run starts")
 }
 
