@@ -142,6 +142,21 @@ pub fn bin_path(name: &str) -> std::path::PathBuf {
     bin
 }
 
+/// Variables of the test's own environment that would name a job (removed
+/// from the environment of the launches the multi-node tests start).
+pub const SCHEDULER_VARS: &[&str] = &[
+    "RANKSCOPE_JOB_ID",
+    "RANKSCOPE_LAUNCH_ID",
+    "SLURM_JOB_ID",
+    "TORCHELASTIC_RUN_ID",
+    "JOBSET_NAME",
+    "POD_NAME",
+    "MASTER_ADDR",
+    "MASTER_PORT",
+    "WORLD_SIZE",
+    "RANK",
+];
+
 /// The command after `rankscope run ... --` for one node group of a 2-node
 /// torchrun launch on this machine: the venv's Python running
 /// `torch.distributed.run --nnodes 2 --node-rank <node_rank> --nproc-per-node

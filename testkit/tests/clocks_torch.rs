@@ -28,20 +28,6 @@ use common::Stack;
 use serde_json::Value;
 
 const STEPS: u64 = 80;
-/// Variables of the test's own environment that would name the job.
-const SCHEDULER_VARS: &[&str] = &[
-    "RANKSCOPE_JOB_ID",
-    "RANKSCOPE_LAUNCH_ID",
-    "SLURM_JOB_ID",
-    "TORCHELASTIC_RUN_ID",
-    "JOBSET_NAME",
-    "POD_NAME",
-    "MASTER_ADDR",
-    "MASTER_PORT",
-    "WORLD_SIZE",
-    "RANK",
-];
-
 /// Puts `cmd` under libfaketime, +3 ms.
 ///
 /// Both clocks are shifted: the issue's `FAKETIME_DONT_FAKE_MONOTONIC=1`
@@ -110,7 +96,7 @@ fn faked_agent(stack: &Stack, sock: &Path) -> Proc {
 /// One node group: `rankscope run -- torchrun --nnodes 2 --node-rank N`.
 fn node(stack: &Stack, agent_sock: &Path, node_rank: u32, port: u16, fake: bool) -> Child {
     let mut cmd = Command::new(rankscope_testkit::bin_path("rankscope"));
-    for v in SCHEDULER_VARS {
+    for v in rankscope_testkit::SCHEDULER_VARS {
         cmd.env_remove(v);
     }
     cmd.env("OMP_NUM_THREADS", "1")

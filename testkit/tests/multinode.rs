@@ -18,23 +18,9 @@ use common::Stack;
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 const STEPS: u64 = 6;
 
-/// Variables of the test's own environment that would name the job.
-const SCHEDULER_VARS: &[&str] = &[
-    "RANKSCOPE_JOB_ID",
-    "RANKSCOPE_LAUNCH_ID",
-    "SLURM_JOB_ID",
-    "TORCHELASTIC_RUN_ID",
-    "JOBSET_NAME",
-    "POD_NAME",
-    "MASTER_ADDR",
-    "MASTER_PORT",
-    "WORLD_SIZE",
-    "RANK",
-];
-
 fn rankscope(cache: &Path) -> Command {
     let mut cmd = Command::new(rankscope_testkit::bin_path("rankscope"));
-    for v in SCHEDULER_VARS {
+    for v in rankscope_testkit::SCHEDULER_VARS {
         cmd.env_remove(v);
     }
     cmd.env("OMP_NUM_THREADS", "1")

@@ -17,25 +17,11 @@ use common::eventually;
 
 const STEPS: u64 = 6;
 
-/// Variables of the test's own environment that would name the job.
-const SCHEDULER_VARS: &[&str] = &[
-    "RANKSCOPE_JOB_ID",
-    "RANKSCOPE_LAUNCH_ID",
-    "SLURM_JOB_ID",
-    "TORCHELASTIC_RUN_ID",
-    "JOBSET_NAME",
-    "POD_NAME",
-    "MASTER_ADDR",
-    "MASTER_PORT",
-    "WORLD_SIZE",
-    "RANK",
-];
-
 /// One node of a 2-node, 2-process-per-node torchrun launch of the DDP
 /// workload under `rankscope run`, streaming to the agent at `agent`.
 fn node(agent: &Path, cache: &Path, node_rank: u32, rdzv_port: u16, rdzv_id: &str) -> Child {
     let mut cmd = Command::new(rankscope_testkit::bin_path("rankscope"));
-    for v in SCHEDULER_VARS {
+    for v in rankscope_testkit::SCHEDULER_VARS {
         cmd.env_remove(v);
     }
     cmd.env("OMP_NUM_THREADS", "1")
