@@ -518,7 +518,9 @@ fn from_environ(pids: &[i32]) -> Option<ProcessIdentity> {
     pids.iter().find_map(|&pid| {
         let blob = std::fs::read(format!("/proc/{pid}/environ")).ok()?;
         let env = attribution::parse_environ(&blob);
-        let labels = std::fs::read_to_string(format!("/proc/{pid}/root/etc/podinfo/labels")).ok();
+        let labels =
+            std::fs::read_to_string(format!("/proc/{pid}/root{}", attribution::POD_LABELS_PATH))
+                .ok();
         let a = attribution::from_env(|k| env.get(k).cloned(), labels.as_deref());
         Some(ProcessIdentity {
             job_id: a.job_id?,

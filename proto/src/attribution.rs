@@ -27,6 +27,11 @@ use crate::v1 as proto;
 pub mod job;
 pub use job::{job_id, JobSource, TORCHRUN_DEFAULT_RUN_ID};
 
+/// Where a pod's labels are when the pod spec mounts them through the
+/// downward API (a `downwardAPI` volume at `/etc/podinfo`, item `labels`), as
+/// deploy/ shows; the agent reads it under `/proc/<pid>/root` of a rank.
+pub const POD_LABELS_PATH: &str = "/etc/podinfo/labels";
+
 /// What the environment says about a rank.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Attribution {

@@ -9,6 +9,7 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
+use rankscope_proto::attribution;
 use rankscope_proto::v1::{self as proto, event::Kind};
 use tokio::sync::mpsc;
 
@@ -212,7 +213,13 @@ impl Client {
         if opts.queue_events == 0 || opts.queue_events > 1 << 24 {
             return Err(InitError::QueueSize(opts.queue_events));
         }
-        let identity = identity::resolve(&opts.identity, &env, std::process::id())?;
+        let pod_labels = std::fs::read_to_string(attribution::POD_LABELS_PATH).ok();
+        let identity = identity::resolve_in_pod(
+            &opts.identity,
+            &env,
+            pod_labels.as_deref(),
+            std::process::id(),
+        )?;
         let agent = opts
             .agent
             .clone()

@@ -41,7 +41,19 @@ pub fn resolve(
     env: impl Fn(&str) -> Option<String>,
     pid: u32,
 ) -> Result<proto::RankIdentity, IdentityError> {
-    let a = attribution::from_env(&env, None);
+    resolve_in_pod(args, env, None, pid)
+}
+
+/// [`resolve`] in a pod whose downward-API labels file holds `pod_labels`
+/// (`attribution::POD_LABELS_PATH`): the same job id as the agent gives the
+/// pod's daemon-mode traces (a JobSet or PyTorchJob named only by a label).
+pub fn resolve_in_pod(
+    args: &IdentityArgs,
+    env: impl Fn(&str) -> Option<String>,
+    pod_labels: Option<&str>,
+    pid: u32,
+) -> Result<proto::RankIdentity, IdentityError> {
+    let a = attribution::from_env(&env, pod_labels);
     let job_id = args
         .job_id
         .clone()
@@ -119,6 +131,22 @@ mod tests {
         };
         let id = resolve(&args, env(&e), 1).unwrap();
         assert_eq!((id.job_id.as_str(), id.rank), ("mine", 0));
+    }
+
+    #[test]
+    fn a_pod_named_only_by_its_jobset_label_gets_the_agents_job_id() {
+        let e = [
+            ("RANK", "1"),
+            ("WORLD_SIZE", "8"),
+            ("LOCAL_WORLD_SIZE", "4"),
+        ];
+        let labels = "jobset.sigs.k8s.io/jobset-name=\"llm-7b\"\napp=\"trainer\"\n";
+        let id = resolve_in_pod(&IdentityArgs::default(), env(&e), Some(labels), 1).unwrap();
+        assert_eq!(id.job_id, "llm-7b");
+        assert_eq!(
+            resolve(&IdentityArgs::default(), env(&e), 1),
+            Err(IdentityError::NoJobId)
+        );
     }
 
     #[test]

@@ -74,7 +74,8 @@ fn process_attribution(pid: u32) -> Option<Attribution> {
     }
     let environ = std::fs::read(format!("/proc/{pid}/environ")).ok()?;
     let env = attribution::parse_environ(&environ);
-    let labels = std::fs::read_to_string(format!("/proc/{pid}/root/etc/podinfo/labels")).ok();
+    let labels =
+        std::fs::read_to_string(format!("/proc/{pid}/root{}", attribution::POD_LABELS_PATH)).ok();
     Some(attribution::from_env(
         |k| env.get(k).cloned(),
         labels.as_deref(),

@@ -36,6 +36,17 @@
 //!    when the whole world runs on this node (`WORLD_SIZE` unset or 1, or equal to
 //!    `LOCAL_WORLD_SIZE`, or torchrun's `GROUP_WORLD_SIZE` is 1): one
 //!    launcher started every rank, so it is shared and new per launch.
+//!    Without `rankscope run` (a bare `rankscope.init()` under a single-node
+//!    torchrun that gave no `--rdzv-id`), torchrun's own per-launch log
+//!    directory names the launch: every worker's `TORCHELASTIC_ERROR_FILE`
+//!    is `<log dir>/<run id>_<random>/attempt_<n>/<local rank>/error.json`,
+//!    the `<run id>_<random>` directory made once per launch by
+//!    `tempfile.mkdtemp(prefix=f"{run_id}_")` (torch
+//!    `distributed/elastic/multiprocessing/api.py`, `_make_log_dir`), so
+//!    the job is `torchrun-<run id>_<random>` (the random part may hold
+//!    `_` itself, so the directory's whole name is kept): shared by the launch's workers (and
+//!    its restarts), new per launch. A multi-node world never uses it: each
+//!    node's launcher makes its own directory.
 //! 6. Last resort for a multi-node world with none of the above:
 //!    `rdzv-<MASTER_ADDR>-<MASTER_PORT>`. What all nodes of such a launch
 //!    share is the rendezvous: torchrun hands every worker the same master
@@ -65,7 +76,8 @@ pub enum JobSource {
     Kubeflow,
     /// A Kubernetes Job's name (pod label `job-name`).
     KubernetesJob,
-    /// `rankscope run`'s per-launch id.
+    /// `rankscope run`'s per-launch id, or torchrun's per-launch log
+    /// directory on a single node.
     Launch,
     /// The rendezvous endpoint `MASTER_ADDR:MASTER_PORT`.
     Rendezvous,
@@ -124,6 +136,11 @@ pub fn job_id(
     if one_node && launch.is_some() {
         return launch;
     }
+    if one_node {
+        if let Some(j) = get("TORCHELASTIC_ERROR_FILE").and_then(|f| torchrun_log_dir_id(&f)) {
+            return Some((j, JobSource::Launch));
+        }
+    }
     if let (Some(addr), Some(port)) = (get("MASTER_ADDR"), get("MASTER_PORT")) {
         if !one_node {
             return Some((
@@ -133,6 +150,18 @@ pub fn job_id(
         }
     }
     launch.or_else(|| get("POD_NAME").map(with(JobSource::Pod)))
+}
+
+/// `<log dir>/<run id>_<random>/attempt_<n>/<local rank>/error.json`
+/// (torchrun's worker error file) -> `torchrun-<run id>_<random>`.
+fn torchrun_log_dir_id(error_file: &str) -> Option<String> {
+    let mut parts = error_file.trim().rsplit('/');
+    let (file, _local, attempt, launch) =
+        (parts.next()?, parts.next()?, parts.next()?, parts.next()?);
+    if file != "error.json" || !attempt.starts_with("attempt_") {
+        return None;
+    }
+    launch.contains('_').then(|| format!("torchrun-{launch}"))
 }
 
 /// The first DNS label of a host name.

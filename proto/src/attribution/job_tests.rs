@@ -252,6 +252,58 @@ fn the_order_of_sources() {
             vec![],
             Some(("train-abc", Pod)),
         ),
+        (
+            "a bare init() under a single-node torchrun without --rdzv-id: its log directory",
+            vec![
+                ("TORCHELASTIC_RUN_ID", "none"),
+                ("WORLD_SIZE", "2"),
+                ("LOCAL_WORLD_SIZE", "2"),
+                ("MASTER_ADDR", "127.0.0.1"),
+                ("MASTER_PORT", "29611"),
+                (
+                    "TORCHELASTIC_ERROR_FILE",
+                    "/tmp/torchelastic_da9yspuo/none_j4a5_j82/attempt_0/1/error.json",
+                ),
+            ],
+            vec![],
+            Some(("torchrun-none_j4a5_j82", Launch)),
+        ),
+        (
+            "rankscope run's launch id beats torchrun's log directory",
+            vec![
+                ("TORCHELASTIC_RUN_ID", "none"),
+                ("WORLD_SIZE", "2"),
+                ("LOCAL_WORLD_SIZE", "2"),
+                launch,
+                (
+                    "TORCHELASTIC_ERROR_FILE",
+                    "/tmp/torchelastic_da9yspuo/none_j4a5_j82/attempt_0/1/error.json",
+                ),
+            ],
+            vec![],
+            Some(("ddp-1700-42", Launch)),
+        ),
+        (
+            "a multi-node world never takes a node's log directory",
+            with(
+                TORCHRUN_2X2,
+                &[(
+                    "TORCHELASTIC_ERROR_FILE",
+                    "/tmp/torchelastic_x/none_ab12/attempt_0/0/error.json",
+                )],
+            ),
+            vec![],
+            Some(("rdzv-node0.cluster-29400", Rendezvous)),
+        ),
+        (
+            "an error file of another shape names nothing",
+            vec![
+                ("WORLD_SIZE", "1"),
+                ("TORCHELASTIC_ERROR_FILE", "/var/log/my-error.json"),
+            ],
+            vec![],
+            None,
+        ),
         ("nothing", vec![("RANK", "0")], vec![], None),
     ];
     for (name, env, labels, want) in cases {
