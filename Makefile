@@ -8,12 +8,13 @@ DEMO_JOB ?= demo-$(shell date +%s)
 
 ## The Python environment of the rank SDK: a venv (RANKSCOPE_VENV, default .venv)
 ## with PyPI torch (CPU is enough), pytest, maturin and the `rankscope` package
-## built from python/ (pyo3 + maturin). Created once; later runs only rebuild
-## the package.
+## built from python/ (pyo3 + maturin): deploy/dev/venv.sh. Created once; later
+## runs rebuild the package only when its sources changed, and never under
+## another run's tests.
 VENV ?= $(or $(RANKSCOPE_VENV),$(CURDIR)/.venv)
-PY_DEPS := torch numpy pytest 'maturin>=1.9.4,<2'
 
-## Install what a fresh Debian/Ubuntu machine lacks: ClickHouse server, curl,
+## Install what a fresh Debian/Ubuntu machine lacks: python3 and its venv module
+## (Debian ships `venv` without ensurepip), ClickHouse server, curl,
 ## iproute2 and util-linux (the tests' private network namespace, flock),
 ## openssl (deploy/tls/gen-certs.sh; the TLS tests make their certificates with it),
 ## systemd (systemd-analyze checks the units in deploy/systemd),
@@ -21,6 +22,8 @@ PY_DEPS := torch numpy pytest 'maturin>=1.9.4,<2'
 ## Chromium (testkit/tests/ui.rs drives the web UI in headless Chromium) and
 ## faketime (libfaketime: testkit/tests/clocks_torch.rs runs one node 3 ms ahead).
 deps:
+	@command -v python3 >/dev/null || deploy/dev/clickhouse.sh apt python3
+	@python3 -c 'import ensurepip, venv' 2>/dev/null || deploy/dev/clickhouse.sh apt python3-venv
 	@command -v curl >/dev/null || deploy/dev/clickhouse.sh apt curl
 	@command -v openssl >/dev/null || deploy/dev/clickhouse.sh apt openssl
 	@command -v systemd-analyze >/dev/null || deploy/dev/clickhouse.sh apt systemd
@@ -53,19 +56,8 @@ demo: up
 	$(BIN)/rankscope steps --job $(DEMO_JOB) --last 10
 	$(BIN)/rankscope stragglers --job $(DEMO_JOB)
 
-## One build of the venv at a time: a second `make py` / `make test` waits
-## for the first (and says so) instead of installing over it.
 py:
-	@mkdir -p $(dir $(VENV)); exec 9>"$(VENV).lock"; \
-	if ! flock -n 9; then echo "another run is building $(VENV); waiting for it"; flock 9; fi; \
-	set -e; \
-	test -x $(VENV)/bin/python || python3 -m venv $(VENV); \
-	$(VENV)/bin/python -c 'import torch, pytest, maturin' 2>/dev/null || \
-		{ echo "installing $(PY_DEPS) into $(VENV) (torch is large; once)"; \
-		  $(VENV)/bin/pip install -q --disable-pip-version-check $(PY_DEPS); }; \
-	echo "maturin develop (python/)"; \
-	cd python && VIRTUAL_ENV=$(VENV) PATH=$(VENV)/bin:$$PATH maturin develop --release --locked -q; \
-	$(VENV)/bin/python -c 'import rankscope, torch'
+	@VENV=$(VENV) deploy/dev/venv.sh
 
 ## ClickHouse 26.x for the tests: PyPI chDB (the engine in-process) in its own venv
 ## (RANKSCOPE_CHDB_VENV, default .venv-chdb), served by testkit/chdb_front.py.

@@ -47,8 +47,14 @@ apt_install() { # <package>...
         sudo="sudo"
     fi
     echo "Installing $* with apt-get ..."
-    $sudo env DEBIAN_FRONTEND=noninteractive apt-get update -q
-    $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -q "$@"
+    # Another install (a second `make test` on a fresh machine, unattended
+    # upgrades) may hold dpkg's lock: wait for it, up to 10 minutes, and say so.
+    local wait=(-o DPkg::Lock::Timeout=600)
+    if command -v fuser >/dev/null && fuser /var/lib/dpkg/lock-frontend /var/lib/apt/lists/lock >/dev/null 2>&1; then
+        echo "another apt/dpkg run holds its lock; waiting for it (up to 10 min)"
+    fi
+    $sudo env DEBIAN_FRONTEND=noninteractive apt-get "${wait[@]}" update -q
+    $sudo env DEBIAN_FRONTEND=noninteractive apt-get "${wait[@]}" install -y -q "$@"
 }
 
 cmd_install() {

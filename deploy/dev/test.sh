@@ -24,9 +24,9 @@ export RANKSCOPE_CHDB_VENV=${CHDB_VENV:-${RANKSCOPE_CHDB_VENV:-$PWD/.venv-chdb}}
 # PRODUCERS_VENV: `make producers`' venv (PaddlePaddle, ONNX Runtime) for
 # kineto/tests/producers.rs.
 export RANKSCOPE_PRODUCERS_VENV=${PRODUCERS_VENV:-${RANKSCOPE_PRODUCERS_VENV:-$PWD/.venv-producers}}
-log_dir=$(mktemp -d "${TMPDIR:-/tmp}/rankscope-test.XXXXXX")
 
 if [ -z "${RANKSCOPE_TEST_NETNS:-}" ]; then
+  log_dir=$(mktemp -d "${TMPDIR:-/tmp}/rankscope-test.XXXXXX")
   # Build outside the namespace: a fresh machine downloads crates here.
   t0=$SECONDS
   echo "== build (sdk C library, every test binary)"
@@ -43,7 +43,7 @@ if [ -z "${RANKSCOPE_TEST_NETNS:-}" ]; then
     "the tests share this machine's ports and abstract socket names; a running" \
     "\`make up\` stack holds libkineto's @dynolog and fails the daemon tests" >&2
 else
-  log_dir=${RANKSCOPE_TEST_LOG_DIR:-$log_dir}
+  log_dir=${RANKSCOPE_TEST_LOG_DIR:-$(mktemp -d "${TMPDIR:-/tmp}/rankscope-test.XXXXXX")}
   # A new namespace's loopback is down.
   if command -v ip >/dev/null; then
     ip link set lo up
@@ -53,6 +53,13 @@ else
   fi
   echo "== tests run in a private network namespace ($RANKSCOPE_TEST_NETNS): ports and @dynolog are theirs alone"
 fi
+
+# The venv is shared with other runs: hold its lock shared for the whole test
+# phase (torch tests and pytest import the rankscope package from it), so a
+# second run's `make py` never reinstalls the package under these tests
+# (deploy/dev/venv.sh takes it exclusively only to install).
+exec 8>"$VENV.lock"
+if ! flock -s -n 8; then echo "another run is building $VENV; waiting for it"; flock -s 8; fi
 
 status=0
 t0=$SECONDS
