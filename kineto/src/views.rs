@@ -154,6 +154,18 @@ impl EventHandler for Collect {
                 let stack = ev.args.call_stack.as_str().map(str::to_owned);
                 let shape = Some(ev.args.input_shape.as_str());
                 self.host(thread, span, name, true, (stack.as_deref(), shape));
+                // An operator that carries a correlation id itself (an ONNX
+                // Runtime node, `format::ort`) launched the device
+                // activities of that id: a zero-length call at its start
+                // attaches them to it without touching its host self time.
+                if let Some(correlation) = ev.args.correlation.as_u64() {
+                    self.runtimes.push(Runtime {
+                        thread,
+                        start_ns: span.0,
+                        end_ns: span.0,
+                        correlation,
+                    });
+                }
             }
             Class::CpuAnnotation => {
                 let comm = ["nccl:", "gloo:"].iter().any(|p| {
