@@ -1,8 +1,9 @@
 //! The GPU side of an ONNX Runtime profile. The CPU wheel the producer
 //! tests run (PyPI `onnxruntime`) has no GPU provider, and the CUDA one
 //! (`onnxruntime-gpu`) writes `Kernel` events only when built with
-//! `--enable_cuda_profiling` (`ENABLE_CUDA_PROFILING`), which the published
-//! wheels are not; no GPU producer runs here. So `fixtures/ort_cuda/` is
+//! `--enable_cuda_profiling` (`ENABLE_CUDA_PROFILING`), which as far as we
+//! know the published wheels are not; no GPU producer runs here (no GPU on
+//! the test machine). So `fixtures/ort_cuda/` is
 //! written after ORT's own source, field for field (see `format::ort` for
 //! the files and functions): `Profiler::EndProfiling`'s serialisation
 //! (`"key" : "value"` args, whole-µs relative `ts`/`dur`),
