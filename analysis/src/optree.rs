@@ -39,6 +39,11 @@
 //! records the runtime call inside the `RecordFunction` of its operator).
 //! Runtime calls outside every operator belong to no operator (the plugin's
 //! `CallTreeRoot`).
+//!
+//! The nesting and merge rules above are [`TreeRules::PLUGIN`];
+//! [`operator_tree_with`] takes [`TreeRules::PADDLE`] for PaddlePaddle
+//! traces (no merge, a host ending after its parent kept as its child: the
+//! numbers of Paddle's Operator Summary, see [`TreeRules`]).
 
 pub mod memory;
 mod rules;
