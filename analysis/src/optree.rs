@@ -39,10 +39,18 @@
 //! records the runtime call inside the `RecordFunction` of its operator).
 //! Runtime calls outside every operator belong to no operator (the plugin's
 //! `CallTreeRoot`).
+//!
+//! The nesting and merge rules above are [`TreeRules::PLUGIN`];
+//! [`operator_tree_with`] takes [`TreeRules::PADDLE`] for PaddlePaddle
+//! traces (no merge, a host ending after its parent kept as its child: the
+//! numbers of Paddle's Operator Summary, see [`TreeRules`]).
 
 pub mod memory;
+mod rules;
 #[cfg(test)]
 mod tests;
+
+pub use rules::TreeRules;
 
 /// The plugin's operator allowlist for tensor-core eligibility
 /// (`tensor_core.py: TC_OP_Allowlist`, exact names).
@@ -190,18 +198,29 @@ pub struct Tree {
     pub root_range: Vec<(u64, u64)>,
 }
 
-/// Builds the tree and computes every operator node's figures.
+/// Builds the tree by the plugin's rules and computes every operator
+/// node's figures.
 pub fn operator_tree(
     hosts: &[Host],
     runtimes: &[Runtime],
     devices: &[Device],
 ) -> (Tree, Vec<OpNode>) {
-    let tree = build(hosts, runtimes);
+    operator_tree_with(hosts, runtimes, devices, TreeRules::PLUGIN)
+}
+
+/// [`operator_tree`] with the given nesting and merging rules.
+pub fn operator_tree_with(
+    hosts: &[Host],
+    runtimes: &[Runtime],
+    devices: &[Device],
+    rules: TreeRules,
+) -> (Tree, Vec<OpNode>) {
+    let tree = build(hosts, runtimes, rules);
     let nodes = fill(hosts, runtimes, devices, &tree);
     (tree, nodes)
 }
 
-fn build(hosts: &[Host], runtimes: &[Runtime]) -> Tree {
+fn build(hosts: &[Host], runtimes: &[Runtime], rules: TreeRules) -> Tree {
     let n = hosts.len();
     let mut order: Vec<usize> = (0..n).collect();
     order.sort_by_key(|&i| {
@@ -232,7 +251,7 @@ fn build(hosts: &[Host], runtimes: &[Runtime]) -> Tree {
                         break;
                     }
                     Some(&p) if h.start_ns < hosts[p].end_ns => {
-                        if h.end_ns <= hosts[p].end_ns {
+                        if h.end_ns <= hosts[p].end_ns || rules.keep_overlapping {
                             t.children[p].push(i);
                             stack.push(i);
                             t.live[i] = true;
@@ -253,6 +272,9 @@ fn build(hosts: &[Host], runtimes: &[Runtime]) -> Tree {
         t.root_range.push(range);
     }
     attach_runtimes(hosts, runtimes, &mut t);
+    if !rules.merge_same_name {
+        return t;
+    }
     // remove_dup_nodes, top-down.
     let mut work: Vec<usize> = t.roots.iter().flat_map(|r| r.1.clone()).collect();
     while let Some(i) = work.pop() {

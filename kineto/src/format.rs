@@ -30,17 +30,21 @@
 //! counted and their largest `peak_allocated` kept. Times are epoch µs as
 //! in Kineto.
 //!
-//! ONNX Runtime: each `Session` `model_run` event becomes step
+//! ONNX Runtime ([`ort`]): each `Session` `model_run` event becomes step
 //! `ProfilerStep#k` (k = 0, 1, ... in file order); each `Node` event
 //! `<node>_kernel_time` becomes a `cpu_op` named by its `args.op_name` (the
 //! operator type: per-type host time is ORT's own per-op total), its
-//! `args.provider` kept; `fence_before` / `fence_after` and the other
-//! `Session` events only bound the trace. ORT's `ts` are µs since the
-//! profiler started (no epoch in the file).
+//! `args.provider` kept; the `Kernel` events of a GPU provider become GPU
+//! kernels (memcpys) on their stream, correlated with their node through
+//! `parent_name`; `fence_before` / `fence_after` and the other `Session`
+//! events only bound the trace. ORT's `ts` are µs since the profiler
+//! started (no epoch in the file).
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 
 use super::raw::{Num, RawEvent, Scalar};
+
+mod ort;
 
 /// What every error about an unreadable file says rankscope reads.
 pub const FORMATS_READ: &str = "PyTorch profiler (Kineto) Chrome-trace JSON, PaddlePaddle \
@@ -83,6 +87,14 @@ pub(crate) struct Normaliser {
     pub peak_allocated: Option<u64>,
     /// ORT execution providers of the operators.
     pub providers: BTreeSet<String>,
+    /// ORT GPU `Kernel` events seen.
+    pub gpu_kernels: u64,
+    /// ORT `Node` events seen (the last one's correlation id).
+    ort_nodes: u64,
+    /// ORT node event name -> correlation id of its latest event.
+    ort_node_ids: HashMap<String, u64>,
+    /// ORT hex stream pointers (ROCm), in order of first appearance.
+    ort_hex_streams: Vec<String>,
 }
 
 impl Normaliser {
@@ -142,28 +154,6 @@ impl Normaliser {
                 if let Some(p) = ev.args.peak_allocated.as_u64() {
                     self.peak_allocated = Some(self.peak_allocated.map_or(p, |q| q.max(p)));
                 }
-            }
-            _ => {}
-        }
-    }
-
-    fn ort(&mut self, ev: &mut RawEvent) {
-        match (ev.cat.as_str(), ev.name.as_str()) {
-            (Some("Session"), Some("model_run")) => {
-                ev.name = Scalar::Str(format!("ProfilerStep#{}", self.runs));
-                ev.cat = Scalar::Str("user_annotation".into());
-                self.runs += 1;
-            }
-            (Some("Node"), Some(n)) if n.ends_with("_kernel_time") => {
-                if let Some(op) = ev.args.op_name.as_str() {
-                    ev.name = Scalar::Str(op.to_owned());
-                }
-                if let Some(p) = ev.args.provider.as_str() {
-                    if !self.providers.contains(p) {
-                        self.providers.insert(p.to_owned());
-                    }
-                }
-                ev.cat = Scalar::Str("cpu_op".into());
             }
             _ => {}
         }
@@ -236,27 +226,6 @@ mod tests {
         e.args.peak_allocated = Scalar::Num(Num::U(4096));
         n.apply(&mut e);
         assert_eq!((n.memory_events, n.peak_allocated), (1, Some(4096)));
-    }
-
-    #[test]
-    fn ort_runs_become_steps_and_nodes_operators() {
-        let mut n = Normaliser::default();
-        let mut e = ev("X", "Session", "model_run", Scalar::Num(Num::U(1)));
-        n.apply(&mut e);
-        assert_eq!(n.format(), Format::OnnxRuntime);
-        assert_eq!(e.name.as_str(), Some("ProfilerStep#0"));
-        let mut e = ev("X", "Node", "/0/Conv_kernel_time", Scalar::Num(Num::U(1)));
-        e.args.op_name = Scalar::Str("Conv".into());
-        e.args.provider = Scalar::Str("CPUExecutionProvider".into());
-        n.apply(&mut e);
-        assert_eq!(
-            (e.cat.as_str(), e.name.as_str()),
-            (Some("cpu_op"), Some("Conv"))
-        );
-        assert!(n.providers.contains("CPUExecutionProvider"));
-        let mut e = ev("X", "Session", "model_run", Scalar::Num(Num::U(1)));
-        n.apply(&mut e);
-        assert_eq!(e.name.as_str(), Some("ProfilerStep#1"));
     }
 
     #[test]

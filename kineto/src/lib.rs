@@ -405,7 +405,7 @@ where
     let kept = scan.keep.take();
     let mut interner = std::mem::take(&mut scan.names);
     drop(scan);
-    let view_events = views.finish(&mut interner, base_ns);
+    let view_events = views.finish(&mut interner, base_ns, meta.format.format());
 
     let mut emitter = Emitter::new(
         &plan,

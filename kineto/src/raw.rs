@@ -76,6 +76,9 @@ pub(crate) struct RawArgs {
     /// ONNX Runtime `Node` events: the operator type and execution provider.
     pub op_name: Scalar,
     pub provider: Scalar,
+    /// ONNX Runtime GPU `Kernel` events: the name of the `Node` event that
+    /// launched them.
+    pub parent_name: Scalar,
     /// PaddlePaddle `[memory]` events: the process's peak allocated bytes.
     pub peak_allocated: Scalar,
     /// Kernel launch configuration (issue 29): `blocks per SM`,
@@ -176,8 +179,8 @@ pub(crate) fn event_scalar(e: &mut RawEvent, k: usize) -> Option<&mut Scalar> {
 
 /// [`arg_key`] indexes of the two shapes; the keys below them are
 /// [`arg_scalar`]s.
-pub(crate) const ARG_INPUT_DIMS: usize = 30;
-pub(crate) const ARG_INPUT_TYPES: usize = 31;
+pub(crate) const ARG_INPUT_DIMS: usize = 31;
+pub(crate) const ARG_INPUT_TYPES: usize = 32;
 
 /// The scalar field of [`arg_key`] index `k` (`None`: a shape or skipped).
 pub(crate) fn arg_scalar(a: &mut RawArgs, k: usize) -> Option<&mut Scalar> {
@@ -212,6 +215,7 @@ pub(crate) fn arg_scalar(a: &mut RawArgs, k: usize) -> Option<&mut Scalar> {
         27 => &mut a.device_id,
         28 => &mut a.call_stack,
         29 => &mut a.python_module_id,
+        30 => &mut a.parent_name,
         _ => return None,
     })
 }
@@ -249,6 +253,7 @@ pub(crate) fn arg_key(k: &[u8]) -> usize {
         b"Device Id" => 27,
         b"Call stack" => 28,
         b"Python module id" => 29,
+        b"parent_name" => 30,
         b"Input Dims" => ARG_INPUT_DIMS,
         b"Input type" => ARG_INPUT_TYPES,
         _ => usize::MAX,

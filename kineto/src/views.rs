@@ -154,6 +154,18 @@ impl EventHandler for Collect {
                 let stack = ev.args.call_stack.as_str().map(str::to_owned);
                 let shape = Some(ev.args.input_shape.as_str());
                 self.host(thread, span, name, true, (stack.as_deref(), shape));
+                // An operator that carries a correlation id itself (an ONNX
+                // Runtime node, `format::ort`) launched the device
+                // activities of that id: a zero-length call at its start
+                // attaches them to it without touching its host self time.
+                if let Some(correlation) = ev.args.correlation.as_u64() {
+                    self.runtimes.push(Runtime {
+                        thread,
+                        start_ns: span.0,
+                        end_ns: span.0,
+                        correlation,
+                    });
+                }
             }
             Class::CpuAnnotation => {
                 let comm = ["nccl:", "gloo:"].iter().any(|p| {
@@ -199,9 +211,21 @@ impl EventHandler for Collect {
 
 impl Collect {
     /// The view events (name ids are `names`' ids; times absolute with
-    /// `base_ns`), in a deterministic order.
-    pub(crate) fn finish(self, names: &mut Interner, base_ns: u64) -> Vec<proto::Event> {
-        let (tree, nodes) = optree::operator_tree(&self.hosts, &self.runtimes, &self.devices);
+    /// `base_ns`), in a deterministic order; a Paddle trace's operator tree
+    /// by Paddle's rules ([`optree::TreeRules::PADDLE`]: its Operator
+    /// Summary's calls and CPU Total), every other by the plugin's.
+    pub(crate) fn finish(
+        self,
+        names: &mut Interner,
+        base_ns: u64,
+        format: crate::Format,
+    ) -> Vec<proto::Event> {
+        let rules = match format {
+            crate::Format::Paddle => optree::TreeRules::PADDLE,
+            _ => optree::TreeRules::PLUGIN,
+        };
+        let (tree, nodes) =
+            optree::operator_tree_with(&self.hosts, &self.runtimes, &self.devices, rules);
         let stacks = self.python_stacks(&nodes);
         let mut ids: Vec<u32> = vec![u32::MAX; self.name_list.len()];
         let mut id = |names: &mut Interner, k: u32| {

@@ -15,7 +15,7 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Command, Stdio};
 use std::sync::OnceLock;
 
 use rankscope_kineto::{import_to_memory, op_summary, ImportOptions, ImportedRank, Problem};
@@ -73,18 +73,22 @@ fn written() -> &'static Written {
         let py = python();
         let dir = tempfile::tempdir().expect("tempdir");
         let pd = dir.path().join("paddle");
-        // Two ranks, two processes at once.
+        std::fs::create_dir_all(&pd).expect("mkdir");
+        // Two ranks, two processes at once: both spawned, then waited for.
         let ranks: Vec<_> = (0..2)
             .map(|r| {
                 Command::new(&py)
                     .arg(script("paddle_train.py"))
                     .arg(&pd)
                     .args([r.to_string(), "4".into()])
-                    .output()
+                    .stdout(Stdio::piped())
+                    .stderr(Stdio::piped())
+                    .spawn()
+                    .expect("start paddle")
             })
             .collect();
-        for (r, out) in ranks.into_iter().enumerate() {
-            let out = out.expect("start paddle");
+        for (r, child) in ranks.into_iter().enumerate() {
+            let out = child.wait_with_output().expect("wait for paddle");
             assert!(
                 out.status.success(),
                 "paddle rank {r}: {}",

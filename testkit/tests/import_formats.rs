@@ -64,6 +64,32 @@ async fn wait_final(stack: &Stack, job: &str, want: u64) {
     assert_eq!(done, want);
 }
 
+/// Per operator of `rank` in the stored Operator view
+/// (`/api/v1/jobs/{job}/ops`): (calls, host total ns).
+async fn view_ops(
+    stack: &Stack,
+    job: &str,
+    rank: u32,
+) -> std::collections::BTreeMap<String, (u64, f64)> {
+    let body = stack
+        .api_get(&format!("/api/v1/jobs/{job}/ops?rank={rank}"))
+        .await;
+    body["rows"]
+        .as_array()
+        .expect("rows")
+        .iter()
+        .map(|r| {
+            (
+                r["name"].as_str().expect("name").to_owned(),
+                (
+                    r["calls"].as_u64().expect("calls"),
+                    r["host_total_us"].as_f64().expect("host_total_us") * 1000.0,
+                ),
+            )
+        })
+        .collect()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn paddle_and_onnx_runtime_traces_import_and_bad_files_do_not_stop_the_rest() {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -141,6 +167,35 @@ async fn paddle_and_onnx_runtime_traces_import_and_bad_files_do_not_stop_the_res
     wait_final(&stack, "paddle", 8).await;
     let steps = stack.api_steps("paddle", "").await;
     assert_eq!(steps.len(), 8, "{steps:?}");
+    // The stored Operator view shows Paddle's own Operator Summary numbers.
+    for rank in 0..2 {
+        let summary = pd.join(format!("rank{rank}.summary.json"));
+        let summary: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(summary).expect("summary")).expect("json");
+        let want = summary["operators"].as_object().expect("operators");
+        let got = view_ops(&stack, "paddle", rank).await;
+        assert_eq!(
+            got.keys().collect::<Vec<_>>(),
+            want.keys()
+                .collect::<std::collections::BTreeSet<_>>()
+                .into_iter()
+                .collect::<Vec<_>>(),
+            "rank {rank}: operator names"
+        );
+        for (name, item) in want {
+            let (calls, host_total_ns) = got[name];
+            assert_eq!(
+                calls,
+                item["calls"].as_u64().unwrap(),
+                "rank {rank} {name}: calls"
+            );
+            let paddle = item["cpu_total_ns"].as_u64().unwrap() as f64;
+            assert!(
+                (host_total_ns - paddle).abs() <= 0.01 * paddle,
+                "rank {rank} {name}: view {host_total_ns} ns, Paddle's summary {paddle} ns"
+            );
+        }
+    }
 
     let reports = send::import_and_send(
         vec![ort],
@@ -157,5 +212,22 @@ async fn paddle_and_onnx_runtime_traces_import_and_bad_files_do_not_stop_the_res
         [0, 1, 2, 3],
         "one step per model_run"
     );
+    // The stored Operator view: per op type the profile's own totals.
+    let totals: serde_json::Value = serde_json::from_slice(
+        &std::fs::read(ort_dir.join("ort_totals.json")).expect("ORT totals"),
+    )
+    .expect("json");
+    let want = totals["op_types"].as_object().expect("op types");
+    let got = view_ops(&stack, "ort", 0).await;
+    assert_eq!(got.len(), want.len(), "{got:?}");
+    for (op, t) in want {
+        let (calls, host_total_ns) = got[op];
+        assert_eq!(calls, t["calls"].as_u64().unwrap(), "{op}: calls");
+        let ort_ns = (t["dur_us"].as_u64().unwrap() * 1000) as f64;
+        assert!(
+            (host_total_ns - ort_ns).abs() < 0.5,
+            "{op}: view {host_total_ns} ns, the profile's {ort_ns} ns"
+        );
+    }
     stack.stop().await;
 }

@@ -6,7 +6,8 @@
 //! down give clear errors (and the rest of a multi-path import goes on);
 //! the agent archives a daemon trace to S3 (`[traces] archive_url`), the
 //! listing shows the URL, and importing that URL gives the same per-rank
-//! breakdown. Files are seeded with each provider's own client
+//! breakdown, for a stand-in rank (`archive`) and for a real torch job
+//! traced through libkineto's daemon protocol (`archive_torch`). Files are seeded with each provider's own client
 //! (`testkit/objstore_seed.py`), not with rankscope's code.
 //!
 //! Not tested: GCS. PyPI's `gcp-storage-emulator` serves only GCS's JSON
@@ -18,6 +19,8 @@ mod common;
 
 #[path = "objstore/archive.rs"]
 mod archive;
+#[path = "objstore/archive_torch.rs"]
+mod archive_torch;
 
 use std::path::PathBuf;
 use std::process::{Command, Output};

@@ -177,3 +177,30 @@ fn a_runtime_call_goes_to_the_innermost_enclosing_operator_and_same_name_childre
         (50, 10, 7)
     );
 }
+
+#[test]
+fn paddle_rules_keep_every_operator_with_its_whole_duration() {
+    // The same hosts as above under PaddlePaddle's rules: no same-name
+    // merge, and a host ending after its parent (Paddle's exporter
+    // truncates `ts` to whole µs) stays as its child.
+    let h = |name, s, e| Host {
+        thread: 7,
+        start_ns: s,
+        end_ns: e,
+        name,
+        operator: true,
+        counted: true,
+        tc_allowlisted: false,
+    };
+    let hosts = vec![h(0, 0, 100), h(0, 10, 90), h(2, 20, 80), h(3, 85, 120)];
+    let (tree, nodes) = operator_tree_with(&hosts, &[], &[], TreeRules::PADDLE);
+    assert!(tree.live.iter().all(|&l| l), "every host is in the tree");
+    assert_eq!(tree.children[0], [1]);
+    assert_eq!(tree.children[1], [2, 3]);
+    let mut totals: Vec<(usize, u64)> = nodes.iter().map(|n| (n.host, n.host_total_ns)).collect();
+    totals.sort_unstable();
+    // Paddle's summary: per node its whole duration, every node counted.
+    assert_eq!(totals, [(0, 100), (1, 80), (2, 60), (3, 35)]);
+    // The plugin's rules are the default.
+    assert_eq!(TreeRules::default(), TreeRules::PLUGIN);
+}

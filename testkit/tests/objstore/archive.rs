@@ -4,8 +4,9 @@
 //! libkineto wrote) is uploaded to moto under `[traces] archive_url`
 //! before the agent deletes it; `rankscope traces` lists its URL, and
 //! `rankscope import <that URL>` as a new job gives the same per-rank
-//! breakdown. The only test here that reads provider variables in-process
-//! (the agent runs in the test): it sets them once, before the agent starts.
+//! breakdown. With `archive_torch`, the only tests here that read provider
+//! variables in-process (the agent runs in the test): each sets them before
+//! its agent starts, one at a time ([`DYNOLOG`]).
 
 use std::path::PathBuf;
 use std::process::{Child, Command};
@@ -14,10 +15,15 @@ use std::time::{Duration, Instant};
 use rankscope_testkit::objstore::ObjstoreServer;
 
 use crate::common::kineto_client::FakeClient;
+
+/// Held by each test whose agent serves libkineto's fixed `@dynolog` name
+/// and reads the provider variables in-process (this one and
+/// `archive_torch`): one at a time.
+pub(crate) static DYNOLOG: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 use crate::common::{self, Stack};
 use crate::{import, seed, text};
 
-struct Killed(Child);
+pub(crate) struct Killed(pub(crate) Child);
 
 impl Drop for Killed {
     fn drop(&mut self) {
@@ -34,7 +40,7 @@ fn log_file(config: &str) -> Option<PathBuf> {
 }
 
 /// A stack whose agent serves `@dynolog` and archives to `archive_url`.
-async fn stack(archive_url: &str) -> Stack {
+pub(crate) async fn stack(archive_url: &str) -> Stack {
     let mut s = Stack::start_without_agent().await;
     let mut cfg = common::agent_config(&format!("http://{}", s.grpc_addr()), s.dir.path());
     cfg.trace_dir = s.dir.path().join("traces").to_string_lossy().into_owned();
@@ -59,7 +65,7 @@ async fn stack(archive_url: &str) -> Stack {
 /// Per step of a job's one rank: (compute, communication, idle) ns, in step
 /// order (the daemon import numbers steps from the job's next step, a file
 /// import from 0: the order is what is compared).
-async fn breakdown(stack: &Stack, job: &str) -> Vec<serde_json::Value> {
+pub(crate) async fn breakdown(stack: &Stack, job: &str) -> Vec<serde_json::Value> {
     let v = stack
         .api_get(&format!("/api/v1/jobs/{job}/breakdown"))
         .await;
@@ -82,6 +88,7 @@ async fn breakdown(stack: &Stack, job: &str) -> Vec<serde_json::Value> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_captured_daemon_trace_is_archived_listed_and_imported_back() {
+    let _one = DYNOLOG.lock().await;
     let moto = ObjstoreServer::moto(None).unwrap_or_else(|e| panic!("{e}"));
     seed(&["s3", &moto.endpoint, "k", "s", "archive", "x/"]);
     // The in-process agent's credentials and endpoint (set before it starts;
