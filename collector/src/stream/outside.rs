@@ -213,8 +213,8 @@ mod tests {
         let text = outside_text(&verdict(StragglerCause::Other, true), None, Some(&fill));
         assert!(
             text.ends_with(
-                "optimizer and input; in that stretch, kineto trace t-1 (4 steps): 2.5 of \
-                 170.9 ms per step in host operators there, aten::mm 2.0 ms"
+                "optimizer and input; in that stretch, kineto trace t-1 (4 steps): host operators \
+                 take 2.5 of its 170.9 ms per step, aten::mm 2.0 ms"
             ),
             "{text}"
         );

@@ -162,8 +162,9 @@ impl GapOps {
 }
 
 impl Fill {
-    /// e.g. "kineto trace t-1 (4 steps): 2.9 of 101.3 ms per step in host
-    /// operators there, aten::mm 2.1 ms, aten::linalg_vector_norm 0.4 ms".
+    /// e.g. "kineto trace t-1 (4 steps): host operators take 2.9 of its
+    /// 101.3 ms per step, aten::mm 2.1 ms, aten::linalg_vector_norm 0.4 ms"
+    /// (the rest is in no operator: Python, waits, sleeps).
     pub fn describe(&self) -> String {
         let ops: Vec<String> = self
             .operators
@@ -171,7 +172,7 @@ impl Fill {
             .map(|o| format!("{} {:.1} ms", o.name, o.ms_per_step))
             .collect();
         format!(
-            "kineto trace {} ({} steps): {:.1} of {:.1} ms per step in host operators there, {}",
+            "kineto trace {} ({} steps): host operators take {:.1} of its {:.1} ms per step, {}",
             self.trace_id,
             self.steps,
             self.ops_ms_per_step,
@@ -236,7 +237,7 @@ mod tests {
         );
         assert_eq!(
             f.describe(),
-            "kineto trace t-1 (2 steps): 2.5 of 100.0 ms per step in host operators there, \
+            "kineto trace t-1 (2 steps): host operators take 2.5 of its 100.0 ms per step, \
              aten::mm 2.0 ms, aten::norm 0.5 ms"
         );
         assert_eq!(g.fill_of("j", 2, 3), Some(f));
