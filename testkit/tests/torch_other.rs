@@ -156,7 +156,10 @@ async fn extra_work_between_backward_and_the_optimizer_is_cause_other_with_the_t
             .and_then(|x| x.trim().parse().ok())
             .unwrap_or_else(|| panic!("no ms figure after {after:?}: {evidence}"))
     };
-    let (own_ms, stretch_ms) = (figure(""), figure("the longest stretch outside its spans was"));
+    let (own_ms, stretch_ms) = (
+        figure(""),
+        figure("the longest stretch outside its spans was"),
+    );
     for ms in [own_ms, stretch_ms] {
         assert!((680.0..=920.0).contains(&ms), "{ms} ms: {evidence}");
     }
@@ -257,6 +260,13 @@ async fn extra_work_between_backward_and_the_optimizer_is_cause_other_with_the_t
     assert!(
         (waited - want).abs() <= 0.10 * want + 0.01 * wall,
         "straggler_wait {waited:.0} ns vs gain {want:.0} ns: {g}"
+    );
+    // And as much as the truth: the step time the extra work added, on
+    // each of the verdict's steps.
+    let truth_ns = (t_with - t_without) * (last - first + 1) as f64;
+    assert!(
+        (waited - truth_ns).abs() <= 0.10 * truth_ns + 0.01 * wall,
+        "straggler_wait {waited:.0} ns vs truth {truth_ns:.0} ns: {g}"
     );
     stack.stop().await;
 }
