@@ -252,7 +252,12 @@ impl SimConfig {
     /// Time `rank` spends outside its phases per step, ns (summed when
     /// given more than once).
     pub fn outside_ns(&self, rank: u32) -> u64 {
-        let ms: f64 = self.outside.iter().filter(|o| o.rank == rank).map(|o| o.ms).sum();
+        let ms: f64 = self
+            .outside
+            .iter()
+            .filter(|o| o.rank == rank)
+            .map(|o| o.ms)
+            .sum();
         (ms * 1e6).round() as u64
     }
 
