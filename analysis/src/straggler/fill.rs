@@ -14,6 +14,10 @@
 //! wholly inside or outside, the usual case: the gap is bounded by
 //! instrumented spans, not by operators).
 //!
+//! Overlapping windows are merged (a step's time counts once), and each
+//! operator finds its windows by binary search: O((ops + windows) log
+//! windows).
+//!
 //! Invariants: the result does not depend on the order of the inputs;
 //! every operator's figure is at most its self time per step; no steps, no
 //! operators. Pure: no I/O.
@@ -56,15 +60,27 @@ pub fn gap_fill(windows: &[(u64, u64)], ops: &[HostOp], top: usize) -> GapFill {
         .collect();
     inside.sort_unstable();
     inside.dedup();
+    // Gap windows of different steps do not overlap; should some, they are
+    // merged so that ends are sorted too and no time counts twice.
+    let mut merged: Vec<(u64, u64)> = Vec::with_capacity(inside.len());
+    for (s, e) in inside {
+        match merged.last_mut() {
+            Some(last) if s <= last.1 => last.1 = last.1.max(e),
+            _ => merged.push((s, e)),
+        }
+    }
+    let inside = merged;
     if inside.is_empty() {
         return GapFill::default();
     }
     let steps = inside.len() as f64;
     let mut per_name: std::collections::BTreeMap<&str, f64> = Default::default();
     for o in ops.iter().filter(|o| o.end_ns > o.start_ns) {
-        // Windows that can meet [start, end): those starting before its end.
+        // The windows meeting [start, end): ending after its start and
+        // starting before its end.
+        let from = inside.partition_point(|w| w.1 <= o.start_ns);
         let upto = inside.partition_point(|w| w.0 < o.end_ns);
-        let overlap: u64 = inside[..upto]
+        let overlap: u64 = inside[from..upto.max(from)]
             .iter()
             .map(|&(s, e)| e.min(o.end_ns).saturating_sub(s.max(o.start_ns)))
             .sum();
@@ -154,6 +170,40 @@ mod tests {
                 .collect();
             let want = gap_fill(&windows, &ops, 3);
             let (ops0, windows0) = (ops.clone(), windows.clone());
+            // Against counting time points: an operator's share is its self
+            // time times the fraction of its duration inside a window
+            // (windows inside the trace's span only).
+            if let (Some(first), Some(last)) = (
+                ops.iter().map(|o| o.start_ns).min(),
+                ops.iter().map(|o| o.end_ns).max(),
+            ) {
+                let kept: Vec<&(u64, u64)> = windows
+                    .iter()
+                    .filter(|w| w.0 < w.1 && w.0 >= first && w.1 <= last)
+                    .collect();
+                let covered = |t: u64| kept.iter().any(|w| w.0 <= t && t < w.1);
+                let mut brute: std::collections::BTreeMap<&str, f64> = Default::default();
+                for o in ops.iter().filter(|o| o.end_ns > o.start_ns) {
+                    let inside = (o.start_ns..o.end_ns).filter(|&t| covered(t)).count();
+                    if inside > 0 {
+                        *brute.entry(o.name.as_str()).or_default() +=
+                            o.self_ns as f64 * inside as f64 / (o.end_ns - o.start_ns) as f64;
+                    }
+                }
+                let all = gap_fill(&windows, &ops, NAMES.len());
+                for (name, ns) in &all.ops {
+                    let b = brute.get(name.as_str()).copied().unwrap_or(0.0);
+                    assert!(
+                        (ns * all.steps as f64 - b).abs() < 1e-6,
+                        "{name}: {ns} vs {b}"
+                    );
+                }
+                assert_eq!(
+                    all.ops.len(),
+                    brute.values().filter(|&&v| v > 0.0).count(),
+                    "{ops:?} {windows:?}"
+                );
+            }
             let total: u64 = ops.iter().map(|o| o.self_ns).sum();
             if want.steps > 0 {
                 assert!(want.ops_ns_per_step <= total as f64 / want.steps as f64 + 1e-9);
