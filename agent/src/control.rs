@@ -78,9 +78,16 @@ struct Parsed {
     status: proto::TraceStatus,
     /// Operator summary per iteration (index into the trace's iterations).
     ops: Vec<rankscope_kineto::OpStat>,
+    /// Host operators inside the iterations (at most [`MAX_HOST_OPS`]).
+    host_ops: Vec<rankscope_kineto::HostOp>,
     /// The trace's own number of each iteration.
     numbers: Vec<u64>,
 }
+
+/// Most host operators of one traced rank sent to the collector (those of
+/// most self time; ~40 bytes each on the wire): they name what fills an
+/// `other` straggler's gap.
+const MAX_HOST_OPS: usize = 16_384;
 
 fn now_ns() -> u64 {
     std::time::SystemTime::now()
@@ -328,10 +335,12 @@ impl Control {
                 .map(|data| {
                     let (ends, numbered) = iteration_ends(&data);
                     let (windows, numbers) = iterations(&data);
-                    let ops = rankscope_kineto::op_summary(&t.path, &windows).unwrap_or_else(|e| {
-                        tracing::warn!(error = %e, "no operator summary for the trace");
-                        Vec::new()
-                    });
+                    let (ops, host_ops) =
+                        rankscope_kineto::op_summary_with_host_ops(&t.path, &windows, MAX_HOST_OPS)
+                            .unwrap_or_else(|e| {
+                                tracing::warn!(error = %e, "no operator summary for the trace");
+                                (Vec::new(), Vec::new())
+                            });
                     let status = proto::TraceStatus {
                         trace_id: t.trace_id.clone(),
                         job_id: t.job_id.clone(),
@@ -351,6 +360,7 @@ impl Control {
                         data,
                         status,
                         ops,
+                        host_ops,
                         numbers,
                     }
                 });
@@ -532,6 +542,15 @@ fn trace_ops(p: &mut Parsed, first_step: i64, keep: (i64, u64)) -> proto::TraceO
         job_id: p.trace.job_id.clone(),
         rank: p.trace.rank,
         ops,
+        host_ops: std::mem::take(&mut p.host_ops)
+            .into_iter()
+            .map(|o| proto::HostOp {
+                name: o.name,
+                start_ns: o.start_ns,
+                end_ns: o.end_ns,
+                self_ns: o.self_ns,
+            })
+            .collect(),
     }
 }
 

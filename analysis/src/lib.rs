@@ -87,7 +87,7 @@ pub use launches::{launch_stats, LaunchObs, LaunchStats, HTA_LAUNCH_APIS};
 pub use memcpy::{memcpy_kind, memcpy_summary, MemcpyRow};
 pub use straggler::{
     expected_gain_pct, expected_gain_pct_for, expected_gain_pct_of, gain_pct, gain_per_step,
-    gain_per_step_for, gain_per_step_of, longest_gap, own_ns, peers_of_step, score_step,
-    step_peers, wait_wall_ns, Gap, PolicyError, RankStepStats, RankStepWait, StepFlag, StepPeers,
-    StragglerCause, StragglerPolicy, StragglerTracker, Verdict, VerdictChange,
+    gain_per_step_for, gain_per_step_of, gap_fill, longest_gap, own_ns, peers_of_step, score_step,
+    step_peers, wait_wall_ns, Gap, GapFill, HostOp, PolicyError, RankStepStats, RankStepWait,
+    StepFlag, StepPeers, StragglerCause, StragglerPolicy, StragglerTracker, Verdict, VerdictChange,
 };

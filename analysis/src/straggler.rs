@@ -50,11 +50,13 @@
 //! finite. Limitation: robust statistics need a majority of healthy ranks;
 //! if half the job slows down together, no rank stands out.
 
+pub mod fill;
 pub mod gain;
 pub mod place;
 pub mod policy;
 pub mod tracker;
 
+pub use fill::{gap_fill, GapFill, HostOp};
 pub use gain::{
     expected_gain_pct, expected_gain_pct_for, expected_gain_pct_of, gain_pct, gain_per_step,
     gain_per_step_for, gain_per_step_of, peers_of_step, step_peers, RankStepWait, StepPeers,

@@ -451,6 +451,10 @@ struct SimulateArgs {
     /// Slow rank as RANK:FACTOR, e.g. 5:1.3 (repeatable).
     #[arg(long, value_name = "RANK:FACTOR")]
     straggler: Vec<Straggler>,
+    /// Rank with MS ms per step outside its phases (host work after backward,
+    /// before the optimizer), e.g. 3:20 (repeatable).
+    #[arg(long, value_name = "RANK:MS")]
+    outside: Vec<simulate::Outside>,
     /// Throttle all ranks together to this many events per second.
     #[arg(long, value_name = "EVENTS_PER_S")]
     rate: Option<f64>,
@@ -1155,6 +1159,7 @@ async fn simulate_cmd(args: SimulateArgs) -> Result<(String, u32, u64)> {
             None => Vec::new(),
         },
         node_clock_offsets: args.node_clock_offset,
+        outside: args.outside,
     };
     let summary = simulate::run(&cfg, &args.agent).await?;
     print!("{}", summary.render(args.format));

@@ -102,6 +102,8 @@ pub struct SimConfig {
     /// Nodes whose clock is off (`--node-clock-offset`): their ranks'
     /// timestamps are shifted.
     pub node_clock_offsets: Vec<NodeClockOffset>,
+    /// Ranks with time outside their phases every step (`--outside`).
+    pub outside: Vec<Outside>,
 }
 
 impl Default for SimConfig {
@@ -123,7 +125,34 @@ impl Default for SimConfig {
             events_per_message: DEFAULT_EVENTS_PER_MESSAGE,
             placement: Vec::new(),
             node_clock_offsets: Vec::new(),
+            outside: Vec::new(),
         }
+    }
+}
+
+/// A rank that spends time outside its phases every step: `ms` of host
+/// work after backward, before the optimizer (gradient clipping, metrics,
+/// logging on one rank), which no span covers: an `other` straggler.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Outside {
+    pub rank: u32,
+    /// Milliseconds per step, finite and >= 0.
+    pub ms: f64,
+}
+
+impl FromStr for Outside {
+    type Err = ConfigError;
+
+    /// Parses `RANK:MS`, e.g. `3:20`.
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let bad = || ConfigError::OutsideSyntax(s.to_string());
+        let (rank, ms) = s.split_once(':').ok_or_else(bad)?;
+        let rank = rank.trim().parse::<u32>().map_err(|_| bad())?;
+        let ms = ms.trim().parse::<f64>().map_err(|_| bad())?;
+        if !ms.is_finite() || ms < 0.0 {
+            return Err(bad());
+        }
+        Ok(Self { rank, ms })
     }
 }
 
@@ -138,6 +167,8 @@ pub enum ConfigError {
     StragglerRank { rank: u32, ranks: u32 },
     #[error("straggler rank {rank} is given more than once")]
     StragglerTwice { rank: u32 },
+    #[error("outside time {0:?} is not RANK:MS with MS >= 0 (e.g. 3:20)")]
+    OutsideSyntax(String),
     #[error("{0}")]
     Placement(String),
     #[error("{0}")]
@@ -184,6 +215,12 @@ impl SimConfig {
             return Err(ConfigError::Placement(rule));
         }
         clock::check(self)?;
+        for o in &self.outside {
+            if o.rank >= self.ranks || !o.ms.is_finite() || o.ms < 0.0 {
+                let rule = "needs a rank of the job and a finite MS >= 0";
+                return Err(invalid("outside", format!("{}:{}", o.rank, o.ms), rule));
+            }
+        }
         for (i, s) in self.stragglers.iter().enumerate() {
             if s.rank >= self.ranks {
                 return Err(ConfigError::StragglerRank {
@@ -210,6 +247,18 @@ impl SimConfig {
             .iter()
             .find(|s| s.rank == rank)
             .map_or(1.0, |s| s.factor)
+    }
+
+    /// Time `rank` spends outside its phases per step, ns (summed when
+    /// given more than once).
+    pub fn outside_ns(&self, rank: u32) -> u64 {
+        let ms: f64 = self
+            .outside
+            .iter()
+            .filter(|o| o.rank == rank)
+            .map(|o| o.ms)
+            .sum();
+        (ms * 1e6).round() as u64
     }
 
     /// Number of nodes the ranks span.

@@ -409,3 +409,47 @@ fn continued_run_continues_steps_and_sequence_numbers() {
     let steps: Vec<u64> = plan(&second).steps.iter().map(|s| s.step).collect();
     assert_eq!(steps, vec![3, 4]);
 }
+
+#[test]
+fn time_outside_the_phases_delays_the_optimizer_and_no_span_covers_it() {
+    let c = SimConfig {
+        outside: vec!["3:2.5".parse().unwrap()],
+        ..cfg(8, 4)
+    };
+    let (p, balanced) = (plan(&c), plan(&cfg(8, 4)));
+    // Rank 3: 2.5 ms between its last backward or collective event and its
+    // optimizer span, with nothing in between; every step is 2.5 ms longer.
+    for s in &p.steps {
+        let r = &s.ranks[3];
+        let opt = r
+            .events
+            .iter()
+            .find_map(|e| match &e.kind {
+                Some(Kind::Span(x)) if x.category == proto::SpanCategory::Optimizer as i32 => {
+                    Some(x.start_ns)
+                }
+                _ => None,
+            })
+            .expect("an optimizer span");
+        let before = r
+            .events
+            .iter()
+            .filter(|e| event_start_ns(e) < opt)
+            .map(event_end_ns)
+            .max()
+            .unwrap();
+        assert_eq!(opt - before, 2_500_000, "step {}", s.step);
+    }
+    let t = |p: &JobPlan| p.step_times().iter().map(|t| t.3 - t.2).sum::<u64>();
+    let added = t(&p) - t(&balanced);
+    assert!(
+        (4 * 8 * 2_400_000..=4 * 8 * 2_600_000).contains(&added),
+        "{added}"
+    );
+    assert!("3:-1".parse::<rankscope_cli::simulate::Outside>().is_err());
+    let bad = SimConfig {
+        outside: vec!["9:1".parse().unwrap()],
+        ..cfg(8, 4)
+    };
+    assert!(bad.validate().is_err());
+}

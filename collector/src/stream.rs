@@ -373,6 +373,9 @@ struct JobEntry {
     /// Per rank, its latest finalized step and that step's longest stretch
     /// outside its spans (where an `other` straggler's time sits).
     gaps: HashMap<u32, (u64, rankscope_analysis::Gap)>,
+    /// The gap windows of ranks with an active `other` verdict, since it
+    /// (what the operators of their traces are matched against).
+    gap_windows: outside::GapWindows,
 }
 
 /// Finalized steps whose per-rank figures a job keeps for what-if gains.
@@ -495,6 +498,7 @@ impl Stream {
                     partial_steps_counted: 0,
                     recent: replayed.recent,
                     gaps: HashMap::new(),
+                    gap_windows: outside::GapWindows::default(),
                 },
             );
         }
@@ -523,6 +527,7 @@ impl Stream {
                     partial_steps_counted: 0,
                     recent: recent::RecentSteps::new(RECENT_STEPS),
                     gaps: HashMap::new(),
+                    gap_windows: outside::GapWindows::default(),
                 });
                 entry.last_input_ns = now;
                 let mut out = JobOutput::default();
@@ -651,7 +656,10 @@ fn collect(
     }
     for s in out.steps {
         match s.gap {
-            Some(g) => entry.gaps.insert(s.rank, (s.step, g)),
+            Some(g) => {
+                entry.gap_windows.record(s.rank, &g);
+                entry.gaps.insert(s.rank, (s.step, g))
+            }
             None => entry.gaps.remove(&s.rank),
         };
         let end = s.step_start_ns.saturating_add(s.step_time_ns);
@@ -753,7 +761,13 @@ fn collect(
             rows.telemetry.evidence.push(row);
         }
         let gap = entry.gaps.get(&v.rank).copied();
-        if let Some(row) = outside::outside_evidence(job, v, gap, first_seen_ns, now) {
+        // The operators filling the gap, once a trace of the rank is held.
+        let fill = entry.gap_windows.follow(v).and_then(|windows| {
+            let hub = outputs.traces.as_ref()?;
+            hub.gap.fill(job, v.rank, v.first_step, &windows)
+        });
+        if let Some(row) = outside::outside_evidence(job, v, gap, fill.as_ref(), first_seen_ns, now)
+        {
             metrics.verdict_evidence.fetch_add(1, Relaxed);
             hardware = row.evidence.clone();
             rows.telemetry.evidence.push(row);

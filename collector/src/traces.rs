@@ -35,6 +35,7 @@
 //! held only for in-memory work; reloaded from `trace_ranks` at start-up.
 
 pub mod control;
+pub mod gap_ops;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
@@ -352,6 +353,8 @@ pub struct TraceHub {
     store: Store,
     cfg: Arc<TracesConfig>,
     pub metrics: Arc<TraceMetrics>,
+    /// Host operators of traced ranks: what fills `other` stragglers' gaps.
+    pub gap: Arc<gap_ops::GapOps>,
 }
 
 fn now_ns() -> u64 {
@@ -367,6 +370,7 @@ impl TraceHub {
             store,
             cfg: Arc::new(cfg),
             metrics: Arc::default(),
+            gap: Arc::default(),
         }
     }
 
@@ -909,7 +913,28 @@ impl TraceHub {
         self.align(now);
     }
 
-    fn store_ops(&self, ops: Vec<proto::TraceOps>, now: u64) {
+    fn store_ops(&self, mut ops: Vec<proto::TraceOps>, now: u64) {
+        for t in &mut ops {
+            // Held for traces of this collector only (of the job they name).
+            let known = self
+                .book()
+                .traces
+                .get(&t.trace_id)
+                .is_some_and(|k| k.job == t.job_id);
+            let host = std::mem::take(&mut t.host_ops);
+            if known {
+                let host = host
+                    .into_iter()
+                    .map(|o| rankscope_analysis::HostOp {
+                        name: o.name,
+                        start_ns: o.start_ns,
+                        end_ns: o.end_ns.max(o.start_ns),
+                        self_ns: o.self_ns.min(o.end_ns.saturating_sub(o.start_ns)),
+                    })
+                    .collect();
+                self.gap.hold(&t.job_id, t.rank, &t.trace_id, host, now);
+            }
+        }
         let rows: Vec<TraceOpRow> = ops
             .into_iter()
             .flat_map(|t| {

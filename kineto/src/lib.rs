@@ -120,8 +120,9 @@ pub use discover::{discover, discover_spans};
 pub use error::{ImportError, Problem};
 pub use event::HOST_STREAM_DEVICE;
 pub use format::{Format, FORMATS_READ};
-pub use ops::{op_summary, OpStat};
+pub use ops::{op_summary, op_summary_with_host_ops, OpStat};
 pub use parse::{parse_trace_file, MAX_GZIP_EXPANSION};
+pub use rankscope_analysis::HostOp;
 pub use source::TraceSource;
 pub use stats::{EventCounts, ImportStats, StepSource, MAX_WARNINGS};
 

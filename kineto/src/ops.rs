@@ -16,11 +16,17 @@
 //! PaddlePaddle `Operator` events and ONNX Runtime nodes (named by their
 //! op type) are `CPU_OP`s (see the `format` module).
 //!
+//! [`op_summary_with_host_ops`] also gives the host operators themselves
+//! (`CPU_OP`s inside the windows, absolute times and self time, the
+//! `max_host_ops` of most self time): what names the operators filling an
+//! `other` straggler's gap (`rankscope_analysis::gap_fill`).
+//!
 //! Memory: one compact record per event inside the windows.
 
 use std::collections::HashMap;
 use std::path::Path;
 
+use rankscope_analysis::HostOp;
 use rankscope_proto::v1 as proto;
 
 use crate::event::{self, Class};
@@ -95,6 +101,17 @@ impl EventHandler for Collect {
 
 /// The summary of `path` over `windows` (sorted, absolute ns).
 pub fn op_summary(path: &Path, windows: &[(u64, u64)]) -> Result<Vec<OpStat>, ImportError> {
+    op_summary_with_host_ops(path, windows, 0).map(|(ops, _)| ops)
+}
+
+/// The summary of `path` over `windows` (sorted, absolute ns) and its host
+/// operators inside them: at most `max_host_ops`, those of most self time
+/// (then earliest), in time order.
+pub fn op_summary_with_host_ops(
+    path: &Path,
+    windows: &[(u64, u64)],
+    max_host_ops: usize,
+) -> Result<(Vec<OpStat>, Vec<HostOp>), ImportError> {
     let mut meta = TopMeta::default();
     let mut c = Collect::default();
     source::pass(
@@ -144,10 +161,14 @@ pub fn op_summary(path: &Path, windows: &[(u64, u64)]) -> Result<Vec<OpStat>, Im
         names[id as usize] = n;
     }
     let mut agg: HashMap<(usize, &'static str, u32), (u64, u64, u64)> = HashMap::new();
+    let mut host: Vec<usize> = Vec::new();
     for (i, r) in c.recs.iter().enumerate() {
         let Some(w) = window_of(base.saturating_add(r.start)) else {
             continue;
         };
+        if max_host_ops > 0 && r.category == "CPU_OP" {
+            host.push(i);
+        }
         let e = agg.entry((w, r.category, r.name)).or_default();
         e.0 += 1;
         e.1 += self_ns[i];
@@ -167,5 +188,20 @@ pub fn op_summary(path: &Path, windows: &[(u64, u64)]) -> Result<Vec<OpStat>, Im
         )
         .collect();
     out.sort_by(|a, b| (a.iteration, a.category, &a.name).cmp(&(b.iteration, b.category, &b.name)));
-    Ok(out)
+    host.sort_by_key(|&i| (std::cmp::Reverse(self_ns[i]), c.recs[i].start, i));
+    host.truncate(max_host_ops);
+    host.sort_by_key(|&i| (c.recs[i].start, i));
+    let host = host
+        .into_iter()
+        .map(|i| {
+            let r = &c.recs[i];
+            HostOp {
+                name: names[r.name as usize].clone(),
+                start_ns: base.saturating_add(r.start),
+                end_ns: base.saturating_add(r.end),
+                self_ns: self_ns[i],
+            }
+        })
+        .collect();
+    Ok((out, host))
 }

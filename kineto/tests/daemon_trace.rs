@@ -200,3 +200,52 @@ fn a_trace_started_at_an_iteration_boundary_counts_its_first_iteration() {
         .count();
     assert_eq!(n, 2);
 }
+
+#[test]
+fn host_ops_carry_the_summarys_self_time_with_their_times() {
+    let path = fixture(0);
+    let id = proto::RankIdentity {
+        job_id: "daemon".into(),
+        rank: 0,
+        world_size: 2,
+        ..Default::default()
+    };
+    let r = parse_trace_file(&path, &id, 64 << 20).expect("parse");
+    let mut windows = Vec::new();
+    let mut begin = 0;
+    for ev in &r.events {
+        match &ev.kind {
+            Some(proto::event::Kind::StepBegin(b)) => begin = b.ts_ns,
+            Some(proto::event::Kind::StepEnd(e)) => windows.push((begin, e.ts_ns)),
+            _ => {}
+        }
+    }
+    let (ops, host) =
+        rankscope_kineto::op_summary_with_host_ops(&path, &windows, usize::MAX).expect("summary");
+    // Every host operator inside the windows, per name the summary's self
+    // time, at absolute times inside an iteration, in time order.
+    let mut by_name: std::collections::BTreeMap<&str, u64> = Default::default();
+    for o in &host {
+        *by_name.entry(o.name.as_str()).or_default() += o.self_ns;
+        assert!(o.self_ns <= o.end_ns - o.start_ns, "{o:?}");
+        assert!(
+            windows
+                .iter()
+                .any(|w| w.0 <= o.start_ns && o.start_ns < w.1),
+            "{o:?}"
+        );
+    }
+    assert!(host.windows(2).all(|p| p[0].start_ns <= p[1].start_ns));
+    let mut want: std::collections::BTreeMap<&str, u64> = Default::default();
+    for o in ops.iter().filter(|o| o.category == "CPU_OP") {
+        *want.entry(o.name.as_str()).or_default() += o.self_ns;
+    }
+    assert_eq!(by_name, want);
+    // Capped: the operators of most self time.
+    let (_, top) = rankscope_kineto::op_summary_with_host_ops(&path, &windows, 5).expect("top");
+    assert_eq!(top.len(), 5);
+    let least_kept = top.iter().map(|o| o.self_ns).min().unwrap();
+    let dropped = host.iter().filter(|o| !top.contains(o)).map(|o| o.self_ns);
+    assert!(dropped.into_iter().all(|s| s <= least_kept));
+    assert_eq!(rankscope_kineto::op_summary(&path, &windows).unwrap(), ops);
+}

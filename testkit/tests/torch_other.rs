@@ -1,8 +1,9 @@
 //! Real PyTorch (CPU, gloo, 4 processes under torchrun, `rankscope run`, no
 //! rankscope code in the script): a rank that does extra tensor work between
 //! `loss.backward()` and `optimizer.step()` — outside every instrumented
-//! phase — is named with cause `other`, where the time sits, a what-if gain
-//! that matches the truth and one alert; the same job with that rank last
+//! phase — is named with cause `other`, the amount per step and where the
+//! time sits, a what-if gain that matches the truth, one alert and the
+//! goodput's straggler wait of that gain; the same job with that rank last
 //! by a hair gets no verdict.
 //!
 //! Needs the Python environment `make py` builds (`.venv/`, or
@@ -143,6 +144,25 @@ async fn extra_work_between_backward_and_the_optimizer_is_cause_other_with_the_t
         evidence.contains("after backward, before optimizer"),
         "{evidence}"
     );
+    // The amount per step: "<ms> ms per step of its own time ... above the
+    // median rank's", and the stretch's length, each the extra work's 800
+    // ms within 15 % (the rest: its compute's difference to the median's,
+    // and this machine's load).
+    let figure = |after: &str| -> f64 {
+        let at = evidence.find(after).map_or(0, |i| i + after.len());
+        evidence[at..]
+            .split(" ms")
+            .next()
+            .and_then(|x| x.trim().parse().ok())
+            .unwrap_or_else(|| panic!("no ms figure after {after:?}: {evidence}"))
+    };
+    let (own_ms, stretch_ms) = (
+        figure(""),
+        figure("the longest stretch outside its spans was"),
+    );
+    for ms in [own_ms, stretch_ms] {
+        assert!((680.0..=920.0).contains(&ms), "{ms} ms: {evidence}");
+    }
 
     // One alert for rank 2, raised within the first 5 steps (its fields
     // are the verdict as it activated).
@@ -217,6 +237,36 @@ async fn extra_work_between_backward_and_the_optimizer_is_cause_other_with_the_t
     assert!(
         part("straggler_wait") > part("exposed_communication"),
         "{g}"
+    );
+    // And as much as the verdict's what-if gain says: its gain over the
+    // verdict's steps' (median) step time, within 10 % (+ 1 % of the wall
+    // time: another rank standing out briefly under load adds its own).
+    let wall = g["wall_ns"].as_f64().expect("wall_ns");
+    let waited = g["parts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["part"] == "straggler_wait")
+        .and_then(|p| p["ns"].as_f64())
+        .expect("straggler_wait ns");
+    let per_step = median_step_times(&stack, "ddp-other");
+    let covered: f64 = (first..=last).map(|s| per_step[&s] as f64).sum();
+    let want = gain / 100.0 * covered;
+    eprintln!(
+        "goodput straggler_wait {:.0} ms, the verdict's gain over its steps {:.0} ms",
+        waited / 1e6,
+        want / 1e6
+    );
+    assert!(
+        (waited - want).abs() <= 0.10 * want + 0.01 * wall,
+        "straggler_wait {waited:.0} ns vs gain {want:.0} ns: {g}"
+    );
+    // And as much as the truth: the step time the extra work added, on
+    // each of the verdict's steps.
+    let truth_ns = (t_with - t_without) * (last - first + 1) as f64;
+    assert!(
+        (waited - truth_ns).abs() <= 0.10 * truth_ns + 0.01 * wall,
+        "straggler_wait {waited:.0} ns vs truth {truth_ns:.0} ns: {g}"
     );
     stack.stop().await;
 }

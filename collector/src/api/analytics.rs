@@ -195,6 +195,12 @@ pub struct StragglerOut {
     /// The automatic Kineto trace requested when the verdict appeared
     /// (`[traces.auto]`); null without.
     trace_id: Option<String>,
+    /// For an `other` verdict whose rank was traced: the host operators of
+    /// most self time inside its gap (the stretch the evidence names) per
+    /// step of the trace, largest first (`traces::gap_ops`; held in memory
+    /// since the collector started, the evidence text keeps them); null
+    /// without.
+    gap_operators: Option<Vec<crate::traces::gap_ops::GapOperator>>,
     /// Hardware evidence of a compute straggler, or for cause `other` the
     /// amount and where in the step it sits (`evidence` text only); null
     /// fields without.
@@ -278,6 +284,11 @@ pub(super) async fn stragglers(
                 active: v.active != 0,
                 updated_ns: v.updated_ns,
                 trace_id: st.traces.auto_trace_of(&job, v.rank, v.first_seen_ns),
+                gap_operators: st
+                    .traces
+                    .gap
+                    .fill_of(&job, v.rank, v.first_step)
+                    .map(|f| f.operators),
             },
         )
         .collect();

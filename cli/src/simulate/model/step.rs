@@ -45,6 +45,8 @@ pub(super) struct JobShape {
     pub seed: u64,
     pub jitter: f64,
     pub slowdown: Vec<f64>,
+    /// Per rank, host time after backward and before the optimizer, ns.
+    pub outside_ns: Vec<u64>,
     pub busbw: f64,
 }
 
@@ -62,6 +64,7 @@ impl JobShape {
             seed: cfg.seed,
             jitter: cfg.jitter,
             slowdown: (0..cfg.ranks).map(|r| cfg.slowdown(r)).collect(),
+            outside_ns: (0..cfg.ranks).map(|r| cfg.outside_ns(r)).collect(),
             busbw,
         }
     }
@@ -293,7 +296,9 @@ impl StepSim<'_> {
         for lane in &mut self.lanes {
             lane.phase_factor = lane.jitter(sigma) * lane.slowdown;
             let d = scale_ns(30_000 + 10_000 * layers, lane.phase_factor);
-            let grads_ready = lane.comm_free_ns;
+            // Time outside every span (`--outside`) delays the optimizer.
+            let outside = self.shape.outside_ns[lane.rank as usize];
+            let grads_ready = lane.comm_free_ns.max(lane.compute_free_ns) + outside;
             lane.marks.opt_begin_ns =
                 lane.compute(KernelKind::Kernel, Name::GradNorm, d, 0, grads_ready);
         }
