@@ -266,7 +266,7 @@ async fn the_gpu_that_slows_every_job_it_lands_in_is_ranked_first_and_alerted_on
     assert!(jobs.len() as u64 >= min_jobs, "{jobs:?}");
 
     // The Fleet page, linked from the jobs list.
-    if let Some(chromium) = chromium_or_skip() {
+    if let Some(chromium) = cdp::chromium_or_skip("the Fleet page check") {
         let (first, marks) = (gpu(SLOW.0, SLOW.1), slow["verdicts"].as_u64().unwrap());
         let base = url.clone();
         tokio::task::spawn_blocking(move || browse_fleet(&chromium, &base, &first, marks))
@@ -294,19 +294,6 @@ async fn the_gpu_that_slows_every_job_it_lands_in_is_ranked_first_and_alerted_on
         }
     }
     stack.stop().await;
-}
-
-fn chromium_or_skip() -> Option<std::path::PathBuf> {
-    let found = cdp::find_chromium();
-    if found.is_none() {
-        let msg = "chromium is not installed (make deps); the Fleet page check did NOT run";
-        assert!(
-            std::env::var("CI").map_or(true, |v| v != "true"),
-            "CI=true: {msg}"
-        );
-        eprintln!("\n*** SKIPPED: {msg} ***\n");
-    }
-    found
 }
 
 /// Jobs list -> Fleet link -> by GPU: the slow GPU first, one mark per verdict.

@@ -89,7 +89,9 @@ async fn answers(stack: &Stack, job: &str) -> Answers {
     routes.push("/api/v1/fleet?since=1d".into());
     routes.push("/api/v1/fleet?since=1d&by=gpu".into());
     routes.push("/api/v1/gpus".into());
-    routes.push(format!("/api/v1/jobs/{job}/diff?rank=5&vs_rank=5&vs_job={job}"));
+    routes.push(format!(
+        "/api/v1/jobs/{job}/diff?rank=5&vs_rank=5&vs_job={job}"
+    ));
     let mut out = Answers::new();
     for route in routes {
         let (status, body) = http

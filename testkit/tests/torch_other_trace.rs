@@ -13,7 +13,7 @@
 
 mod common;
 
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::Stack;
@@ -29,62 +29,8 @@ async fn stack() -> Stack {
     let mut cfg = common::agent_config(&format!("http://{}", s.grpc_addr()), s.dir.path());
     cfg.trace_dir = s.dir.path().join("traces").to_string_lossy().into_owned();
     cfg.kineto_daemon_name = "dynolog".into();
-    // Another test binary's agent frees the name as its runtime winds down.
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let a = rankscope_agent::start(cfg.clone()).await.expect("agent");
-        if a.kineto_listening() {
-            s.agent = Some(a);
-            return s;
-        }
-        a.shutdown().await;
-        assert!(
-            Instant::now() < deadline,
-            "the agent could not serve @dynolog: is a dynolog or another rankscope agent (make up) running?"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
-
-/// torchrun and its workers, killed as a whole when dropped (the workers
-/// run in sessions of their own: every descendant by pid, then the group).
-struct Group(Child);
-
-impl Drop for Group {
-    fn drop(&mut self) {
-        // Parent of every process, from /proc/<pid>/stat ("pid (comm) state
-        // ppid ..."; comm may hold spaces: split after ')').
-        let parents: Vec<(u32, u32)> = std::fs::read_dir("/proc")
-            .into_iter()
-            .flatten()
-            .flatten()
-            .filter_map(|e| {
-                let pid: u32 = e.file_name().to_string_lossy().parse().ok()?;
-                let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-                let ppid = stat.rsplit_once(')')?.1.split_whitespace().nth(1)?;
-                Some((pid, ppid.parse().ok()?))
-            })
-            .collect();
-        let mut frontier = vec![self.0.id()];
-        let mut all = Vec::new();
-        while let Some(p) = frontier.pop() {
-            for &(c, _) in parents.iter().filter(|(_, pp)| *pp == p) {
-                all.push(c);
-                frontier.push(c);
-            }
-        }
-        for pid in all {
-            // SAFETY: kill(2) on a descendant of our own child.
-            unsafe {
-                libc::kill(pid as i32, libc::SIGKILL);
-            }
-        }
-        // SAFETY: kill(2) on our own child's process group.
-        unsafe {
-            libc::kill(-(self.0.id() as i32), libc::SIGKILL);
-        }
-        let _ = self.0.wait();
-    }
+    s.agent = Some(common::start_dynolog_agent(cfg).await);
+    s
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -99,7 +45,7 @@ async fn the_operators_filling_an_other_stragglers_gap_are_named_from_its_trace(
         .expect("agent unix socket");
     // Rank 2 does 150 ms of extra work a step (matrix products and waits,
     // see ddp_extra.py); the job runs until the test has its answer.
-    let child = Group(
+    let child = common::Group(
         Command::new(rankscope_testkit::bin_path("rankscope"))
             .arg("run")
             .arg("--agent")

@@ -12,11 +12,11 @@
 mod common;
 
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::kineto_client::FakeClient;
-use common::Stack;
+use common::{Group, Stack};
 
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
@@ -30,21 +30,8 @@ async fn stack_with(tweak: impl FnOnce(&mut rankscope_collector::Config)) -> Sta
     let mut cfg = common::agent_config(&format!("http://{}", s.grpc_addr()), s.dir.path());
     cfg.trace_dir = s.dir.path().join("traces").to_string_lossy().into_owned();
     cfg.kineto_daemon_name = "dynolog".into();
-    // A previous test's agent frees the name as its runtime winds down.
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let a = rankscope_agent::start(cfg.clone()).await.expect("agent");
-        if a.kineto_listening() {
-            s.agent = Some(a);
-            return s;
-        }
-        a.shutdown().await;
-        assert!(
-            Instant::now() < deadline,
-            "the agent could not serve @dynolog: is a dynolog or another rankscope agent (make up) running?"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    s.agent = Some(common::start_dynolog_agent(cfg).await);
+    s
 }
 
 /// A plain 2-rank torchrun DDP job on gloo, `KINETO_USE_DAEMON=1`.
@@ -134,67 +121,6 @@ fn step_ends(stack: &Stack, job: &str, rank: u32) -> Vec<(u64, u64)> {
         (it.next().unwrap(), it.next().unwrap())
     })
     .collect()
-}
-
-/// A process group (torchrun and its workers), killed as a whole when
-/// dropped: a failing test leaves no worker polling `@dynolog`.
-struct Group(Child);
-
-impl Group {
-    fn spawn(cmd: &mut Command) -> Self {
-        use std::os::unix::process::CommandExt;
-        Self(cmd.process_group(0).spawn().expect("spawn"))
-    }
-}
-
-impl Drop for Group {
-    fn drop(&mut self) {
-        // torchrun starts its workers in sessions of their own: kill every
-        // descendant by pid, then the group.
-        for pid in descendants(self.0.id()) {
-            // SAFETY: kill(2) on a descendant of our own child.
-            unsafe {
-                libc::kill(pid as i32, libc::SIGKILL);
-            }
-        }
-        // SAFETY: kill(2) on our own child's process group.
-        unsafe {
-            libc::kill(-(self.0.id() as i32), libc::SIGKILL);
-        }
-        let _ = self.0.wait();
-    }
-}
-
-/// Every process below `root` (from /proc/<pid>/stat's parent pid).
-fn descendants(root: u32) -> Vec<u32> {
-    let mut parent: Vec<(u32, u32)> = Vec::new();
-    if let Ok(dir) = std::fs::read_dir("/proc") {
-        for e in dir.flatten() {
-            let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else {
-                continue;
-            };
-            let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
-                continue;
-            };
-            // pid (comm) state ppid ...; comm may hold spaces: split after ')'.
-            let ppid = stat
-                .rsplit_once(')')
-                .and_then(|(_, rest)| rest.split_whitespace().nth(1))
-                .and_then(|p| p.parse().ok());
-            if let Some(ppid) = ppid {
-                parent.push((pid, ppid));
-            }
-        }
-    }
-    let mut out = Vec::new();
-    let mut frontier = vec![root];
-    while let Some(p) = frontier.pop() {
-        for (child, _) in parent.iter().filter(|(_, pp)| *pp == p) {
-            out.push(*child);
-            frontier.push(*child);
-        }
-    }
-    out
 }
 
 fn kill(group: Group) {

@@ -52,20 +52,6 @@ fn gpus() -> String {
     c
 }
 
-fn chromium_or_skip() -> Option<PathBuf> {
-    let found = cdp::find_chromium();
-    if found.is_none() {
-        let msg = "chromium is not installed (make deps, or apt-get install chromium); \
-                   the browser test did NOT run";
-        if std::env::var("CI").is_ok_and(|v| v == "true") {
-            panic!("CI=true: {msg}");
-        }
-        use std::io::Write as _;
-        let _ = writeln!(std::io::stderr(), "\n*** SKIPPED: {msg} ***\n");
-    }
-    found
-}
-
 fn screenshot_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/ui-screenshots")
 }
@@ -77,7 +63,7 @@ fn ms(ns: u64) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_ui_flags_the_straggler_and_shows_the_apis_numbers() {
-    let Some(chromium) = chromium_or_skip() else {
+    let Some(chromium) = cdp::chromium_or_skip("the browser test") else {
         return;
     };
     let stub = stub::Stub::new(&gpus());

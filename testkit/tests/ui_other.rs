@@ -27,23 +27,9 @@ const RANKS: u32 = 8;
 const STEPS: u64 = 30;
 const SLOW_RANK: u32 = 5;
 
-fn chromium_or_skip() -> Option<PathBuf> {
-    let found = cdp::find_chromium();
-    if found.is_none() {
-        let msg = "chromium is not installed (make deps, or apt-get install chromium); \
-                   the browser test did NOT run";
-        if std::env::var("CI").is_ok_and(|v| v == "true") {
-            panic!("CI=true: {msg}");
-        }
-        use std::io::Write as _;
-        let _ = writeln!(std::io::stderr(), "\n*** SKIPPED: {msg} ***\n");
-    }
-    found
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_ui_flags_an_other_straggler_and_shows_where_its_time_sits() {
-    let Some(chromium) = chromium_or_skip() else {
+    let Some(chromium) = cdp::chromium_or_skip("the browser test") else {
         return;
     };
     let stack = Stack::start().await;

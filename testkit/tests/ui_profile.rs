@@ -26,12 +26,7 @@ fn pct(v: &Value) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_profile_tab_shows_the_apis_numbers() {
-    let Some(chromium) = cdp::find_chromium() else {
-        let msg = "chromium is not installed; the Profile tab browser test did NOT run";
-        if std::env::var("CI").is_ok_and(|v| v == "true") {
-            panic!("CI=true: {msg}");
-        }
-        eprintln!("\n*** SKIPPED: {msg} ***\n");
+    let Some(chromium) = cdp::chromium_or_skip("the Profile tab browser test") else {
         return;
     };
     let stack = Stack::start_without_agent().await;

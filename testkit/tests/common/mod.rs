@@ -10,6 +10,87 @@ use std::time::{Duration, Instant};
 use rankscope_proto::v1 as proto;
 use rankscope_testkit::ClickHouse;
 
+/// Starts an agent with `cfg` that serves libkineto's fixed `@dynolog` name
+/// (`cfg.kineto_daemon_name`), retrying for 10 s while another test binary's
+/// agent frees the name as its runtime winds down.
+pub async fn start_dynolog_agent(cfg: rankscope_agent::Config) -> rankscope_agent::AgentHandle {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let a = rankscope_agent::start(cfg.clone()).await.expect("agent");
+        if a.kineto_listening() {
+            return a;
+        }
+        a.shutdown().await;
+        assert!(
+            Instant::now() < deadline,
+            "the agent could not serve @{}: is a dynolog or another rankscope agent (make up) running?",
+            cfg.kineto_daemon_name
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// A process group (torchrun and its workers), killed as a whole when
+/// dropped: a failing test leaves no worker polling `@dynolog`.
+pub struct Group(pub std::process::Child);
+
+impl Group {
+    pub fn spawn(cmd: &mut std::process::Command) -> Self {
+        use std::os::unix::process::CommandExt;
+        Self(cmd.process_group(0).spawn().expect("spawn"))
+    }
+}
+
+impl Drop for Group {
+    fn drop(&mut self) {
+        // torchrun starts its workers in sessions of their own: kill every
+        // descendant by pid, then the group.
+        for pid in descendants(self.0.id()) {
+            // SAFETY: kill(2) on a descendant of our own child.
+            unsafe {
+                libc::kill(pid as i32, libc::SIGKILL);
+            }
+        }
+        // SAFETY: kill(2) on our own child's process group.
+        unsafe {
+            libc::kill(-(self.0.id() as i32), libc::SIGKILL);
+        }
+        let _ = self.0.wait();
+    }
+}
+
+/// Every process below `root` (from /proc/<pid>/stat's parent pid).
+fn descendants(root: u32) -> Vec<u32> {
+    let mut parent: Vec<(u32, u32)> = Vec::new();
+    if let Ok(dir) = std::fs::read_dir("/proc") {
+        for e in dir.flatten() {
+            let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else {
+                continue;
+            };
+            let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+                continue;
+            };
+            // pid (comm) state ppid ...; comm may hold spaces: split after ')'.
+            let ppid = stat
+                .rsplit_once(')')
+                .and_then(|(_, rest)| rest.split_whitespace().nth(1))
+                .and_then(|p| p.parse().ok());
+            if let Some(ppid) = ppid {
+                parent.push((pid, ppid));
+            }
+        }
+    }
+    let mut out = Vec::new();
+    let mut frontier = vec![root];
+    while let Some(p) = frontier.pop() {
+        for (child, _) in parent.iter().filter(|(_, pp)| *pp == p) {
+            out.push(*child);
+            frontier.push(*child);
+        }
+    }
+    out
+}
+
 /// Row counts of the event tables for one job.
 #[derive(Debug, Default, PartialEq, Eq)]
 pub struct Counts {

@@ -46,20 +46,8 @@ pub(crate) async fn stack(archive_url: &str) -> Stack {
     cfg.trace_dir = s.dir.path().join("traces").to_string_lossy().into_owned();
     cfg.kineto_daemon_name = "dynolog".into();
     cfg.traces.archive_url = archive_url.to_owned();
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let a = rankscope_agent::start(cfg.clone()).await.expect("agent");
-        if a.kineto_listening() {
-            s.agent = Some(a);
-            return s;
-        }
-        a.shutdown().await;
-        assert!(
-            Instant::now() < deadline,
-            "the agent could not serve @dynolog: is a dynolog or another rankscope agent running?"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    s.agent = Some(common::start_dynolog_agent(cfg).await);
+    s
 }
 
 /// Per step of a job's one rank: (compute, communication, idle) ns, in step

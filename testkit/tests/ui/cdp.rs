@@ -17,6 +17,25 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
+/// [`find_chromium`], or `None` after saying on stderr that `what` did NOT
+/// run (a failure instead under `CI=true`, where a missing browser is a
+/// missing install step).
+pub fn chromium_or_skip(what: &str) -> Option<PathBuf> {
+    let found = find_chromium();
+    if found.is_none() {
+        let msg = format!(
+            "chromium is not installed (make deps, or apt-get install chromium); {what} did NOT run"
+        );
+        assert!(
+            std::env::var("CI").map_or(true, |v| v != "true"),
+            "CI=true: {msg}"
+        );
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stderr(), "\n*** SKIPPED: {msg} ***\n");
+    }
+    found
+}
+
 /// The Chromium binary: `$CHROMIUM`, else `chromium` / `chromium-browser` /
 /// `google-chrome` on `PATH`.
 pub fn find_chromium() -> Option<PathBuf> {
