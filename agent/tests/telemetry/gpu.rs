@@ -28,6 +28,7 @@ gpu 0 pcie_tx_kbps 5000
 gpu 0 pcie_rx_kbps 7000
 gpu 0 ecc_corrected 3
 gpu 0 ecc_uncorrected 1
+gpu 0 pcie_replays 17
 gpu 0 process 4242 1073741824
 gpu 0 process 4343 -1
 gpu 1 util_gpu 5
@@ -65,6 +66,7 @@ async fn exact_values_leave_the_agent() {
     assert_eq!(s.pcie_rx_bytes_per_s, Some(7000 * 1024));
     assert_eq!(s.ecc_corrected_total, Some(3));
     assert_eq!(s.ecc_uncorrected_total, Some(1));
+    assert_eq!(s.pcie_replays_total, Some(17));
     assert_eq!(s.xid_errors, Some(0));
     assert_eq!(s.last_xid, None);
     let procs: Vec<(u32, Option<u64>)> = s
@@ -84,6 +86,11 @@ async fn exact_values_leave_the_agent() {
     let g1 = gpu_sample(st, "GPU 1", |s| s.gpu_index == 1).await;
     assert_eq!(g1.gpu_util_pct, Some(5.0));
     assert_eq!(g1.uuid, "GPU-00000000-0000-0000-0000-000000000001");
+    assert_eq!(
+        g1.pcie_replays_total,
+        Some(0),
+        "a counter at 0 is 0, not missing"
+    );
 
     // Later ticks cover an interval; the blocking PCIe read is skipped.
     let later = gpu_sample(st, "second sample of GPU 0", |s| {
@@ -127,6 +134,7 @@ gpu 0 unsupported pcie
 gpu 0 unsupported nvlink
 gpu 0 unsupported ecc
 gpu 0 unsupported xid
+gpu 0 unsupported pcie_replay
 gpu 0 unsupported processes
 gpu 0 process 77 1",
     );
@@ -150,6 +158,7 @@ gpu 0 process 77 1",
         assert_eq!(s.nvlink_tx_bytes_per_s, None);
         assert_eq!(s.ecc_corrected_total, None);
         assert_eq!(s.xid_errors, None);
+        assert_eq!(s.pcie_replays_total, None);
         assert!(s.processes.is_empty());
         // What is supported is still there.
         assert_eq!(s.mem_used_bytes, Some(1 << 30));

@@ -4,14 +4,17 @@
 //! In: a batch whose samples passed `validate_samples`. Out:
 //! [`TelemetryRows`] (`gpu_samples`, `host_samples`, one `rank_gpu_samples`
 //! row per (GPU sample, mapped rank), one `rank_process_samples` row per rank
-//! process) and [`GpuObs`] for straggler evidence.
+//! process, one `gpu_counter_samples` row per GPU sample with an error
+//! counter) and [`GpuObs`] for straggler evidence.
 //!
 //! Invariants: every row carries the batch's node and identity; unset proto
 //! metrics become NULL; proto types stop here.
 
 use rankscope_proto::v1 as proto;
 
-use crate::store::rows::{GpuSampleRow, HostSampleRow, RankGpuRow, RankProcessRow, TelemetryRows};
+use crate::store::rows::{
+    GpuCounterRow, GpuSampleRow, HostSampleRow, RankGpuRow, RankProcessRow, TelemetryRows,
+};
 use crate::stream::evidence::GpuObs;
 
 /// The telemetry rows of `batch`.
@@ -35,6 +38,25 @@ pub fn sample_rows(batch: &proto::AgentBatch) -> TelemetryRows {
                 temp_c: s.temp_c,
                 throttle_mask: s.throttle_mask,
                 throttle_reasons: s.throttle_reasons.clone(),
+                agent_id: id.0.clone(),
+                agent_session: id.1,
+                batch_seq: id.2,
+            });
+        }
+        if s.ecc_corrected_total.is_some()
+            || s.ecc_uncorrected_total.is_some()
+            || s.pcie_replays_total.is_some()
+            || s.xid_errors.is_some()
+        {
+            rows.gpu_counters.push(GpuCounterRow {
+                node: batch.node.clone(),
+                uuid: s.uuid.clone(),
+                gpu_index: s.gpu_index,
+                ts_ns: s.ts_ns,
+                ecc_corrected_total: s.ecc_corrected_total,
+                ecc_uncorrected_total: s.ecc_uncorrected_total,
+                pcie_replays_total: s.pcie_replays_total,
+                xid_errors: s.xid_errors,
                 agent_id: id.0.clone(),
                 agent_session: id.1,
                 batch_seq: id.2,

@@ -106,6 +106,18 @@ const SCHEMA: &[(&str, &[Expect])] = &[
         "0015_job_owners",
         &[Create("job_owners", JOB, "ReplacingMergeTree")],
     ),
+    (
+        "0016_gpu_counters",
+        &[
+            Create("gpu_counter_samples", NODE, "MergeTree"),
+            Create("gpu_counter_days", NODE, "AggregatingMergeTree"),
+            View(
+                "gpu_counter_days_mv",
+                "gpu_counter_days",
+                "gpu_counter_samples",
+            ),
+        ],
+    ),
 ];
 
 fn schema() -> ClusterSchema {

@@ -116,6 +116,23 @@ pub struct RankProcessRow {
     pub batch_seq: u64,
 }
 
+/// `gpu_counter_samples` (migration 0016): a GPU sample's error counters,
+/// written when the sample reports any of them.
+#[derive(Debug, Clone, PartialEq, Row, Serialize, Deserialize)]
+pub struct GpuCounterRow {
+    pub node: String,
+    pub uuid: String,
+    pub gpu_index: u32,
+    pub ts_ns: u64,
+    pub ecc_corrected_total: Option<u64>,
+    pub ecc_uncorrected_total: Option<u64>,
+    pub pcie_replays_total: Option<u64>,
+    pub xid_errors: Option<u32>,
+    pub agent_id: String,
+    pub agent_session: u64,
+    pub batch_seq: u64,
+}
+
 /// `straggler_evidence`: one version of a verdict's hardware evidence.
 #[derive(Debug, Clone, PartialEq, Row, Serialize, Deserialize)]
 pub struct EvidenceRow {
@@ -146,6 +163,7 @@ pub struct TelemetryRows {
     pub host_samples: Vec<HostSampleRow>,
     pub rank_gpu: Vec<RankGpuRow>,
     pub rank_process: Vec<RankProcessRow>,
+    pub gpu_counters: Vec<GpuCounterRow>,
     /// Written by the stream task, not by ingest.
     pub evidence: Vec<EvidenceRow>,
 }
@@ -157,6 +175,7 @@ impl TelemetryRows {
             + self.host_samples.len()
             + self.rank_gpu.len()
             + self.rank_process.len()
+            + self.gpu_counters.len()
             + self.evidence.len()
     }
 
