@@ -85,6 +85,15 @@ async fn gpu_telemetry_reaches_clickhouse_the_breakdown_and_the_verdict() {
         rank: 5,
         factor: 1.3,
     }];
+    // The ranks run on the agent's node, on the GPUs their pids are on.
+    sim.placement = (0..8)
+        .map(|r| simulate::Placement {
+            rank: r,
+            node: "e2e-node".into(),
+            gpu_uuid: format!("GPU-00000000-0000-0000-0000-00000000000{r}"),
+            link: String::new(),
+        })
+        .collect();
     simulate::run(&sim, &stack.agent_url())
         .await
         .expect("simulate");

@@ -3,10 +3,12 @@
 //! In: the rows of [`super::assemble`] and the window's
 //! [`GpuCounters`] (`Store::fleet_gpu_counters`, one per GPU with a figure
 //! above 0). Out: the rows with `hardware.{xid_errors, ecc_*_errors,
-//! pcie_replays}` filled: by GPU the row's own GPU (node and UUID), by node
-//! the sum over the node's GPUs; by link nothing (the counters are the
-//! GPUs', not the NICs'). A GPU without a row (no placement in the window)
-//! adds nothing: the counters are evidence on units, not units.
+//! pcie_replays}` filled: by GPU the row's own GPU (by UUID alone, unique
+//! per GPU by NVML's definition: a rank's node name need not be its agent's),
+//! by node the sum over the GPUs the node's agent sampled; by link nothing
+//! (the counters are the GPUs', not the NICs'). A GPU without a row (no
+//! placement in the window) adds nothing: the counters are evidence on
+//! units, not units.
 
 use std::collections::HashMap;
 
@@ -20,8 +22,11 @@ pub fn attach(rows: &mut [FleetRow], counters: &[GpuCounters], by: By) {
     }
     let mut sums: HashMap<(&str, &str), [u64; 4]> = HashMap::new();
     for c in counters {
-        let unit = if by == By::Gpu { c.uuid.as_str() } else { "" };
-        let s = sums.entry((c.node.as_str(), unit)).or_default();
+        let key = match by {
+            By::Gpu => ("", c.uuid.as_str()),
+            _ => (c.node.as_str(), ""),
+        };
+        let s = sums.entry(key).or_default();
         let add = [
             c.xid_errors,
             c.ecc_corrected_errors,
@@ -33,12 +38,11 @@ pub fn attach(rows: &mut [FleetRow], counters: &[GpuCounters], by: By) {
         }
     }
     for row in rows {
-        let unit = if by == By::Gpu {
-            row.gpu_uuid.as_deref().unwrap_or("")
-        } else {
-            ""
+        let key = match by {
+            By::Gpu => ("", row.gpu_uuid.as_deref().unwrap_or("")),
+            _ => (row.node.as_str(), ""),
         };
-        if let Some([xid, ecc_c, ecc_u, replays]) = sums.get(&(row.node.as_str(), unit)) {
+        if let Some([xid, ecc_c, ecc_u, replays]) = sums.get(&key) {
             let hw = &mut row.hardware;
             hw.xid_errors = *xid;
             hw.ecc_corrected_errors = *ecc_c;
@@ -101,14 +105,14 @@ mod tests {
         let c = [
             counters("n1", "GPU-a", [1, 0, 2, 0]),
             counters("n1", "GPU-b", [0, 5, 0, 9]),
-            // Same UUID text on another node: another GPU.
-            counters("n2", "GPU-a", [3, 0, 0, 0]),
+            counters("n2", "GPU-d", [3, 0, 0, 0]),
         ];
+        // The rank's node name ("rank-n1") need not be its agent's ("n1").
         let mut gpus = vec![
-            row("n1", Some("GPU-a")),
+            row("rank-n1", Some("GPU-a")),
             row("n1", Some("GPU-b")),
             row("n1", Some("GPU-c")),
-            row("n2", Some("GPU-a")),
+            row("n2", Some("GPU-d")),
         ];
         attach(&mut gpus, &c, By::Gpu);
         let got: Vec<[u64; 4]> = gpus.iter().map(figures).collect();
