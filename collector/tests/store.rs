@@ -509,7 +509,11 @@ async fn every_row_type_round_trips_through_its_table() {
     let counters = store.fleet_gpu_counters(0).await.unwrap();
     assert_eq!(counters.len(), 1, "{counters:?}");
     assert_eq!(
-        (counters[0].uuid.as_str(), counters[0].xid_errors, counters[0].pcie_replays),
+        (
+            counters[0].uuid.as_str(),
+            counters[0].xid_errors,
+            counters[0].pcie_replays
+        ),
         ("GPU-5", 1, 0)
     );
     // NULL metrics are NULL in ClickHouse, not 0; the GPU state is named.
