@@ -124,14 +124,13 @@ pub struct Hardware {
     pub throttle_reasons: Vec<String>,
     /// Verdicts whose GPUs ran at a lower SM clock than the job's others.
     pub clock_below_peers: u64,
-    /// The unit's GPUs' error counters over the window's UTC days
-    /// ([`counters`]; 0 by link, and where the agent cannot read them).
-    /// Critical Xid events.
+    /// The unit's GPUs' errors in the window ([`counters`]; 0 by link, and
+    /// where the agent cannot read them). Critical Xid events.
     pub xid_errors: u64,
-    /// Increase of the volatile ECC totals, corrected and uncorrected.
+    /// ECC errors, corrected and uncorrected (increase of the volatile totals).
     pub ecc_corrected_errors: u64,
     pub ecc_uncorrected_errors: u64,
-    /// Increase of the PCIe replay counters.
+    /// PCIe replays (increase of the replay counters).
     pub pcie_replays: u64,
 }
 

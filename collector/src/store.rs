@@ -226,7 +226,7 @@ pub enum Table {
     OperatorStats,
     MemoryStats,
     OperatorShapes,
-    GpuCounterSamples,
+    GpuErrorSamples,
 }
 
 impl Table {
@@ -255,7 +255,7 @@ impl Table {
         Table::OperatorStats,
         Table::MemoryStats,
         Table::OperatorShapes,
-        Table::GpuCounterSamples,
+        Table::GpuErrorSamples,
     ];
 
     /// The table's name in ClickHouse.
@@ -284,7 +284,7 @@ impl Table {
             Table::OperatorStats => "operator_stats",
             Table::MemoryStats => "memory_stats",
             Table::OperatorShapes => "operator_shapes",
-            Table::GpuCounterSamples => "gpu_counter_samples",
+            Table::GpuErrorSamples => "gpu_error_samples",
         }
     }
 

@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::time::{Duration, Instant};
 
 use rankscope_collector::store::rows::{
-    EvidenceRow, GpuCounterRow, GpuSampleRow, HostSampleRow, RankGpuRow, RankProcessRow,
+    EvidenceRow, GpuErrorRow, GpuSampleRow, HostSampleRow, RankGpuRow, RankProcessRow,
     TelemetryRows,
 };
 use rankscope_collector::store::{
@@ -334,15 +334,20 @@ fn telemetry_rows(job: &str, seq: u64, ts_ns: u64) -> TelemetryRows {
             agent_session: 7,
             batch_seq: seq,
         }],
-        gpu_counters: vec![GpuCounterRow {
+        gpu_errors: vec![GpuErrorRow {
             node: node.clone(),
             uuid: "GPU-5".into(),
             gpu_index: 5,
             ts_ns,
+            period_ns: 1_000_000_000,
+            xid_errors: 1,
+            last_xid: Some(79),
+            ecc_corrected: 2,
+            ecc_uncorrected: 0,
+            pcie_replays: 3,
             ecc_corrected_total: Some(12),
             ecc_uncorrected_total: None,
             pcie_replays_total: Some(3),
-            xid_errors: Some(1),
             agent_id: agent,
             agent_session: 7,
             batch_seq: seq,
@@ -424,8 +429,6 @@ async fn migrations_apply_once_and_record_checksums() {
         .chain(["schema_migrations", "job_owners"])
         // The fleet rollup and its view (migration 0014): derived, not written.
         .chain(["fleet_unit_jobs", "fleet_unit_jobs_mv"])
-        // The GPU counters' daily rollup and its view (migration 0016).
-        .chain(["gpu_counter_days", "gpu_counter_days_mv"])
         .collect();
     names.sort_unstable();
     assert_eq!(tables.lines().collect::<Vec<_>>(), names);
@@ -502,19 +505,21 @@ async fn every_row_type_round_trips_through_its_table() {
     assert_eq!(got, t.rank_process);
     let got: Vec<EvidenceRow> = rows_of(&store, &q("straggler_evidence")).await;
     assert_eq!(got, t.evidence);
-    let got: Vec<GpuCounterRow> = rows_of(&store, &all("gpu_counter_samples")).await;
-    assert_eq!(got, t.gpu_counters);
-    // The daily rollup (migration 0016) and the fleet's read of it: one
-    // sample, so no total grew; its Xid event counts.
+    let got: Vec<GpuErrorRow> = rows_of(&store, &all("gpu_error_samples")).await;
+    assert_eq!(got, t.gpu_errors);
+    // The fleet's read of it (migration 0016): the GPU's counts, summed.
     let counters = store.fleet_gpu_counters(0).await.unwrap();
     assert_eq!(counters.len(), 1, "{counters:?}");
+    let c = &counters[0];
     assert_eq!(
         (
-            counters[0].uuid.as_str(),
-            counters[0].xid_errors,
-            counters[0].pcie_replays
+            c.uuid.as_str(),
+            c.xid_errors,
+            c.ecc_corrected_errors,
+            c.ecc_uncorrected_errors,
+            c.pcie_replays
         ),
-        ("GPU-5", 1, 0)
+        ("GPU-5", 1, 2, 0, 3)
     );
     // NULL metrics are NULL in ClickHouse, not 0; the GPU state is named.
     let nulls = ch()
@@ -1087,8 +1092,7 @@ async fn retention_drops_old_day_partitions_and_keeps_recent_ones() {
     let dropped = store.drop_expired_partitions(7, later).await.unwrap();
     let tables = [
         "collectives",
-        "gpu_counter_days",
-        "gpu_counter_samples",
+        "gpu_error_samples",
         "gpu_samples",
         "hang_suspects",
         "host_samples",

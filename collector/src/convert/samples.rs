@@ -4,8 +4,9 @@
 //! In: a batch whose samples passed `validate_samples`. Out:
 //! [`TelemetryRows`] (`gpu_samples`, `host_samples`, one `rank_gpu_samples`
 //! row per (GPU sample, mapped rank), one `rank_process_samples` row per rank
-//! process, one `gpu_counter_samples` row per GPU sample with an error
-//! counter) and [`GpuObs`] for straggler evidence.
+//! process, one `gpu_error_samples` row per GPU sample whose interval saw
+//! an error: an Xid event or a grown ECC / PCIe replay total) and [`GpuObs`]
+//! for straggler evidence.
 //!
 //! Invariants: every row carries the batch's node and identity; unset proto
 //! metrics become NULL; proto types stop here.
@@ -13,7 +14,7 @@
 use rankscope_proto::v1 as proto;
 
 use crate::store::rows::{
-    GpuCounterRow, GpuSampleRow, HostSampleRow, RankGpuRow, RankProcessRow, TelemetryRows,
+    GpuErrorRow, GpuSampleRow, HostSampleRow, RankGpuRow, RankProcessRow, TelemetryRows,
 };
 use crate::stream::evidence::GpuObs;
 
@@ -43,20 +44,27 @@ pub fn sample_rows(batch: &proto::AgentBatch) -> TelemetryRows {
                 batch_seq: id.2,
             });
         }
-        if s.ecc_corrected_total.is_some()
-            || s.ecc_uncorrected_total.is_some()
-            || s.pcie_replays_total.is_some()
-            || s.xid_errors.is_some()
-        {
-            rows.gpu_counters.push(GpuCounterRow {
+        let counts = (
+            s.xid_errors.unwrap_or(0),
+            s.ecc_corrected_new.unwrap_or(0),
+            s.ecc_uncorrected_new.unwrap_or(0),
+            s.pcie_replays_new.unwrap_or(0),
+        );
+        if counts != (0, 0, 0, 0) {
+            rows.gpu_errors.push(GpuErrorRow {
                 node: batch.node.clone(),
                 uuid: s.uuid.clone(),
                 gpu_index: s.gpu_index,
                 ts_ns: s.ts_ns,
+                period_ns: s.period_ns,
+                xid_errors: counts.0,
+                last_xid: s.last_xid,
+                ecc_corrected: counts.1,
+                ecc_uncorrected: counts.2,
+                pcie_replays: counts.3,
                 ecc_corrected_total: s.ecc_corrected_total,
                 ecc_uncorrected_total: s.ecc_uncorrected_total,
                 pcie_replays_total: s.pcie_replays_total,
-                xid_errors: s.xid_errors,
                 agent_id: id.0.clone(),
                 agent_session: id.1,
                 batch_seq: id.2,

@@ -1,8 +1,8 @@
 //! The GPUs' error counters in the fleet rows' hardware evidence (issue 37).
 //!
 //! In: the rows of [`super::assemble`] and the window's
-//! [`GpuCounters`] (`Store::fleet_gpu_counters`, one per GPU with a figure
-//! above 0). Out: the rows with `hardware.{xid_errors, ecc_*_errors,
+//! [`GpuCounters`] (`Store::fleet_gpu_counters`, one per GPU with an error
+//! in the window). Out: the rows with `hardware.{xid_errors, ecc_*_errors,
 //! pcie_replays}` filled: by GPU the row's own GPU (by UUID alone, unique
 //! per GPU by NVML's definition: a rank's node name need not be its agent's),
 //! by node the sum over the GPUs the node's agent sampled; by link nothing

@@ -118,8 +118,8 @@ pub const MIGRATIONS: &[Migration] = &[
     },
     Migration {
         version: 16,
-        name: "0016_gpu_counters",
-        sql: include_str!("../../schema/0016_gpu_counters.sql"),
+        name: "0016_gpu_errors",
+        sql: include_str!("../../schema/0016_gpu_errors.sql"),
     },
 ];
 
@@ -384,7 +384,7 @@ mod tests {
             (13, "0013_operator_shapes", "fnv1a64:b61dfc5bd9376eae"),
             (14, "0014_fleet_rollup", "fnv1a64:c0c047f42e345705"),
             (15, "0015_job_owners", "fnv1a64:49c457df14c43943"),
-            (16, "0016_gpu_counters", "fnv1a64:668dad4eec3b98ea"),
+            (16, "0016_gpu_errors", "fnv1a64:eec204356dac2ccf"),
         ];
         let actual: Vec<(u32, &str, String)> = MIGRATIONS
             .iter()

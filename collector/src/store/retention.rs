@@ -33,9 +33,8 @@ const NS_PER_DAY: u64 = 86_400 * 1_000_000_000;
 
 /// Derived tables outside [`Table::ALL`] (the writer never writes them),
 /// partitioned by a `YYYYMMDD` too: `fleet_unit_jobs` by its month's last day,
-/// so a month goes once all of it is past the retention; `gpu_counter_days`
-/// (migration 0016) by its day.
-const ROLLUPS: &[&str] = &["fleet_unit_jobs", "gpu_counter_days"];
+/// so a month goes once all of it is past the retention.
+const ROLLUPS: &[&str] = &["fleet_unit_jobs"];
 
 #[derive(Debug, Row, Deserialize)]
 struct PartRow {

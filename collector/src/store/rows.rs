@@ -455,9 +455,9 @@ impl RowSet {
                 time_range(&t.rank_process, |r| r.ts_ns),
             ),
             (
-                T::GpuCounterSamples,
+                T::GpuErrorSamples,
                 "ts_ns",
-                time_range(&t.gpu_counters, |r| r.ts_ns),
+                time_range(&t.gpu_errors, |r| r.ts_ns),
             ),
             (
                 T::OperatorStats,
@@ -499,7 +499,7 @@ impl RowSet {
             T::HostSamples => self.telemetry.host_samples.clear(),
             T::RankGpuSamples => self.telemetry.rank_gpu.clear(),
             T::RankProcessSamples => self.telemetry.rank_process.clear(),
-            T::GpuCounterSamples => self.telemetry.gpu_counters.clear(),
+            T::GpuErrorSamples => self.telemetry.gpu_errors.clear(),
             T::StragglerEvidence => self.telemetry.evidence.clear(),
             T::OperatorStats => self.operator_stats.clear(),
             T::MemoryStats => self.memory_stats.clear(),
@@ -539,6 +539,6 @@ impl RowSet {
 }
 
 pub use super::telemetry::rows::{
-    EvidenceRow, GpuCounterRow, GpuSampleRow, HostSampleRow, RankGpuRow, RankProcessRow,
+    EvidenceRow, GpuErrorRow, GpuSampleRow, HostSampleRow, RankGpuRow, RankProcessRow,
     TelemetryRows,
 };

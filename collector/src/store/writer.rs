@@ -792,14 +792,9 @@ async fn commit_tables(
             sets,
             |r| { &r.telemetry.evidence }
         ),
-        write_table(
-            store,
-            metrics,
-            timeout,
-            Table::GpuCounterSamples,
-            sets,
-            |r| { &r.telemetry.gpu_counters }
-        ),
+        write_table(store, metrics, timeout, Table::GpuErrorSamples, sets, |r| {
+            &r.telemetry.gpu_errors
+        }),
     );
     let (
         r0,

@@ -107,16 +107,8 @@ const SCHEMA: &[(&str, &[Expect])] = &[
         &[Create("job_owners", JOB, "ReplacingMergeTree")],
     ),
     (
-        "0016_gpu_counters",
-        &[
-            Create("gpu_counter_samples", NODE, "MergeTree"),
-            Create("gpu_counter_days", NODE, "AggregatingMergeTree"),
-            View(
-                "gpu_counter_days_mv",
-                "gpu_counter_days",
-                "gpu_counter_samples",
-            ),
-        ],
+        "0016_gpu_errors",
+        &[Create("gpu_error_samples", NODE, "MergeTree")],
     ),
 ];
 
