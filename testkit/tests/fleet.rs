@@ -19,6 +19,8 @@
 #[path = "ui/cdp.rs"]
 mod cdp;
 mod common;
+#[path = "fleet/metrics.rs"]
+mod metrics;
 
 use std::collections::BTreeSet;
 use std::sync::atomic::Ordering::Relaxed;
@@ -306,85 +308,15 @@ async fn the_gpu_that_slows_every_job_it_lands_in_is_ranked_first_and_alerted_on
     assert!(jobs.len() as u64 >= min_jobs, "{jobs:?}");
 
     // Grafana: the fleet dashboard's score panel queries the gauges the
-    // rule's rounds export, and they hold the API's scores (the rule's
-    // window and min_jobs), worst first.
-    let dash: Value = serde_json::from_slice(
-        &std::fs::read(
-            rankscope_testkit::workspace_root()
-                .join("deploy/grafana/dashboards/rankscope-fleet-clickhouse.json"),
-        )
-        .unwrap(),
+    // rule's rounds export, and they hold the API's scores.
+    let rule = &stack.collector_cfg.alerts.rules.repeat_offender;
+    metrics::scores_on_metrics_are_the_apis(
+        &stack,
+        rule.window_secs,
+        min_jobs,
+        &gpu(SLOW.0, SLOW.1),
     )
-    .unwrap();
-    let exprs: Vec<&str> = dash["panels"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .flat_map(|p| p["targets"].as_array().unwrap())
-        .filter_map(|t| t["expr"].as_str())
-        .collect();
-    assert_eq!(exprs, ["sort_desc(rankscope_fleet_score)"]);
-    let window_s = stack.collector_cfg.alerts.rules.repeat_offender.window_secs;
-    let api = |by: &str| format!("/api/v1/fleet?since={window_s}s&by={by}&min_jobs={min_jobs}");
-    let (api_gpus, api_nodes) = (
-        stack.api_get(&api("gpu")).await,
-        stack.api_get(&api("node")).await,
-    );
-    let (status, text) = client
-        .get(&format!("{url}/metrics"))
-        .await
-        .expect("/metrics");
-    assert!(status.is_success());
-    let text = String::from_utf8_lossy(&text).into_owned();
-    let mut series: Vec<(String, f64)> = text
-        .lines()
-        .filter(|l| l.starts_with("rankscope_fleet_score{"))
-        .map(|l| {
-            let (labels, v) = l.rsplit_once(' ').unwrap();
-            (labels.to_owned(), v.parse().unwrap())
-        })
-        .collect();
-    for (by, body) in [("gpu", &api_gpus), ("node", &api_nodes)] {
-        let ranked: Vec<&Value> = body["rows"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .filter(|r| !r["place"].is_null())
-            .collect();
-        let exported: Vec<&(String, f64)> = series
-            .iter()
-            .filter(|(l, _)| l.contains(&format!("by=\"{by}\"")))
-            .collect();
-        assert_eq!(exported.len(), ranked.len().min(50), "{by}: {text}");
-        for r in ranked.iter().take(50) {
-            let mut want = format!(
-                "rankscope_fleet_score{{by=\"{by}\",node=\"{}\"",
-                r["node"].as_str().unwrap()
-            );
-            if let Some(g) = r["gpu_uuid"].as_str() {
-                want.push_str(&format!(",gpu_uuid=\"{g}\""));
-            }
-            want.push('}');
-            let got = exported
-                .iter()
-                .find(|(l, _)| *l == want)
-                .unwrap_or_else(|| panic!("{want} not on /metrics: {text}"));
-            let score = r["score"].as_f64().unwrap();
-            assert!(
-                (got.1 - score).abs() <= 1e-9 * score.abs().max(1.0),
-                "{want}: {} vs API {score}",
-                got.1
-            );
-        }
-    }
-    // sort_desc: the worst unit's series first is the slow GPU.
-    series.sort_by(|a, b| b.1.total_cmp(&a.1));
-    assert!(
-        series[0]
-            .0
-            .contains(&format!("gpu_uuid=\"{}\"", gpu(SLOW.0, SLOW.1))),
-        "{series:?}"
-    );
+    .await;
 
     // The Fleet page, linked from the jobs list.
     if let Some(chromium) = chromium_or_skip() {
