@@ -68,10 +68,15 @@ pub(super) async fn fleet(
     Query(q): Query<FleetQuery>,
 ) -> Result<Json<FleetOut>, ApiError> {
     let args = q.check(crate::service::now_ns())?;
-    let (facts, counters) = tokio::try_join!(
-        st.store.fleet_facts_by(args.since_ns, args.by),
-        st.store.fleet_gpu_counters(args.since_ns)
-    )?;
+    // GPU error counts are evidence on nodes and GPUs, not on links.
+    let counters = async {
+        match args.by {
+            By::Link => Ok(Vec::new()),
+            By::Node | By::Gpu => st.store.fleet_gpu_counters(args.since_ns).await,
+        }
+    };
+    let (facts, counters) =
+        tokio::try_join!(st.store.fleet_facts_by(args.since_ns, args.by), counters)?;
     let mut rows = assemble(
         &facts,
         args.by,
