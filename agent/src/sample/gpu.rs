@@ -197,12 +197,11 @@ impl<'n> GpuSampler<'n> {
                 s.ecc_uncorrected_total,
                 s.pcie_replays_total,
             ];
-            let [a, b, c] = increases(st.totals, now);
-            (
+            [
                 s.ecc_corrected_new,
                 s.ecc_uncorrected_new,
                 s.pcie_replays_new,
-            ) = (a, b, c);
+            ] = increases(st.totals, now);
             st.totals = Some(now);
         }
         if s.state != st.state {
@@ -286,6 +285,7 @@ impl<'n> GpuSampler<'n> {
         }
     }
 }
+
 /// Per total, its increase from `prev` to `now` (`now` itself when the
 /// counter went down: a driver reload resets NVML's volatile counters);
 /// `None` where either is missing.

@@ -257,5 +257,55 @@ mod tests {
             obs[0].ranks,
             vec![("j".to_string(), 5), ("j".to_string(), 6)]
         );
+        assert!(r.gpu_errors.is_empty(), "no error in the interval");
+    }
+
+    #[test]
+    fn only_samples_that_saw_an_error_are_error_rows() {
+        let mut b = batch();
+        let healthy = b.gpu_samples[0].clone();
+        let s = &mut b.gpu_samples[0];
+        (s.xid_errors, s.ecc_corrected_new, s.pcie_replays_new) = (Some(0), Some(0), Some(0));
+        b.gpu_samples.push(proto::GpuSample {
+            ts_ns: 110,
+            xid_errors: Some(0),
+            ecc_uncorrected_new: Some(2),
+            ecc_uncorrected_total: Some(2),
+            pcie_replays_new: Some(5),
+            ..healthy.clone()
+        });
+        b.gpu_samples.push(proto::GpuSample {
+            ts_ns: 120,
+            xid_errors: Some(1),
+            last_xid: Some(79),
+            ..healthy
+        });
+        let r = sample_rows(&b);
+        assert_eq!(r.gpu_samples.len(), 3);
+        let got: Vec<(u64, u32, u64, u64, u64, Option<u32>)> = r
+            .gpu_errors
+            .iter()
+            .map(|e| {
+                (
+                    e.ts_ns,
+                    e.xid_errors,
+                    e.ecc_corrected,
+                    e.ecc_uncorrected,
+                    e.pcie_replays,
+                    e.last_xid,
+                )
+            })
+            .collect();
+        assert_eq!(got, [(110, 0, 0, 2, 5, None), (120, 1, 0, 0, 0, Some(79))]);
+        let e = &r.gpu_errors[0];
+        assert_eq!(
+            (
+                e.node.as_str(),
+                e.uuid.as_str(),
+                e.batch_seq,
+                e.ecc_uncorrected_total
+            ),
+            ("n1", "GPU-2", 3, Some(2))
+        );
     }
 }
