@@ -21,8 +21,11 @@
 //! faster than they ran) shows less; the per-job route's
 //! `expected_gain_pct` is the exact figure from the breakdowns.
 //!
-//! [`watch`] evaluates the `repeat_offender` alert rule on a tick.
+//! [`counters`] adds the GPUs' error counters (Xid, ECC, PCIe replays) to
+//! the rows' hardware evidence. [`watch`] evaluates the `repeat_offender`
+//! alert rule on a tick.
 
+pub mod counters;
 pub mod watch;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -121,6 +124,14 @@ pub struct Hardware {
     pub throttle_reasons: Vec<String>,
     /// Verdicts whose GPUs ran at a lower SM clock than the job's others.
     pub clock_below_peers: u64,
+    /// The unit's GPUs' errors in the window ([`counters`]; 0 by link, and
+    /// where the agent cannot read them). Critical Xid events.
+    pub xid_errors: u64,
+    /// ECC errors, corrected and uncorrected (increase of the volatile totals).
+    pub ecc_corrected_errors: u64,
+    pub ecc_uncorrected_errors: u64,
+    /// PCIe replays (increase of the replay counters).
+    pub pcie_replays: u64,
 }
 
 /// One node, GPU or link over the window.

@@ -13,6 +13,13 @@
 //! a verdict is active), `rankscope_collective_busbw_gbps`.
 //! Memory: one entry per rank and collective key of the jobs live analytics
 //! tracks; a forgotten job's series are removed.
+//!
+//! Fleet (issue 37): `rankscope_fleet_score{by, node[, gpu_uuid]}`, the
+//! recurrence score of the worst [`FLEET_SERIES_MAX`] ranked units per
+//! grouping (`by` = `node` or `gpu`) of the `repeat_offender` rule's last
+//! round (`fleet::watch`: its window and `min_jobs`); each round replaces
+//! the set, so a unit that left the top drops out. Low-exposure units are
+//! not exported (they are not ranked).
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -41,7 +48,12 @@ pub type Sample = (&'static str, Vec<(&'static str, String)>, f64);
 struct State {
     ranks: BTreeMap<(String, u32), RankGauges>,
     busbw: BTreeMap<(String, String, String, String), f64>,
+    /// (by, node, gpu_uuid or "", score) of the last fleet round.
+    fleet: Vec<(&'static str, String, String, f64)>,
 }
+
+/// Most `rankscope_fleet_score` series per grouping (bounded cardinality).
+pub const FLEET_SERIES_MAX: usize = 50;
 
 /// The registry. Cheap to share behind an `Arc`.
 #[derive(Debug, Default)]
@@ -110,6 +122,26 @@ impl JobGauges {
         }
     }
 
+    /// Replaces the fleet scores with a round's rows (ranked worst first, as
+    /// `fleet::assemble` gives them): the first [`FLEET_SERIES_MAX`] ranked
+    /// rows of each grouping.
+    pub fn fleet(&self, by_node: &[crate::fleet::FleetRow], by_gpu: &[crate::fleet::FleetRow]) {
+        let mut next = Vec::new();
+        for (by, rows) in [("node", by_node), ("gpu", by_gpu)] {
+            for r in rows
+                .iter()
+                .filter(|r| r.place.is_some())
+                .take(FLEET_SERIES_MAX)
+            {
+                let gpu = r.gpu_uuid.clone().unwrap_or_default();
+                next.push((by, r.node.clone(), gpu, r.score));
+            }
+        }
+        if let Ok(mut s) = self.state.lock() {
+            s.fleet = next;
+        }
+    }
+
     /// Removes every series of `job`.
     pub fn forget(&self, job: &str) {
         if let Ok(mut s) = self.state.lock() {
@@ -162,13 +194,24 @@ impl JobGauges {
                 *v,
             ));
         }
+        for (by, node, gpu, score) in &s.fleet {
+            let mut labels = vec![("by", (*by).to_owned()), ("node", node.clone())];
+            if !gpu.is_empty() {
+                labels.push(("gpu_uuid", gpu.clone()));
+            }
+            out.push(("rankscope_fleet_score", labels, *score));
+        }
         out
     }
 
-    /// Prometheus text exposition of every gauge.
+    /// Prometheus text exposition of every gauge. `rankscope_fleet_score` is
+    /// declared even before a fleet round ranked a unit (dashboards name it).
     pub fn render(&self, out: &mut String) {
         let mut samples = self.samples();
         samples.sort_by(|a, b| a.0.cmp(b.0));
+        if !samples.iter().any(|s| s.0 == "rankscope_fleet_score") {
+            let _ = writeln!(out, "# TYPE rankscope_fleet_score gauge");
+        }
         let mut last = "";
         for (name, labels, v) in &samples {
             if *name != last {
@@ -228,5 +271,80 @@ mod tests {
         assert!(out.contains("rankscope_collective_busbw_gbps{job=\"j\\\"1\",op=\"all_reduce\",process_group=\"pg0\",size_bucket=\"1MiB-2MiB\"} 150.5\n"));
         g.forget("j\"1");
         assert!(g.samples().is_empty());
+    }
+
+    fn fleet_row(
+        node: &str,
+        gpu: Option<&str>,
+        place: Option<usize>,
+        score: f64,
+    ) -> crate::fleet::FleetRow {
+        crate::fleet::FleetRow {
+            place,
+            node: node.into(),
+            gpu_uuid: gpu.map(str::to_owned),
+            link: None,
+            jobs: 3,
+            placements: 3,
+            rank_hours: 0.0,
+            verdicts: 0,
+            flagged_placements: 0,
+            verdict_steps: 0,
+            hang_suspects: 0,
+            cost_gpu_hours: 0.0,
+            score,
+            low_exposure: place.is_none(),
+            hardware: Default::default(),
+            verdict_jobs: Vec::new(),
+            timeline: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn fleet_scores_are_the_ranked_top_of_the_last_round() {
+        let g = JobGauges::default();
+        let mut gpus: Vec<_> = (0..FLEET_SERIES_MAX + 5)
+            .map(|i| {
+                fleet_row(
+                    "n1",
+                    Some(&format!("GPU-{i:03}")),
+                    Some(i + 1),
+                    100.0 - i as f64,
+                )
+            })
+            .collect();
+        gpus.push(fleet_row("n9", Some("GPU-low"), None, 0.0));
+        g.fleet(&[fleet_row("n1", None, Some(1), 7.5)], &gpus);
+        let mut out = String::new();
+        g.render(&mut out);
+        assert!(
+            out.contains("# TYPE rankscope_fleet_score gauge\n"),
+            "{out}"
+        );
+        assert!(
+            out.contains("rankscope_fleet_score{by=\"node\",node=\"n1\"} 7.5\n"),
+            "{out}"
+        );
+        assert!(
+            out.contains(
+                "rankscope_fleet_score{by=\"gpu\",node=\"n1\",gpu_uuid=\"GPU-000\"} 100\n"
+            ),
+            "{out}"
+        );
+        let series = out
+            .lines()
+            .filter(|l| l.starts_with("rankscope_fleet_score{by=\"gpu\""))
+            .count();
+        assert_eq!(series, FLEET_SERIES_MAX, "bounded: {out}");
+        assert!(
+            !out.contains("GPU-low"),
+            "low exposure is not ranked: {out}"
+        );
+        // The next round replaces the set; the family stays declared.
+        g.fleet(&[], &[]);
+        assert!(g.samples().is_empty());
+        let mut out = String::new();
+        g.render(&mut out);
+        assert_eq!(out, "# TYPE rankscope_fleet_score gauge\n");
     }
 }

@@ -208,6 +208,7 @@ pub async fn start(cfg: Config) -> Result<Collector, StartError> {
         store.clone(),
         cfg.alerts.rules.repeat_offender.clone(),
         alerts.clone(),
+        gauges.clone(),
         wait_for(shutdown_rx.clone()),
     );
     // The clock_skew rule, on its own tick (alert::clock_watch).

@@ -31,7 +31,7 @@ pub struct OtelError {
 }
 
 /// The names of the gauges exported from [`JobGauges`].
-const GAUGES: [&str; 10] = [
+const GAUGES: [&str; 11] = [
     "rankscope_step",
     "rankscope_step_time_seconds",
     "rankscope_step_compute_seconds",
@@ -42,6 +42,7 @@ const GAUGES: [&str; 10] = [
     "rankscope_straggler_slowdown",
     "rankscope_straggler_active",
     "rankscope_collective_busbw_gbps",
+    "rankscope_fleet_score",
 ];
 
 /// A running exporter; dropping it does not stop it, [`Otel::shutdown`] does.

@@ -28,6 +28,7 @@ pub mod cluster;
 pub mod diff;
 mod fault;
 pub mod fleet;
+pub mod fleet_counters;
 pub mod goodput;
 pub mod gpu_ops;
 mod migrate;
@@ -225,11 +226,12 @@ pub enum Table {
     OperatorStats,
     MemoryStats,
     OperatorShapes,
+    GpuErrorSamples,
 }
 
 impl Table {
     /// Every table (the writer stores `ingest_batches` after the event tables).
-    pub const ALL: [Table; 23] = [
+    pub const ALL: [Table; 24] = [
         Table::Steps,
         Table::Spans,
         Table::Collectives,
@@ -253,6 +255,7 @@ impl Table {
         Table::OperatorStats,
         Table::MemoryStats,
         Table::OperatorShapes,
+        Table::GpuErrorSamples,
     ];
 
     /// The table's name in ClickHouse.
@@ -281,6 +284,7 @@ impl Table {
             Table::OperatorStats => "operator_stats",
             Table::MemoryStats => "memory_stats",
             Table::OperatorShapes => "operator_shapes",
+            Table::GpuErrorSamples => "gpu_error_samples",
         }
     }
 

@@ -6,7 +6,8 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::time::{Duration, Instant};
 
 use rankscope_collector::store::rows::{
-    EvidenceRow, GpuSampleRow, HostSampleRow, RankGpuRow, RankProcessRow, TelemetryRows,
+    EvidenceRow, GpuErrorRow, GpuSampleRow, HostSampleRow, RankGpuRow, RankProcessRow,
+    TelemetryRows,
 };
 use rankscope_collector::store::{
     spawn_writer, BatchRow, BreakdownRow, CollectiveRow, HangRow, KernelRow, RankRow, RowSet,
@@ -329,6 +330,24 @@ fn telemetry_rows(job: &str, seq: u64, ts_ns: u64) -> TelemetryRows {
             period_ns: 1_000_000_000,
             cpu_pct: Some(250.5),
             rss_bytes: None,
+            agent_id: agent.clone(),
+            agent_session: 7,
+            batch_seq: seq,
+        }],
+        gpu_errors: vec![GpuErrorRow {
+            node: node.clone(),
+            uuid: "GPU-5".into(),
+            gpu_index: 5,
+            ts_ns,
+            period_ns: 1_000_000_000,
+            xid_errors: 1,
+            last_xid: Some(79),
+            ecc_corrected: 2,
+            ecc_uncorrected: 0,
+            pcie_replays: 3,
+            ecc_corrected_total: Some(12),
+            ecc_uncorrected_total: None,
+            pcie_replays_total: Some(3),
             agent_id: agent,
             agent_session: 7,
             batch_seq: seq,
@@ -486,6 +505,22 @@ async fn every_row_type_round_trips_through_its_table() {
     assert_eq!(got, t.rank_process);
     let got: Vec<EvidenceRow> = rows_of(&store, &q("straggler_evidence")).await;
     assert_eq!(got, t.evidence);
+    let got: Vec<GpuErrorRow> = rows_of(&store, &all("gpu_error_samples")).await;
+    assert_eq!(got, t.gpu_errors);
+    // The fleet's read of it (migration 0016): the GPU's counts, summed.
+    let counters = store.fleet_gpu_counters(0).await.unwrap();
+    assert_eq!(counters.len(), 1, "{counters:?}");
+    let c = &counters[0];
+    assert_eq!(
+        (
+            c.uuid.as_str(),
+            c.xid_errors,
+            c.ecc_corrected_errors,
+            c.ecc_uncorrected_errors,
+            c.pcie_replays
+        ),
+        ("GPU-5", 1, 2, 0, 3)
+    );
     // NULL metrics are NULL in ClickHouse, not 0; the GPU state is named.
     let nulls = ch()
         .query(&format!(
@@ -617,13 +652,13 @@ async fn concurrent_writes_are_all_acknowledged_and_stored_exactly_once() {
         ))
         .unwrap();
     assert_eq!(ranks.trim(), "1");
-    // 14 tables, and the batch's `ingest_intents` row written first; one
+    // 15 tables, and the batch's `ingest_intents` row written first; one
     // `ranks` row in all.
-    assert_eq!(load(&m.rows_written), 15 * n + 1);
+    assert_eq!(load(&m.rows_written), 16 * n + 1);
     assert_eq!(load(&m.insert_failures), 0);
-    // Batched: 13 tables and the intents per flush (and `ranks` once), far
+    // Batched: 14 tables and the intents per flush (and `ranks` once), far
     // fewer flushes than row sets.
-    assert_eq!(load(&m.inserts), 14 * load(&m.flushes) + 1);
+    assert_eq!(load(&m.inserts), 15 * load(&m.flushes) + 1);
     assert!(
         load(&m.flushes) < n,
         "{} flushes for {n} row sets",
@@ -1057,6 +1092,7 @@ async fn retention_drops_old_day_partitions_and_keeps_recent_ones() {
     let dropped = store.drop_expired_partitions(7, later).await.unwrap();
     let tables = [
         "collectives",
+        "gpu_error_samples",
         "gpu_samples",
         "hang_suspects",
         "host_samples",

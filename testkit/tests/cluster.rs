@@ -153,6 +153,13 @@ fn gpu_sample(job: &str, node: &str, rank: u32, start_ns: u64, end_ns: u64) -> p
         sm_clock_mhz: Some(if slow { 1410 } else { 1980 }),
         temp_c: Some(if slow { 86.0 } else { 64.0 }),
         power_w: Some(650.0),
+        // Error counts: the slow GPU's samples are rows of
+        // gpu_error_samples (migration 0016).
+        ecc_corrected_total: Some(0),
+        ecc_corrected_new: Some(0),
+        pcie_replays_total: Some(if slow { 5 } else { 0 }),
+        pcie_replays_new: Some(u64::from(slow)),
+        xid_errors: Some(0),
         ranks: vec![proto::RankRef {
             job_id: job.to_string(),
             rank,

@@ -7,7 +7,10 @@
 //! slow GPU first with a score over the `repeat_offender` threshold, the
 //! one-off below it; the busy node scores 0, the single-job node is low
 //! exposure; the `repeat_offender` alert fires exactly once, for the slow
-//! GPU's node, naming its GPU and jobs. Bad parameters answer 400. The
+//! GPU's node, naming its GPU and jobs; the rule's round exports the same
+//! scores on `/metrics` (`rankscope_fleet_score`, the query of the Grafana
+//! fleet dashboard's score panel). By link (each GPU pair shares a NIC
+//! label) the slow GPU's link comes first. Bad parameters answer 400. The
 //! Fleet page (headless Chromium, as in ui.rs; skipped without it unless
 //! CI=true) shows the same ranking and one timeline mark per verdict.
 
@@ -16,6 +19,8 @@
 #[path = "ui/cdp.rs"]
 mod cdp;
 mod common;
+#[path = "fleet/metrics.rs"]
+mod metrics;
 
 use std::collections::BTreeSet;
 use std::sync::atomic::Ordering::Relaxed;
@@ -38,6 +43,11 @@ fn node(n: usize) -> String {
 
 fn gpu(n: usize, g: usize) -> String {
     format!("GPU-fleet-{n:02}-{g}")
+}
+
+/// The NIC label of GPU `g` of a node: GPUs 0-1 share `mlx5_0`, 2-3 `mlx5_1`.
+fn link(g: usize) -> String {
+    format!("mlx5_{}", g / 2)
 }
 
 /// xorshift64*: the test's seeded placement.
@@ -141,7 +151,7 @@ async fn the_gpu_that_slows_every_job_it_lands_in_is_ranked_first_and_alerted_on
                 rank: r as u32,
                 node: node(n),
                 gpu_uuid: gpu(n, g),
-                link: String::new(),
+                link: link(g),
             })
             .collect();
         rankscope_cli::simulate::run(&sim, &stack.agent_url())
@@ -226,6 +236,38 @@ async fn the_gpu_that_slows_every_job_it_lands_in_is_ranked_first_and_alerted_on
         .find(|r| r["node"] == node(ONCE_NODE).as_str())
         .unwrap();
     assert_eq!(once_node["low_exposure"], true);
+    let busy_node = nodes
+        .iter()
+        .find(|r| r["node"] == node(BUSY.0).as_str())
+        .unwrap();
+    assert_eq!(
+        busy_node["jobs"].as_u64(),
+        Some(JOBS as u64),
+        "{busy_node:#}"
+    );
+    assert_eq!(
+        (
+            busy_node["flagged_placements"].as_u64(),
+            busy_node["score"].as_f64(),
+            busy_node["low_exposure"].as_bool()
+        ),
+        (Some(0), Some(0.0), Some(false)),
+        "{busy_node:#}"
+    );
+
+    // By link: the slow GPU's NIC first (it shares it with one healthy GPU).
+    let by_link = stack.api_get("/api/v1/fleet?since=1d&by=link").await;
+    let links = by_link["rows"].as_array().unwrap();
+    assert_eq!(by_link["by"], "link");
+    assert_eq!(
+        (&links[0]["node"], &links[0]["link"]),
+        (&Value::from(node(SLOW.0)), &Value::from(link(SLOW.1))),
+        "{links:#?}"
+    );
+    assert_eq!(links[0]["flagged_placements"].as_u64(), Some(n_slow));
+    assert!(links
+        .iter()
+        .all(|r| r["gpu_uuid"].is_null() && r["link"].is_string()));
 
     // The alert: fired, for the slow GPU's node, naming its GPU and jobs ...
     let alerts = stack
@@ -264,6 +306,17 @@ async fn the_gpu_that_slows_every_job_it_lands_in_is_ranked_first_and_alerted_on
     assert!(jobs.is_subset(&slow_jobs), "{jobs:?} vs {slow_jobs:?}");
     let min_jobs = stack.collector_cfg.alerts.rules.repeat_offender.min_jobs;
     assert!(jobs.len() as u64 >= min_jobs, "{jobs:?}");
+
+    // Grafana: the fleet dashboard's score panel queries the gauges the
+    // rule's rounds export, and they hold the API's scores.
+    let rule = &stack.collector_cfg.alerts.rules.repeat_offender;
+    metrics::scores_on_metrics_are_the_apis(
+        &stack,
+        rule.window_secs,
+        min_jobs,
+        &gpu(SLOW.0, SLOW.1),
+    )
+    .await;
 
     // The Fleet page, linked from the jobs list.
     if let Some(chromium) = cdp::chromium_or_skip("the Fleet page check") {

@@ -4,7 +4,9 @@
 //! collector and a private ClickHouse. Checks the exact sampled values in
 //! ClickHouse, `rankscope gpus` JSON, the breakdown's GPU fields, empty
 //! unsupported metrics, a throttled GPU's evidence on a planted straggler's
-//! verdict, and host-only operation when NVML fails to initialise.
+//! verdict, that GPU's error counters (ECC, PCIe replays, Xid) in the fleet
+//! view's hardware evidence, and host-only operation when NVML fails to
+//! initialise.
 
 mod common;
 #[path = "../../agent/tests/nvml_stub/stub.rs"]
@@ -19,7 +21,8 @@ use serde_json::Value;
 use stub::Stub;
 
 /// 8 GPUs; GPU r runs simulated rank r (pid 10000 + r). GPU 5 is thermally
-/// throttled at 1200 MHz; GPU 3 reports neither power, temperature nor GPM.
+/// throttled at 1200 MHz, with 10 corrected ECC errors and 100 PCIe replays
+/// since its driver loaded; GPU 3 reports neither power, temperature nor GPM.
 fn eight_gpus() -> String {
     let mut c = String::from("device_count 8\n");
     for g in 0..8 {
@@ -34,7 +37,8 @@ fn eight_gpus() -> String {
     }
     c.push_str(
         "gpu 5 clock_sm 1200\ngpu 5 throttle 0x60\ngpu 5 temp_c 88\ngpu 5 power_mw 280000\n\
-         gpu 3 unsupported power\ngpu 3 unsupported temp\n",
+         gpu 3 unsupported power\ngpu 3 unsupported temp\n\
+         gpu 5 ecc_corrected 10\ngpu 5 pcie_replays 100\n",
     );
     c
 }
@@ -81,6 +85,15 @@ async fn gpu_telemetry_reaches_clickhouse_the_breakdown_and_the_verdict() {
         rank: 5,
         factor: 1.3,
     }];
+    // The ranks run on the agent's node, on the GPUs their pids are on.
+    sim.placement = (0..8)
+        .map(|r| simulate::Placement {
+            rank: r,
+            node: "e2e-node".into(),
+            gpu_uuid: format!("GPU-00000000-0000-0000-0000-00000000000{r}"),
+            link: String::new(),
+        })
+        .collect();
     simulate::run(&sim, &stack.agent_url())
         .await
         .expect("simulate");
@@ -114,6 +127,54 @@ async fn gpu_telemetry_reaches_clickhouse_the_breakdown_and_the_verdict() {
     assert_eq!(f(v, "temp_c"), Some(88.0));
     let table = columns::render(&stragglers, View::Stragglers.columns(), OutputFormat::Table);
     assert!(table.contains("SM clock 1200 MHz vs 1980 MHz"), "{table}");
+
+    // GPU 5's error counters grow and it reports a critical Xid (read through
+    // nvml-wrapper from the stand-in): the fleet rows' hardware evidence
+    // shows the window's increase, from the daily rollup (migration 0016).
+    stub.set(&format!(
+        "{}gpu 5 ecc_corrected 13\ngpu 5 ecc_uncorrected 1\ngpu 5 pcie_replays 107\ngpu 5 xid 79\n",
+        eight_gpus()
+    ));
+    let counters = |r: &Value| {
+        let h = &r["hardware"];
+        [
+            "xid_errors",
+            "ecc_corrected_errors",
+            "ecc_uncorrected_errors",
+            "pcie_replays",
+        ]
+        .map(|k| h[k].as_u64().unwrap_or(u64::MAX))
+    };
+    let uuid = |g: u32| format!("GPU-00000000-0000-0000-0000-00000000000{g}");
+    let fleet = stack
+        .api_poll("/api/v1/fleet?since=1d&by=gpu", "rows", |rows| {
+            rows.iter()
+                .any(|r| r["gpu_uuid"] == uuid(5).as_str() && counters(r) == [1, 3, 1, 7])
+        })
+        .await;
+    assert_eq!(fleet.len(), 8, "{fleet:#?}");
+    for r in &fleet {
+        if r["gpu_uuid"] != uuid(5).as_str() {
+            assert_eq!(counters(r), [0, 0, 0, 0], "{r:#}");
+        }
+    }
+    let by_node = stack.api_get("/api/v1/fleet?since=1d&by=node").await;
+    assert_eq!(counters(&by_node["rows"][0]), [1, 3, 1, 7], "{by_node:#}");
+    let http = HttpClient::new(std::time::Duration::from_secs(10));
+    let body = rankscope_cli::query::fleet::fetch(
+        &http,
+        &format!("http://{}", stack.http_addr()),
+        "1d",
+        "gpu",
+        None,
+    )
+    .await
+    .expect("fleet");
+    let text = rankscope_cli::query::fleet::render(&body, OutputFormat::Csv);
+    assert!(
+        text.contains("Xid x1;ECC uncorrected x1;ECC corrected x3;PCIe replays x7"),
+        "{text}"
+    );
 
     let report = stack.stop_agent().await;
     assert_eq!(report.undelivered_events, 0);

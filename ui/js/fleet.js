@@ -31,6 +31,9 @@ function hardware(hw) {
   const parts = [];
   if (hw.clock_below_peers) parts.push(`clock below peers ×${hw.clock_below_peers}`);
   parts.push(...hw.throttle_reasons);
+  const counters = [['xid_errors', 'Xid'], ['ecc_uncorrected_errors', 'ECC uncorrected'],
+    ['ecc_corrected_errors', 'ECC corrected'], ['pcie_replays', 'PCIe replays']];
+  for (const [key, label] of counters) if (hw[key]) parts.push(`${label} ×${hw[key]}`);
   return el('span', { title: hw.evidence.join('\n') }, parts.join(', ') || '–');
 }
 

@@ -150,6 +150,7 @@ fn present(s: &proto::GpuSample, set: bool) -> Vec<&'static str> {
         ("nvlink", s.nvlink_tx_bytes_per_s.is_some()),
         ("ecc", s.ecc_corrected_total.is_some()),
         ("xid", s.xid_errors.is_some()),
+        ("pcie_replays", s.pcie_replays_total.is_some()),
     ];
     m.iter()
         .filter(|(_, p)| *p == set)

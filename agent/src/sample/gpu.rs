@@ -9,8 +9,9 @@
 //! * one GPU failing never stops the others: a GPU that is lost (fell off
 //!   the bus) or errors on its handle gives a sample with state LOST / ERROR
 //!   and is retried at the next tick; state changes are logged once;
-//! * rates (GPM metrics, NVLink counters) need two ticks: the first sample
-//!   of a GPU leaves them unset;
+//! * rates (GPM metrics, NVLink counters) and the error counts of an
+//!   interval (`*_new`: increase of the ECC and PCIe replay totals) need two
+//!   ticks: the first sample of a GPU leaves them unset;
 //! * `nvmlDeviceGetPcieThroughput` blocks ~20 ms per call on real drivers,
 //!   so without GPM it is read at most about once a second.
 
@@ -73,6 +74,9 @@ struct DeviceState<'n> {
     xid_supported: bool,
     xids: u32,
     last_xid: Option<u32>,
+    /// ECC corrected, ECC uncorrected and PCIe replay totals of the last
+    /// sample that read the GPU.
+    totals: Option<[Option<u64>; 3]>,
     /// Last reported state (for logging transitions).
     state: i32,
 }
@@ -187,6 +191,19 @@ impl<'n> GpuSampler<'n> {
             s.xid_errors = Some(std::mem::take(&mut st.xids));
             s.last_xid = st.last_xid;
         }
+        if s.state == proto::GpuState::Ok as i32 {
+            let now = [
+                s.ecc_corrected_total,
+                s.ecc_uncorrected_total,
+                s.pcie_replays_total,
+            ];
+            [
+                s.ecc_corrected_new,
+                s.ecc_uncorrected_new,
+                s.pcie_replays_new,
+            ] = increases(st.totals, now);
+            st.totals = Some(now);
+        }
         if s.state != st.state {
             if s.state == proto::GpuState::Ok as i32 {
                 tracing::info!(gpu = index, uuid = %s.uuid, "GPU sampled");
@@ -268,9 +285,35 @@ impl<'n> GpuSampler<'n> {
         }
     }
 }
+
+/// Per total, its increase from `prev` to `now` (`now` itself when the
+/// counter went down: a driver reload resets NVML's volatile counters);
+/// `None` where either is missing.
+fn increases(prev: Option<[Option<u64>; 3]>, now: [Option<u64>; 3]) -> [Option<u64>; 3] {
+    let prev = prev.unwrap_or([None; 3]);
+    std::array::from_fn(|i| match (prev[i], now[i]) {
+        (Some(p), Some(n)) => Some(if n >= p { n - p } else { n }),
+        _ => None,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn increases_need_two_readings_and_survive_a_reset() {
+        assert_eq!(increases(None, [Some(3), None, Some(0)]), [None; 3]);
+        assert_eq!(
+            increases(Some([Some(3), None, Some(0)]), [Some(8), Some(1), Some(0)]),
+            [Some(5), None, Some(0)]
+        );
+        // A driver reload reset the counter: 2 since the reload.
+        assert_eq!(
+            increases(Some([Some(8), Some(1), Some(4)]), [Some(2), Some(1), None]),
+            [Some(2), Some(0), None]
+        );
+    }
 
     #[test]
     fn throttle_reasons_decode_to_names() {

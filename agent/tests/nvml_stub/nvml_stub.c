@@ -31,6 +31,7 @@
  *   nvlink_tx_kib_s <KiB/s> nvlink_rx_kib_s <KiB/s> cumulative counters that
  *                                 grow at this rate (CLOCK_MONOTONIC); 0, 0
  *   ecc_corrected <n> ecc_uncorrected <n>          0, 0
+ *   pcie_replays <n>              0 (nvmlDeviceGetPcieReplayCounter)
  *   gpm <0|1>                     GPM supported; 0
  *   gpm_sm_active <pct> gpm_sm_occupancy <pct> gpm_tensor <pct> gpm_dram <pct>
  *   gpm_pcie_tx_mib_s <MiB/s> gpm_pcie_rx_mib_s gpm_nvlink_tx_mib_s gpm_nvlink_rx_mib_s
@@ -38,7 +39,7 @@
  *   xid <code>                    a critical Xid event, delivered once (repeatable)
  *   unsupported <what>            NOT_SUPPORTED for: util memory power power_limit
  *                                 temp clocks max_clocks throttle pcie nvlink ecc
- *                                 processes xid gpm name uuid pci
+ *                                 processes xid gpm name uuid pci pcie_replay
  *   lost 1                        every call on the GPU returns GPU_IS_LOST (15)
  *   error <code>                  every call on the GPU returns <code>
  *
@@ -86,6 +87,7 @@ enum {
     U_NAME = 1 << 14,
     U_UUID = 1 << 15,
     U_PCI = 1 << 16,
+    U_PCIE_REPLAY = 1 << 17,
 };
 
 struct gpu {
@@ -99,6 +101,7 @@ struct gpu {
     unsigned pcie_tx_kbps, pcie_rx_kbps;
     double nvlink_tx_kib_s, nvlink_rx_kib_s;
     unsigned long long ecc_corrected, ecc_uncorrected;
+    unsigned pcie_replays;
     int gpm;
     double gpm_sm_active, gpm_sm_occupancy, gpm_tensor, gpm_dram;
     double gpm_pcie_tx, gpm_pcie_rx, gpm_nvlink_tx, gpm_nvlink_rx;
@@ -155,7 +158,7 @@ static unsigned unsupported_bit(const char *w) {
         {"max_clocks", U_MAX_CLOCKS}, {"throttle", U_THROTTLE}, {"pcie", U_PCIE},
         {"nvlink", U_NVLINK}, {"ecc", U_ECC}, {"processes", U_PROCESSES},
         {"xid", U_XID}, {"gpm", U_GPM}, {"name", U_NAME}, {"uuid", U_UUID},
-        {"pci", U_PCI},
+        {"pci", U_PCI}, {"pcie_replay", U_PCIE_REPLAY},
     };
     for (size_t k = 0; k < sizeof map / sizeof map[0]; k++)
         if (strcmp(map[k].name, w) == 0) return map[k].bit;
@@ -170,6 +173,7 @@ static void set_gpu(struct gpu *g, const char *key, char *rest) {
     NUM(util_gpu) NUM(util_mem) NUM(mem_total) NUM(mem_used) NUM(power_mw) NUM(power_limit_mw)
     NUM(temp_c) NUM(clock_sm) NUM(clock_mem) NUM(clock_sm_max) NUM(clock_mem_max) NUM(throttle)
     NUM(pcie_tx_kbps) NUM(pcie_rx_kbps) NUM(ecc_corrected) NUM(ecc_uncorrected) NUM(gpm)
+    NUM(pcie_replays)
     DBL(nvlink_tx_kib_s) DBL(nvlink_rx_kib_s)
     DBL(gpm_sm_active) DBL(gpm_sm_occupancy) DBL(gpm_tensor) DBL(gpm_dram)
     if (strcmp(key, "gpm_pcie_tx_mib_s") == 0) { g->gpm_pcie_tx = strtod(rest, NULL); return; }
@@ -449,6 +453,12 @@ int nvmlDeviceGetTotalEccErrors(dev_t_ d, unsigned type, unsigned counter, unsig
     ENTER(d, U_ECC);
     (void)counter;
     *n = type == 0 ? d->ecc_corrected : d->ecc_uncorrected;
+    return OK;
+}
+
+int nvmlDeviceGetPcieReplayCounter(dev_t_ d, unsigned *n) {
+    ENTER(d, U_PCIE_REPLAY);
+    *n = d->pcie_replays;
     return OK;
 }
 

@@ -28,6 +28,7 @@ gpu 0 pcie_tx_kbps 5000
 gpu 0 pcie_rx_kbps 7000
 gpu 0 ecc_corrected 3
 gpu 0 ecc_uncorrected 1
+gpu 0 pcie_replays 17
 gpu 0 process 4242 1073741824
 gpu 0 process 4343 -1
 gpu 1 util_gpu 5
@@ -65,6 +66,12 @@ async fn exact_values_leave_the_agent() {
     assert_eq!(s.pcie_rx_bytes_per_s, Some(7000 * 1024));
     assert_eq!(s.ecc_corrected_total, Some(3));
     assert_eq!(s.ecc_uncorrected_total, Some(1));
+    assert_eq!(s.pcie_replays_total, Some(17));
+    assert_eq!(
+        (s.ecc_corrected_new, s.pcie_replays_new),
+        (None, None),
+        "the first sample has no interval"
+    );
     assert_eq!(s.xid_errors, Some(0));
     assert_eq!(s.last_xid, None);
     let procs: Vec<(u32, Option<u64>)> = s
@@ -84,6 +91,11 @@ async fn exact_values_leave_the_agent() {
     let g1 = gpu_sample(st, "GPU 1", |s| s.gpu_index == 1).await;
     assert_eq!(g1.gpu_util_pct, Some(5.0));
     assert_eq!(g1.uuid, "GPU-00000000-0000-0000-0000-000000000001");
+    assert_eq!(
+        g1.pcie_replays_total,
+        Some(0),
+        "a counter at 0 is 0, not missing"
+    );
 
     // Later ticks cover an interval; the blocking PCIe read is skipped.
     let later = gpu_sample(st, "second sample of GPU 0", |s| {
@@ -127,6 +139,7 @@ gpu 0 unsupported pcie
 gpu 0 unsupported nvlink
 gpu 0 unsupported ecc
 gpu 0 unsupported xid
+gpu 0 unsupported pcie_replay
 gpu 0 unsupported processes
 gpu 0 process 77 1",
     );
@@ -150,6 +163,7 @@ gpu 0 process 77 1",
         assert_eq!(s.nvlink_tx_bytes_per_s, None);
         assert_eq!(s.ecc_corrected_total, None);
         assert_eq!(s.xid_errors, None);
+        assert_eq!(s.pcie_replays_total, None);
         assert!(s.processes.is_empty());
         // What is supported is still there.
         assert_eq!(s.mem_used_bytes, Some(1 << 30));
@@ -276,6 +290,50 @@ async fn critical_xid_events_are_counted_once() {
         .filter_map(|x| x.xid_errors)
         .sum();
     assert_eq!(total, 0, "GPU 0 had none");
+    agent.shutdown().await;
+}
+
+#[tokio::test]
+async fn error_counts_are_the_increase_of_the_totals() {
+    let stub = Stub::new("device_count 1\ngpu 0 ecc_corrected 3\ngpu 0 pcie_replays 40");
+    let (collector, agent) = gpu_agent(&stub).await;
+    let st = &collector.state;
+    let s = gpu_sample(st, "an interval", |s| s.period_ns > 0).await;
+    assert_eq!(
+        (
+            s.ecc_corrected_new,
+            s.ecc_uncorrected_new,
+            s.pcie_replays_new
+        ),
+        (Some(0), Some(0), Some(0))
+    );
+    stub.set(
+        "device_count 1\ngpu 0 ecc_corrected 8\ngpu 0 ecc_uncorrected 1\ngpu 0 pcie_replays 47",
+    );
+    let s = gpu_sample(st, "the counters grew", |s| {
+        s.pcie_replays_total == Some(47)
+    })
+    .await;
+    assert_eq!(
+        (
+            s.ecc_corrected_new,
+            s.ecc_uncorrected_new,
+            s.pcie_replays_new
+        ),
+        (Some(5), Some(1), Some(7))
+    );
+    let next = gpu_sample(st, "the next tick", |x| x.ts_ns > s.ts_ns).await;
+    assert_eq!(
+        next.pcie_replays_new,
+        Some(0),
+        "counted in one interval only"
+    );
+    // A driver reload resets the volatile counters: what follows counts.
+    stub.set(
+        "device_count 1\ngpu 0 ecc_corrected 2\ngpu 0 ecc_uncorrected 1\ngpu 0 pcie_replays 47",
+    );
+    let s = gpu_sample(st, "the reset", |s| s.ecc_corrected_total == Some(2)).await;
+    assert_eq!(s.ecc_corrected_new, Some(2));
     agent.shutdown().await;
 }
 

@@ -89,6 +89,16 @@ fn flatten(row: &Value) -> Value {
     for t in hw["throttle_reasons"].as_array().into_iter().flatten() {
         parts.extend(t.as_str().map(str::to_owned));
     }
+    for (key, label) in [
+        ("xid_errors", "Xid"),
+        ("ecc_uncorrected_errors", "ECC uncorrected"),
+        ("ecc_corrected_errors", "ECC corrected"),
+        ("pcie_replays", "PCIe replays"),
+    ] {
+        if let Some(n) = hw[key].as_u64().filter(|n| *n > 0) {
+            parts.push(format!("{label} x{n}"));
+        }
+    }
     r["hardware"] = Value::String(parts.join(";"));
     if row["place"].is_null() {
         r["place"] = Value::String("-".into());
@@ -114,12 +124,14 @@ mod tests {
             "place": 1, "node": "n1", "gpu_uuid": "GPU-x", "jobs": 12, "rank_hours": 1.5,
             "verdicts": 12, "verdict_steps": 120, "hang_suspects": 0, "cost_gpu_hours": 0.25,
             "score": 7.5, "low_exposure": false,
-            "hardware": {"clock_below_peers": 2, "throttle_reasons": ["hw_slowdown"], "evidence": []},
+            "hardware": {"clock_below_peers": 2, "throttle_reasons": ["hw_slowdown"], "evidence": [],
+                         "xid_errors": 1, "ecc_corrected_errors": 0, "pcie_replays": 9},
         }]});
         let t = render(&body, OutputFormat::Csv);
         assert!(t.contains("gpu_uuid") && !t.contains(",link"), "{t}");
         assert!(
-            t.contains("GPU-x") && t.contains("clock below peers x2;hw_slowdown"),
+            t.contains("GPU-x")
+                && t.contains("clock below peers x2;hw_slowdown;Xid x1;PCIe replays x9"),
             "{t}"
         );
         let j = render(&body, OutputFormat::Json);

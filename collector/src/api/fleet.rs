@@ -3,7 +3,9 @@
 //! ([`crate::fleet`]).
 //!
 //! Answer: `{"since_ns", "by", "min_jobs", "base_rate", "rows": [FleetRow]}`,
-//! rows ranked worst first by `score`, `low_exposure` rows last. 400 for a
+//! rows ranked worst first by `score`, `low_exposure` rows last; each row's
+//! `hardware` carries its GPUs' Xid / ECC / PCIe replay counts
+//! ([`crate::fleet::counters`]). 400 for a
 //! malformed or future `since`, an unknown `by`, `min_jobs` = 0.
 
 use axum::extract::{Query, State};
@@ -66,14 +68,23 @@ pub(super) async fn fleet(
     Query(q): Query<FleetQuery>,
 ) -> Result<Json<FleetOut>, ApiError> {
     let args = q.check(crate::service::now_ns())?;
-    let facts = st.store.fleet_facts_by(args.since_ns, args.by).await?;
-    let rows = assemble(
+    // GPU error counts are evidence on nodes and GPUs, not on links.
+    let counters = async {
+        match args.by {
+            By::Link => Ok(Vec::new()),
+            By::Node | By::Gpu => st.store.fleet_gpu_counters(args.since_ns).await,
+        }
+    };
+    let (facts, counters) =
+        tokio::try_join!(st.store.fleet_facts_by(args.since_ns, args.by), counters)?;
+    let mut rows = assemble(
         &facts,
         args.by,
         FleetPolicy {
             min_jobs: args.min_jobs,
         },
     );
+    crate::fleet::counters::attach(&mut rows, &counters, args.by);
     let (n, k) = rows.iter().fold((0u64, 0u64), |(n, k), r| {
         (n + r.placements, k + r.flagged_placements)
     });

@@ -4,14 +4,18 @@
 //! In: a batch whose samples passed `validate_samples`. Out:
 //! [`TelemetryRows`] (`gpu_samples`, `host_samples`, one `rank_gpu_samples`
 //! row per (GPU sample, mapped rank), one `rank_process_samples` row per rank
-//! process) and [`GpuObs`] for straggler evidence.
+//! process, one `gpu_error_samples` row per GPU sample whose interval saw
+//! an error: an Xid event or a grown ECC / PCIe replay total) and [`GpuObs`]
+//! for straggler evidence.
 //!
 //! Invariants: every row carries the batch's node and identity; unset proto
 //! metrics become NULL; proto types stop here.
 
 use rankscope_proto::v1 as proto;
 
-use crate::store::rows::{GpuSampleRow, HostSampleRow, RankGpuRow, RankProcessRow, TelemetryRows};
+use crate::store::rows::{
+    GpuErrorRow, GpuSampleRow, HostSampleRow, RankGpuRow, RankProcessRow, TelemetryRows,
+};
 use crate::stream::evidence::GpuObs;
 
 /// The telemetry rows of `batch`.
@@ -35,6 +39,32 @@ pub fn sample_rows(batch: &proto::AgentBatch) -> TelemetryRows {
                 temp_c: s.temp_c,
                 throttle_mask: s.throttle_mask,
                 throttle_reasons: s.throttle_reasons.clone(),
+                agent_id: id.0.clone(),
+                agent_session: id.1,
+                batch_seq: id.2,
+            });
+        }
+        let counts = (
+            s.xid_errors.unwrap_or(0),
+            s.ecc_corrected_new.unwrap_or(0),
+            s.ecc_uncorrected_new.unwrap_or(0),
+            s.pcie_replays_new.unwrap_or(0),
+        );
+        if counts != (0, 0, 0, 0) {
+            rows.gpu_errors.push(GpuErrorRow {
+                node: batch.node.clone(),
+                uuid: s.uuid.clone(),
+                gpu_index: s.gpu_index,
+                ts_ns: s.ts_ns,
+                period_ns: s.period_ns,
+                xid_errors: counts.0,
+                last_xid: s.last_xid,
+                ecc_corrected: counts.1,
+                ecc_uncorrected: counts.2,
+                pcie_replays: counts.3,
+                ecc_corrected_total: s.ecc_corrected_total,
+                ecc_uncorrected_total: s.ecc_uncorrected_total,
+                pcie_replays_total: s.pcie_replays_total,
                 agent_id: id.0.clone(),
                 agent_session: id.1,
                 batch_seq: id.2,
@@ -226,6 +256,56 @@ mod tests {
         assert_eq!(
             obs[0].ranks,
             vec![("j".to_string(), 5), ("j".to_string(), 6)]
+        );
+        assert!(r.gpu_errors.is_empty(), "no error in the interval");
+    }
+
+    #[test]
+    fn only_samples_that_saw_an_error_are_error_rows() {
+        let mut b = batch();
+        let healthy = b.gpu_samples[0].clone();
+        let s = &mut b.gpu_samples[0];
+        (s.xid_errors, s.ecc_corrected_new, s.pcie_replays_new) = (Some(0), Some(0), Some(0));
+        b.gpu_samples.push(proto::GpuSample {
+            ts_ns: 110,
+            xid_errors: Some(0),
+            ecc_uncorrected_new: Some(2),
+            ecc_uncorrected_total: Some(2),
+            pcie_replays_new: Some(5),
+            ..healthy.clone()
+        });
+        b.gpu_samples.push(proto::GpuSample {
+            ts_ns: 120,
+            xid_errors: Some(1),
+            last_xid: Some(79),
+            ..healthy
+        });
+        let r = sample_rows(&b);
+        assert_eq!(r.gpu_samples.len(), 3);
+        let got: Vec<(u64, u32, u64, u64, u64, Option<u32>)> = r
+            .gpu_errors
+            .iter()
+            .map(|e| {
+                (
+                    e.ts_ns,
+                    e.xid_errors,
+                    e.ecc_corrected,
+                    e.ecc_uncorrected,
+                    e.pcie_replays,
+                    e.last_xid,
+                )
+            })
+            .collect();
+        assert_eq!(got, [(110, 0, 0, 2, 5, None), (120, 1, 0, 0, 0, Some(79))]);
+        let e = &r.gpu_errors[0];
+        assert_eq!(
+            (
+                e.node.as_str(),
+                e.uuid.as_str(),
+                e.batch_seq,
+                e.ecc_uncorrected_total
+            ),
+            ("n1", "GPU-2", 3, Some(2))
         );
     }
 }

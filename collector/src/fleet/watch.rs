@@ -15,7 +15,9 @@
 //! round or a restarted collector heals on the next tick.
 //!
 //! A round groups by node and by GPU (one read of the facts, assembled
-//! twice): a node offends when the node or one of its GPUs does.
+//! twice): a node offends when the node or one of its GPUs does. The
+//! round's scores also go to the gauges (`rankscope_fleet_score` on
+//! `/metrics`, the Grafana fleet panel; `JobGauges::fleet`).
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -27,6 +29,7 @@ use rankscope_analysis::fleet::FleetPolicy;
 use super::{assemble, By, FleetRow};
 use crate::alert::rules::{Offender, RepeatOffenderRule};
 use crate::alert::{AlertHandle, AlertInput};
+use crate::gauges::JobGauges;
 use crate::service::now_ns;
 use crate::store::Store;
 
@@ -77,6 +80,7 @@ pub fn spawn(
     store: Store,
     rule: RepeatOffenderRule,
     alerts: AlertHandle,
+    gauges: std::sync::Arc<JobGauges>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Option<tokio::task::JoinHandle<()>> {
     if !rule.enabled {
@@ -89,13 +93,13 @@ pub fn spawn(
         loop {
             tokio::select! {
                 () = &mut shutdown => break,
-                _ = tick.tick() => round(&store, &rule, &alerts).await,
+                _ = tick.tick() => round(&store, &rule, &alerts, &gauges).await,
             }
         }
     }))
 }
 
-async fn round(store: &Store, rule: &RepeatOffenderRule, alerts: &AlertHandle) {
+async fn round(store: &Store, rule: &RepeatOffenderRule, alerts: &AlertHandle, gauges: &JobGauges) {
     let since = now_ns().saturating_sub(rule.window_secs.saturating_mul(1_000_000_000));
     let facts = match tokio::try_join!(
         store.fleet_facts_by(since, By::Node),
@@ -113,6 +117,7 @@ async fn round(store: &Store, rule: &RepeatOffenderRule, alerts: &AlertHandle) {
     };
     let by_node = assemble(&facts.0, By::Node, policy);
     let by_gpu = assemble(&facts.1, By::Gpu, policy);
+    gauges.fleet(&by_node, &by_gpu);
     let offenders = offenders(&by_node, &by_gpu, rule.min_score / 2.0);
     alerts.submit(AlertInput::FleetRound { offenders });
 }

@@ -116,6 +116,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "0015_job_owners",
         sql: include_str!("../../schema/0015_job_owners.sql"),
     },
+    Migration {
+        version: 16,
+        name: "0016_gpu_errors",
+        sql: include_str!("../../schema/0016_gpu_errors.sql"),
+    },
 ];
 
 /// Version of the migration whose rollup is filled from existing rows right
@@ -379,6 +384,7 @@ mod tests {
             (13, "0013_operator_shapes", "fnv1a64:b61dfc5bd9376eae"),
             (14, "0014_fleet_rollup", "fnv1a64:c0c047f42e345705"),
             (15, "0015_job_owners", "fnv1a64:49c457df14c43943"),
+            (16, "0016_gpu_errors", "fnv1a64:eec204356dac2ccf"),
         ];
         let actual: Vec<(u32, &str, String)> = MIGRATIONS
             .iter()
@@ -394,7 +400,7 @@ mod tests {
     #[test]
     fn versions_are_dense_and_match_names() {
         let versions: Vec<u32> = MIGRATIONS.iter().map(|m| m.version).collect();
-        let expected: Vec<u32> = (1..=15).collect();
+        let expected: Vec<u32> = (1..=16).collect();
         assert_eq!(versions, expected);
         for m in MIGRATIONS {
             assert!(

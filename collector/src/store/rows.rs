@@ -404,7 +404,7 @@ fn time_range<T>(rows: &[T], ts: impl Fn(&T) -> u64) -> Option<(u64, u64)> {
 impl RowSet {
     /// Per table with an agent batch's rows (`batch_seq` column): the table,
     /// its time column and the time range of the rows here.
-    pub fn batch_time_ranges(&self) -> [BatchTimeRange; 13] {
+    pub fn batch_time_ranges(&self) -> [BatchTimeRange; 14] {
         use super::Table as T;
         let t = &self.telemetry;
         [
@@ -455,6 +455,11 @@ impl RowSet {
                 time_range(&t.rank_process, |r| r.ts_ns),
             ),
             (
+                T::GpuErrorSamples,
+                "ts_ns",
+                time_range(&t.gpu_errors, |r| r.ts_ns),
+            ),
+            (
                 T::OperatorStats,
                 "ts_ns",
                 time_range(&self.operator_stats, |r| r.ts_ns),
@@ -494,6 +499,7 @@ impl RowSet {
             T::HostSamples => self.telemetry.host_samples.clear(),
             T::RankGpuSamples => self.telemetry.rank_gpu.clear(),
             T::RankProcessSamples => self.telemetry.rank_process.clear(),
+            T::GpuErrorSamples => self.telemetry.gpu_errors.clear(),
             T::StragglerEvidence => self.telemetry.evidence.clear(),
             T::OperatorStats => self.operator_stats.clear(),
             T::MemoryStats => self.memory_stats.clear(),
@@ -533,5 +539,6 @@ impl RowSet {
 }
 
 pub use super::telemetry::rows::{
-    EvidenceRow, GpuSampleRow, HostSampleRow, RankGpuRow, RankProcessRow, TelemetryRows,
+    EvidenceRow, GpuErrorRow, GpuSampleRow, HostSampleRow, RankGpuRow, RankProcessRow,
+    TelemetryRows,
 };

@@ -792,6 +792,9 @@ async fn commit_tables(
             sets,
             |r| { &r.telemetry.evidence }
         ),
+        write_table(store, metrics, timeout, Table::GpuErrorSamples, sets, |r| {
+            &r.telemetry.gpu_errors
+        }),
     );
     let (
         r0,
@@ -815,12 +818,13 @@ async fn commit_tables(
         r18,
         r19,
         r20,
+        r21,
     ) = results;
     let mut written = 0u32;
     let mut first_error = None;
     for r in [
         r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, r15, r16, r17, r18, r19,
-        r20,
+        r20, r21,
     ] {
         match r {
             Ok(table) => written |= table_bit(table),

@@ -54,6 +54,7 @@ pub(super) enum Metric {
     Name,
     Uuid,
     Pci,
+    PcieReplay,
 }
 
 /// Calls `f` unless `m` is known unsupported. `Ok(None)`: unsupported or a
@@ -134,6 +135,8 @@ pub(super) fn read_all<'n>(
             dev.total_ecc_errors(MemoryError::Uncorrected, EccCounter::Volatile)
         })?;
     }
+    s.pcie_replays_total =
+        read(st, Metric::PcieReplay, errors, || dev.pcie_replay_counter())?.map(u64::from);
     if let Some(ps) = read(st, Metric::Processes, errors, || {
         dev.running_compute_processes()
     })? {

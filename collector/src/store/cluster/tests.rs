@@ -106,6 +106,10 @@ const SCHEMA: &[(&str, &[Expect])] = &[
         "0015_job_owners",
         &[Create("job_owners", JOB, "ReplacingMergeTree")],
     ),
+    (
+        "0016_gpu_errors",
+        &[Create("gpu_error_samples", NODE, "MergeTree")],
+    ),
 ];
 
 fn schema() -> ClusterSchema {

@@ -116,6 +116,29 @@ pub struct RankProcessRow {
     pub batch_seq: u64,
 }
 
+/// `gpu_error_samples` (migration 0016): a GPU sample whose interval saw
+/// an error (an Xid event, or an ECC / PCIe replay total that grew); the
+/// counts are the interval's, the totals as sampled.
+#[derive(Debug, Clone, PartialEq, Row, Serialize, Deserialize)]
+pub struct GpuErrorRow {
+    pub node: String,
+    pub uuid: String,
+    pub gpu_index: u32,
+    pub ts_ns: u64,
+    pub period_ns: u64,
+    pub xid_errors: u32,
+    pub last_xid: Option<u32>,
+    pub ecc_corrected: u64,
+    pub ecc_uncorrected: u64,
+    pub pcie_replays: u64,
+    pub ecc_corrected_total: Option<u64>,
+    pub ecc_uncorrected_total: Option<u64>,
+    pub pcie_replays_total: Option<u64>,
+    pub agent_id: String,
+    pub agent_session: u64,
+    pub batch_seq: u64,
+}
+
 /// `straggler_evidence`: one version of a verdict's hardware evidence.
 #[derive(Debug, Clone, PartialEq, Row, Serialize, Deserialize)]
 pub struct EvidenceRow {
@@ -146,6 +169,7 @@ pub struct TelemetryRows {
     pub host_samples: Vec<HostSampleRow>,
     pub rank_gpu: Vec<RankGpuRow>,
     pub rank_process: Vec<RankProcessRow>,
+    pub gpu_errors: Vec<GpuErrorRow>,
     /// Written by the stream task, not by ingest.
     pub evidence: Vec<EvidenceRow>,
 }
@@ -157,6 +181,7 @@ impl TelemetryRows {
             + self.host_samples.len()
             + self.rank_gpu.len()
             + self.rank_process.len()
+            + self.gpu_errors.len()
             + self.evidence.len()
     }
 
