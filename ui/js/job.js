@@ -82,6 +82,9 @@ export function jobView(job) {
       el('span', {}, 'last step ', el('b', {}, s.last_step ?? '–')),
       el('span', {}, 'started ', el('b', {}, time(s.first_seen_ns))),
       s.run_id ? el('span', {}, 'run ', el('b', {}, s.run_id)) : null,
+      // The collector's warnings on the job (e.g. a world split across job
+      // ids), spelled out here; the job list shows them as a badge.
+      ...(s.warnings || []).map((w) => el('span', { class: 'badge warn job-warning' }, w)),
     ].filter(Boolean) : []));
   }
 
