@@ -21,8 +21,10 @@
 //! faster than they ran) shows less; the per-job route's
 //! `expected_gain_pct` is the exact figure from the breakdowns.
 //!
-//! [`watch`] evaluates the `repeat_offender` alert rule on a tick.
+//! [`watch`] evaluates the `repeat_offender` alert rule on a tick; [`cache`]
+//! keeps the route's answers for one such tick.
 
+pub mod cache;
 pub mod watch;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -34,7 +36,7 @@ use serde::{Deserialize, Serialize};
 use crate::store::fleet::FleetFacts;
 
 /// What a fleet row is about.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum By {
     Node,

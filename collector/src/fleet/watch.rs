@@ -15,7 +15,9 @@
 //! round or a restarted collector heals on the next tick.
 //!
 //! A round groups by node and by GPU (one read of the facts, assembled
-//! twice): a node offends when the node or one of its GPUs does.
+//! twice): a node offends when the node or one of its GPUs does. The
+//! round's answers (its window, by node and by GPU, its `min_jobs`) go to
+//! the route's [`super::cache`] too.
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -24,6 +26,7 @@ use std::time::Duration;
 
 use rankscope_analysis::fleet::FleetPolicy;
 
+use super::cache::{self, FleetCache, Key, Window};
 use super::{assemble, By, FleetRow};
 use crate::alert::rules::{Offender, RepeatOffenderRule};
 use crate::alert::{AlertHandle, AlertInput};
@@ -77,6 +80,7 @@ pub fn spawn(
     store: Store,
     rule: RepeatOffenderRule,
     alerts: AlertHandle,
+    answers: FleetCache,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Option<tokio::task::JoinHandle<()>> {
     if !rule.enabled {
@@ -89,14 +93,21 @@ pub fn spawn(
         loop {
             tokio::select! {
                 () = &mut shutdown => break,
-                _ = tick.tick() => round(&store, &rule, &alerts).await,
+                _ = tick.tick() => round(&store, &rule, &alerts, &answers).await,
             }
         }
     }))
 }
 
-async fn round(store: &Store, rule: &RepeatOffenderRule, alerts: &AlertHandle) {
-    let since = now_ns().saturating_sub(rule.window_secs.saturating_mul(1_000_000_000));
+async fn round(
+    store: &Store,
+    rule: &RepeatOffenderRule,
+    alerts: &AlertHandle,
+    answers: &FleetCache,
+) {
+    let at = now_ns();
+    let window_ns = rule.window_secs.saturating_mul(1_000_000_000);
+    let since = at.saturating_sub(window_ns);
     let facts = match tokio::try_join!(
         store.fleet_facts_by(since, By::Node),
         store.fleet_facts_by(since, By::Gpu)
@@ -111,6 +122,14 @@ async fn round(store: &Store, rule: &RepeatOffenderRule, alerts: &AlertHandle) {
     let policy = FleetPolicy {
         min_jobs: rule.min_jobs,
     };
+    for (by, f) in [(By::Node, &facts.0), (By::Gpu, &facts.1)] {
+        let key = Key {
+            window: Window::Last(window_ns),
+            by,
+            min_jobs: rule.min_jobs,
+        };
+        answers.put(key, at, cache::body(&cache::answer(f, key, at)), false);
+    }
     let by_node = assemble(&facts.0, By::Node, policy);
     let by_gpu = assemble(&facts.1, By::Gpu, policy);
     let offenders = offenders(&by_node, &by_gpu, rule.min_score / 2.0);
