@@ -33,7 +33,8 @@ fn single_job(d: &Details) -> String {
          device peak and 3 blocking collectives; per rank 40 operators, their memory rows, a \
          100-point memory curve and 100 allocation events). Each route with the query the UI \
          sends; *cold* is the first request after the load, then {} warm requests. Goal (issue \
-         38, goal 7): <= 200 ms warm, <= 500 ms cold.\n",
+         38, goal 7): <= 200 ms warm, <= 500 ms cold. Where the time goes: \
+         bench/RESULTS-views.md.\n",
         v.ranks,
         v.steps,
         v.rows,
