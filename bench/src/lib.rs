@@ -45,5 +45,6 @@ pub mod stats;
 pub mod straggler;
 pub mod synth;
 pub mod sys;
+pub mod views;
 
 pub use error::BenchError;

@@ -16,7 +16,9 @@ use rankscope_bench::http::HttpClient;
 use rankscope_bench::report::{self, Details, TUNED_FLUSH_MS};
 use rankscope_bench::stack::{AgentProc, Binaries, CollectorProc, Override};
 use rankscope_bench::sys::Machine;
-use rankscope_bench::{bulk, fleet, hta, idle, import, profile, query, stats, straggler, synth};
+use rankscope_bench::{
+    bulk, fleet, hta, idle, import, profile, query, stats, straggler, synth, views,
+};
 use rankscope_testkit::ClickHouse;
 
 #[derive(Debug, Parser)]
@@ -93,12 +95,12 @@ struct Args {
     #[arg(long, default_value_t = fleet::DAYS)]
     fleet_days: u64,
     /// Sections to run (comma-separated): e2e, straggler, query, fleet,
-    /// import, hta, idle. With fewer than all, pass --out-dir to keep the
+    /// views, import, hta, idle. With fewer than all, pass --out-dir to keep the
     /// record's files.
     #[arg(
         long,
         value_delimiter = ',',
-        default_value = "e2e,straggler,query,fleet,import,hta,idle"
+        default_value = "e2e,straggler,query,fleet,views,import,hta,idle"
     )]
     sections: Vec<String>,
 }
@@ -212,6 +214,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
         straggler_16k: Vec::new(),
         query: query::QueryRun::default(),
         fleet: fleet::FleetRun::default(),
+        views: views::ViewsRun::default(),
         imports: Vec::new(),
         synthetic_bytes: 0,
         hta: None,
@@ -244,6 +247,13 @@ async fn run(args: Args) -> anyhow::Result<()> {
         match fleet::run(&ctx, args.fleet_nodes, args.fleet_days, args.query_reps).await {
             Ok(f) => d.fleet = f,
             Err(e) => fail(&mut d, "fleet view", &e),
+        }
+    }
+    if args.wants("views") {
+        note("views: one job of 1,024 ranks x 100 steps (overview, ops, memory, clocks)");
+        match views::run(&ctx, args.query_reps).await {
+            Ok(v) => d.views = v,
+            Err(e) => fail(&mut d, "views", &e),
         }
     }
     if args.wants("import") || args.wants("idle") || args.wants("hta") {

@@ -51,6 +51,9 @@ pub struct Details {
     /// The fleet route at fleet scale (issue 38).
     #[serde(default)]
     pub fleet: crate::fleet::FleetRun,
+    /// The single-job views at 1,024 ranks x 100 steps (issue 38).
+    #[serde(default)]
+    pub views: crate::views::ViewsRun,
     /// Per run, every import invocation.
     pub imports: Vec<Vec<ImportRun>>,
     pub synthetic_bytes: u64,
@@ -110,6 +113,27 @@ pub struct Results {
     /// `by=gpu`, warm median.
     #[serde(default)]
     pub fleet_by_gpu_10000x90d_ms: Option<f64>,
+    /// `GET /api/v1/jobs/{job}/overview`, 1,024 ranks x 100 steps, warm
+    /// median, and the first request after the load.
+    #[serde(default)]
+    pub overview_1024x100_ms: Option<f64>,
+    #[serde(default)]
+    pub overview_1024x100_cold_ms: Option<f64>,
+    /// `.../ops?top=50`.
+    #[serde(default)]
+    pub ops_1024x100_ms: Option<f64>,
+    #[serde(default)]
+    pub ops_1024x100_cold_ms: Option<f64>,
+    /// `.../memory?ops=true&curve=true&events=true&limit=200`.
+    #[serde(default)]
+    pub memory_1024x100_ms: Option<f64>,
+    #[serde(default)]
+    pub memory_1024x100_cold_ms: Option<f64>,
+    /// `.../clocks`.
+    #[serde(default)]
+    pub clocks_1024x100_ms: Option<f64>,
+    #[serde(default)]
+    pub clocks_1024x100_cold_ms: Option<f64>,
     pub import_mb_per_s: Option<f64>,
     #[serde(default)]
     pub import_vs_hta_speedup: Option<f64>,
@@ -163,7 +187,13 @@ impl Details {
             .collect()
     }
 
-    /// The 13 figures.
+    /// Warm median (or cold) ms of a single-job view, when measured.
+    fn view_ms(&self, view: &str, cold: bool) -> Option<f64> {
+        let r = self.views.route(view)?;
+        fig(if cold { r.cold_ms } else { median(&r.warm_ms) })
+    }
+
+    /// The figures.
     pub fn results(&self) -> Results {
         let e = &self.e2e;
         let per_m = |cpu: fn(&E2eRun) -> f64| per_run(e, |r| cpu(r) / r.events as f64 * 1e6);
@@ -206,6 +236,14 @@ impl Details {
                 .filter(|_| !self.fleet.node_ms.is_empty())
                 .and_then(fig),
             fleet_by_gpu_10000x90d_ms: fig(median(&self.fleet.gpu_ms)),
+            overview_1024x100_ms: self.view_ms("overview", false),
+            overview_1024x100_cold_ms: self.view_ms("overview", true),
+            ops_1024x100_ms: self.view_ms("ops", false),
+            ops_1024x100_cold_ms: self.view_ms("ops", true),
+            memory_1024x100_ms: self.view_ms("memory", false),
+            memory_1024x100_cold_ms: self.view_ms("memory", true),
+            clocks_1024x100_ms: self.view_ms("clocks", false),
+            clocks_1024x100_cold_ms: self.view_ms("clocks", true),
             import_mb_per_s: fig(median(&self.import_mb_per_final_s())),
             import_vs_hta_speedup: self.hta.as_ref().and_then(|h| fig(h.speedup())),
         }
@@ -367,6 +405,49 @@ pub fn rows(r: &Results) -> Vec<(&'static str, Option<f64>, &'static str, Option
             at_most(200.0),
         ),
         (
+            "overview_1024x100_ms",
+            r.overview_1024x100_ms,
+            "ms",
+            at_most(200.0),
+        ),
+        (
+            "overview_1024x100_cold_ms",
+            r.overview_1024x100_cold_ms,
+            "ms",
+            at_most(500.0),
+        ),
+        ("ops_1024x100_ms", r.ops_1024x100_ms, "ms", at_most(200.0)),
+        (
+            "ops_1024x100_cold_ms",
+            r.ops_1024x100_cold_ms,
+            "ms",
+            at_most(500.0),
+        ),
+        (
+            "memory_1024x100_ms",
+            r.memory_1024x100_ms,
+            "ms",
+            at_most(200.0),
+        ),
+        (
+            "memory_1024x100_cold_ms",
+            r.memory_1024x100_cold_ms,
+            "ms",
+            at_most(500.0),
+        ),
+        (
+            "clocks_1024x100_ms",
+            r.clocks_1024x100_ms,
+            "ms",
+            at_most(200.0),
+        ),
+        (
+            "clocks_1024x100_cold_ms",
+            r.clocks_1024x100_cold_ms,
+            "ms",
+            at_most(500.0),
+        ),
+        (
             "import_mb_per_s",
             r.import_mb_per_s,
             "MB/s (wall, until analytics final)",
@@ -510,6 +591,7 @@ mod tests {
                 ..QueryRun::default()
             },
             fleet: crate::fleet::FleetRun::default(),
+            views: crate::views::ViewsRun::default(),
             imports: vec![vec![import(5.0)]],
             synthetic_bytes: 0,
             hta: Some(crate::hta::SideBySide {

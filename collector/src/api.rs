@@ -57,6 +57,8 @@ pub struct ApiState {
     /// Straggler verdicts as the live analytics raised them (not yet
     /// stored, perhaps).
     pub live: Arc<crate::stream::live::LiveVerdicts>,
+    /// Fleet answers kept for one `repeat_offender` tick.
+    pub fleet: crate::fleet::cache::FleetCache,
 }
 
 /// The API's router.

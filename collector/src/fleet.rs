@@ -23,8 +23,10 @@
 //!
 //! [`counters`] adds the GPUs' error counters (Xid, ECC, PCIe replays) to
 //! the rows' hardware evidence. [`watch`] evaluates the `repeat_offender`
-//! alert rule on a tick.
+//! alert rule on a tick; [`cache`] keeps the route's answers for one such
+//! tick.
 
+pub mod cache;
 pub mod counters;
 pub mod watch;
 
@@ -37,7 +39,7 @@ use serde::{Deserialize, Serialize};
 use crate::store::fleet::FleetFacts;
 
 /// What a fleet row is about.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum By {
     Node,

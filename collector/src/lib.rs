@@ -203,12 +203,19 @@ pub async fn start(cfg: Config) -> Result<Collector, StartError> {
         recovered.firing,
         wait_for(shutdown_rx.clone()),
     )?;
+    // The fleet route's answers live one repeat_offender tick (fleet::cache).
+    let fleet_answers = fleet::cache::FleetCache::new(std::time::Duration::from_millis(
+        cfg.alerts.rules.repeat_offender.evaluate_interval_ms,
+    ));
+    let fleet_refresher =
+        fleet_answers.spawn_refresher(store.clone(), wait_for(shutdown_rx.clone()));
     // The fleet-wide repeat_offender rule, on its own tick (fleet::watch).
     let fleet_task = fleet::watch::spawn(
         store.clone(),
         cfg.alerts.rules.repeat_offender.clone(),
         alerts.clone(),
         gauges.clone(),
+        fleet_answers.clone(),
         wait_for(shutdown_rx.clone()),
     );
     // The clock_skew rule, on its own tick (alert::clock_watch).
@@ -343,6 +350,7 @@ pub async fn start(cfg: Config) -> Result<Collector, StartError> {
             gauges: gauges.clone(),
             traces: trace_hub.clone(),
             live: live_verdicts,
+            fleet: fleet_answers,
         };
         let stop = wait_for(shutdown_rx.clone());
         let app = api::router(state);
@@ -396,6 +404,7 @@ pub async fn start(cfg: Config) -> Result<Collector, StartError> {
     );
     // Servers first: in-flight batches finish before the writer's final flush.
     tasks.extend(fleet_task);
+    tasks.push(fleet_refresher);
     tasks.extend(clock_task);
     tasks.extend([
         retention_task,

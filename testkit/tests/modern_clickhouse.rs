@@ -70,6 +70,7 @@ const WALL_CLOCK_KEYS: &[&str] = &[
     "started_at_ns",
     "first_seen_ns",
     "since_ns",
+    "as_of_ns",
     "rank_hours",
     "cost_gpu_hours",
 ];

@@ -212,6 +212,30 @@ fn why(name: &str, d: &Details) -> String {
             median(&d.query.sql_breakdown_16k_ms),
             median(&d.query.sql_stragglers_ms)
         ),
+        n if n.starts_with("fleet") => "The collector keeps each answer for one \
+             `repeat_offender` tick (`fleet::cache`), so a warm request is served from memory; \
+             the first request of a window computes it: SQL counts each unit's exposure in the \
+             rollup of migration 0014 ((unit, job) rows: per placement by GPU) and only the \
+             flagged placements travel, then the collector groups the verdicts and writes \
+             every unit's row (bench/RESULTS-fleet.md)."
+            .to_owned(),
+        n if n.starts_with("overview") => format!(
+            "The route reads every GPU activity of the job into the collector ({} per rank \
+             and step: {} rows, as many launch calls and the kernels' launch figures) and \
+             computes each rank's figures there; the answer is one row per rank. Meeting the \
+             goal needs the per-rank sums computed where the rows are (SQL) or kept per rank \
+             as they are stored, not a faster read.",
+            crate::views::KERNELS_PER_STEP,
+            human(Some(
+                (d.views.ranks * d.views.steps * crate::views::KERNELS_PER_STEP) as f64
+            ))
+        ),
+        n if n.starts_with("memory") => format!(
+            "The UI's request (`ops`, `curve` and `events` for every rank) answers {} KiB of \
+             JSON: every rank's memory curve and the live per-(step, rank) peaks ({} each).",
+            d.views.route("memory").map_or(0, |r| r.response_bytes / 1024),
+            human(Some((d.views.ranks * d.views.steps) as f64))
+        ),
         "import_vs_hta_speedup" => {
             let Some(h) = &d.hta else {
                 return String::new();

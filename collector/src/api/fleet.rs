@@ -2,20 +2,24 @@
 //! nodes, GPUs or links keep slowing jobs down, over every job in the window
 //! ([`crate::fleet`]).
 //!
-//! Answer: `{"since_ns", "by", "min_jobs", "base_rate", "rows": [FleetRow]}`,
-//! rows ranked worst first by `score`, `low_exposure` rows last; each row's
-//! `hardware` carries its GPUs' Xid / ECC / PCIe replay counts
-//! ([`crate::fleet::counters`]). 400 for a
-//! malformed or future `since`, an unknown `by`, `min_jobs` = 0.
+//! Answer: `{"as_of_ns", "since_ns", "by", "min_jobs", "base_rate", "rows":
+//! [FleetRow]}`, rows ranked worst first by `score`, `low_exposure` rows
+//! last; each row's `hardware` carries its GPUs' Xid / ECC / PCIe replay
+//! counts ([`crate::fleet::counters`]). `as_of_ns`: when the answer was
+//! computed; answers are kept for at
+//! most one `repeat_offender` tick ([`crate::fleet::cache`]), and `since_ns`
+//! is counted back from `as_of_ns`. 400 for a malformed or future `since`,
+//! an unknown `by`, `min_jobs` = 0.
 
 use axum::extract::{Query, State};
-use axum::http::StatusCode;
-use axum::Json;
+use axum::http::{header, StatusCode};
+use axum::response::{IntoResponse, Response};
 use rankscope_analysis::fleet::FleetPolicy;
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 
 use super::{ApiError, ApiState};
-use crate::fleet::{assemble, parse_since, By, FleetRow};
+use crate::fleet::cache::{Key, Window};
+use crate::fleet::{parse_since, By};
 
 /// Query parameters of the fleet route.
 #[derive(Debug, Deserialize)]
@@ -30,6 +34,8 @@ pub struct FleetQuery {
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct FleetArgs {
     pub since_ns: u64,
+    /// The window as the request gave it (relative or absolute).
+    pub window: Window,
     pub by: By,
     pub min_jobs: u64,
 }
@@ -39,7 +45,14 @@ impl FleetQuery {
     /// node, 3 jobs).
     pub fn check(&self, now_ns: u64) -> Result<FleetArgs, ApiError> {
         let bad = |m: String| ApiError(StatusCode::BAD_REQUEST, m);
-        let since_ns = parse_since(self.since.as_deref().unwrap_or("7d"), now_ns).map_err(bad)?;
+        let since = self.since.as_deref().unwrap_or("7d");
+        let since_ns = parse_since(since, now_ns).map_err(bad)?;
+        // parse_since takes 19 or more digits as an absolute time.
+        let window = if since.trim().len() >= 19 {
+            Window::Since(since_ns)
+        } else {
+            Window::Last(now_ns - since_ns)
+        };
         let by = self.by.as_deref().unwrap_or("node").parse().map_err(bad)?;
         let min_jobs = self.min_jobs.unwrap_or(FleetPolicy::default().min_jobs);
         if min_jobs == 0 {
@@ -47,52 +60,24 @@ impl FleetQuery {
         }
         Ok(FleetArgs {
             since_ns,
+            window,
             by,
             min_jobs,
         })
     }
 }
 
-#[derive(Debug, Serialize)]
-pub(super) struct FleetOut {
-    since_ns: u64,
-    by: By,
-    min_jobs: u64,
-    /// Flagged placements per placement over the window's units.
-    base_rate: f64,
-    rows: Vec<FleetRow>,
-}
-
 pub(super) async fn fleet(
     State(st): State<ApiState>,
     Query(q): Query<FleetQuery>,
-) -> Result<Json<FleetOut>, ApiError> {
-    let args = q.check(crate::service::now_ns())?;
-    // GPU error counts are evidence on nodes and GPUs, not on links.
-    let counters = async {
-        match args.by {
-            By::Link => Ok(Vec::new()),
-            By::Node | By::Gpu => st.store.fleet_gpu_counters(args.since_ns).await,
-        }
-    };
-    let (facts, counters) =
-        tokio::try_join!(st.store.fleet_facts_by(args.since_ns, args.by), counters)?;
-    let mut rows = assemble(
-        &facts,
-        args.by,
-        FleetPolicy {
-            min_jobs: args.min_jobs,
-        },
-    );
-    crate::fleet::counters::attach(&mut rows, &counters, args.by);
-    let (n, k) = rows.iter().fold((0u64, 0u64), |(n, k), r| {
-        (n + r.placements, k + r.flagged_placements)
-    });
-    Ok(Json(FleetOut {
-        since_ns: args.since_ns,
+) -> Result<Response, ApiError> {
+    let now = crate::service::now_ns();
+    let args = q.check(now)?;
+    let key = Key {
+        window: args.window,
         by: args.by,
         min_jobs: args.min_jobs,
-        base_rate: if n == 0 { 0.0 } else { k as f64 / n as f64 },
-        rows,
-    }))
+    };
+    let body = st.fleet.answer(&st.store, key, now).await?;
+    Ok(([(header::CONTENT_TYPE, "application/json")], body).into_response())
 }

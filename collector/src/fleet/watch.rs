@@ -17,7 +17,9 @@
 //! A round groups by node and by GPU (one read of the facts, assembled
 //! twice): a node offends when the node or one of its GPUs does. The
 //! round's scores also go to the gauges (`rankscope_fleet_score` on
-//! `/metrics`, the Grafana fleet panel; `JobGauges::fleet`).
+//! `/metrics`, the Grafana fleet panel; `JobGauges::fleet`), and its answers
+//! (its window, by node and by GPU, its `min_jobs`) to the route's
+//! [`super::cache`].
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -26,6 +28,7 @@ use std::time::Duration;
 
 use rankscope_analysis::fleet::FleetPolicy;
 
+use super::cache::{self, FleetCache, Key, Window};
 use super::{assemble, By, FleetRow};
 use crate::alert::rules::{Offender, RepeatOffenderRule};
 use crate::alert::{AlertHandle, AlertInput};
@@ -81,6 +84,7 @@ pub fn spawn(
     rule: RepeatOffenderRule,
     alerts: AlertHandle,
     gauges: std::sync::Arc<JobGauges>,
+    answers: FleetCache,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Option<tokio::task::JoinHandle<()>> {
     if !rule.enabled {
@@ -93,17 +97,26 @@ pub fn spawn(
         loop {
             tokio::select! {
                 () = &mut shutdown => break,
-                _ = tick.tick() => round(&store, &rule, &alerts, &gauges).await,
+                _ = tick.tick() => round(&store, &rule, &alerts, &gauges, &answers).await,
             }
         }
     }))
 }
 
-async fn round(store: &Store, rule: &RepeatOffenderRule, alerts: &AlertHandle, gauges: &JobGauges) {
-    let since = now_ns().saturating_sub(rule.window_secs.saturating_mul(1_000_000_000));
-    let facts = match tokio::try_join!(
+async fn round(
+    store: &Store,
+    rule: &RepeatOffenderRule,
+    alerts: &AlertHandle,
+    gauges: &JobGauges,
+    answers: &FleetCache,
+) {
+    let at = now_ns();
+    let window_ns = rule.window_secs.saturating_mul(1_000_000_000);
+    let since = at.saturating_sub(window_ns);
+    let (node_facts, gpu_facts, errors) = match tokio::try_join!(
         store.fleet_facts_by(since, By::Node),
-        store.fleet_facts_by(since, By::Gpu)
+        store.fleet_facts_by(since, By::Gpu),
+        store.fleet_gpu_counters(since)
     ) {
         Ok(f) => f,
         Err(e) => {
@@ -115,8 +128,18 @@ async fn round(store: &Store, rule: &RepeatOffenderRule, alerts: &AlertHandle, g
     let policy = FleetPolicy {
         min_jobs: rule.min_jobs,
     };
-    let by_node = assemble(&facts.0, By::Node, policy);
-    let by_gpu = assemble(&facts.1, By::Gpu, policy);
+    let mut by_node = assemble(&node_facts, By::Node, policy);
+    let mut by_gpu = assemble(&gpu_facts, By::Gpu, policy);
+    super::counters::attach(&mut by_node, &errors, By::Node);
+    super::counters::attach(&mut by_gpu, &errors, By::Gpu);
+    for (by, rows) in [(By::Node, &by_node), (By::Gpu, &by_gpu)] {
+        let key = Key {
+            window: Window::Last(window_ns),
+            by,
+            min_jobs: rule.min_jobs,
+        };
+        answers.put(key, at, cache::body(&cache::answer(rows.clone(), key, at)), false);
+    }
     gauges.fleet(&by_node, &by_gpu);
     let offenders = offenders(&by_node, &by_gpu, rule.min_score / 2.0);
     alerts.submit(AlertInput::FleetRound { offenders });

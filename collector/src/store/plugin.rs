@@ -109,7 +109,7 @@ impl Store {
     pub async fn kernel_figures(
         &self,
         job: &str,
-    ) -> Result<HashMap<(u32, u64, u64), LaunchFigures>, StoreError> {
+    ) -> Result<foldhash::HashMap<(u32, u64, u64), LaunchFigures>, StoreError> {
         let rows: Vec<ConfigRow> = self
             .read(CONFIGS_SQL)
             .bind(job)
