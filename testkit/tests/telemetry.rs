@@ -74,7 +74,12 @@ fn count(stack: &Stack, table: &str) -> u64 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn gpu_telemetry_reaches_clickhouse_the_breakdown_and_the_verdict() {
     let stub = Stub::new(&eight_gpus());
-    let mut stack = Stack::start_without_agent().await;
+    // Fleet answers are kept for one repeat_offender tick: a short tick, so
+    // the polled answer follows the errors as they arrive.
+    let mut stack = Stack::start_without_agent_with(|c| {
+        c.alerts.rules.repeat_offender.evaluate_interval_ms = 100;
+    })
+    .await;
     start_agent(&mut stack, &stub.path()).await;
     let job = "e2e-telemetry";
     let mut sim = sim_config(job, 8, 14);
