@@ -86,6 +86,14 @@ pub struct Results {
     pub e2e_events_per_s: Option<f64>,
     pub clickhouse_bulk_rows_per_s: Option<f64>,
     pub e2e_ratio_vs_clickhouse: Option<f64>,
+    /// Issue 38, goal 1: CPU s of agent + collector / ClickHouse's CPU s for
+    /// the same rows, in the same end-to-end run (median of the runs).
+    #[serde(default)]
+    pub rankscope_cpu_vs_clickhouse: Option<f64>,
+    /// Issue 38, goal 2: e2e events/s / the rate the four processes' measured
+    /// CPU cost allows on the machine's cores (cores / CPU s per event).
+    #[serde(default)]
+    pub pipeline_utilisation: Option<f64>,
     pub clickhouse_cpu_per_row_vs_bulk: Option<f64>,
     pub collector_cpu_s_per_million_events: Option<f64>,
     pub collector_peak_rss_mib: Option<f64>,
@@ -203,6 +211,15 @@ impl Details {
             e2e_events_per_s: fig(per_run(e, |r| r.events_per_s)),
             clickhouse_bulk_rows_per_s: fig(per_run(e, |r| r.bulk.rows_per_s)),
             e2e_ratio_vs_clickhouse: fig(per_run(e, |r| r.events_per_s / r.bulk.rows_per_s)),
+            rankscope_cpu_vs_clickhouse: fig(per_run(e, |r| {
+                (r.agent_cpu_s + r.collector_cpu_s) / r.clickhouse_cpu_s
+            })),
+            // cores / (CPU s per event of the four processes) is the rate
+            // the machine allows at that cost; the share of it achieved.
+            pipeline_utilisation: fig(per_run(e, |r| {
+                let cpu = r.agent_cpu_s + r.collector_cpu_s + r.simulate_cpu_s + r.clickhouse_cpu_s;
+                r.events_per_s / (self.machine.cores as f64 / (cpu / r.events as f64))
+            })),
             // The same rows both ways, so CPU per row compares as CPU.
             clickhouse_cpu_per_row_vs_bulk: fig(per_run(e, |r| {
                 r.clickhouse_cpu_s / r.bulk.clickhouse_cpu_s
@@ -288,12 +305,28 @@ pub fn rows(r: &Results) -> Vec<(&'static str, Option<f64>, &'static str, Option
             "rows/s",
             None,
         ),
+        // Issue 38 retired round 2's 0.7 goal here (2 shared cores cannot
+        // reach it: RESULTS.md); still reported.
         (
             "e2e_ratio_vs_clickhouse",
             r.e2e_ratio_vs_clickhouse,
             "",
+            None,
+        ),
+        // Issue 38, goal 1.
+        (
+            "rankscope_cpu_vs_clickhouse",
+            r.rankscope_cpu_vs_clickhouse,
+            "",
+            at_most(1.0),
+        ),
+        // Issue 38, goal 2.
+        (
+            "pipeline_utilisation",
+            r.pipeline_utilisation,
+            "",
             Some(Goal {
-                limit: 0.7,
+                limit: 0.9,
                 at_least: true,
             }),
         ),
@@ -313,7 +346,8 @@ pub fn rows(r: &Results) -> Vec<(&'static str, Option<f64>, &'static str, Option
             "collector_peak_rss_mib",
             r.collector_peak_rss_mib,
             "MiB",
-            None,
+            // Issue 38, goal 6.
+            at_most(256.0),
         ),
         (
             "agent_cpu_s_per_million_events",
@@ -331,7 +365,8 @@ pub fn rows(r: &Results) -> Vec<(&'static str, Option<f64>, &'static str, Option
             "agent_cpu_pct_8_ranks_realtime",
             r.agent_cpu_pct_8_ranks_realtime,
             "% of a core",
-            at_most(1.0),
+            // Issue 38, goal 3 (round 2: 1.0).
+            at_most(0.5),
         ),
         ("agent_rss_mib", r.agent_rss_mib, "MiB", None),
         (
@@ -354,12 +389,13 @@ pub fn rows(r: &Results) -> Vec<(&'static str, Option<f64>, &'static str, Option
             "ms",
             at_most(250.0),
         ),
-        // Goal 5 at 16,384 ranks: p99 <= 1,000 ms (collector path).
+        // Issue 38, goal 5 at 16,384 ranks: p99 <= 400 ms (round 2: 1,000;
+        // collector path).
         (
             "straggler_latency_p99_ms_16384_ranks",
             r.straggler_latency_p99_ms_16384_ranks,
             "ms",
-            at_most(1000.0),
+            at_most(400.0),
         ),
         (
             "query_breakdown_4096_ranks_ms",
@@ -377,7 +413,8 @@ pub fn rows(r: &Results) -> Vec<(&'static str, Option<f64>, &'static str, Option
             "query_stragglers_16384x100_ms",
             r.query_stragglers_16384x100_ms,
             "ms",
-            at_most(200.0),
+            // Issue 38, goal 5 (round 2: 200).
+            at_most(150.0),
         ),
         (
             "query_collectives_16384x100_ms",
@@ -457,8 +494,9 @@ pub fn rows(r: &Results) -> Vec<(&'static str, Option<f64>, &'static str, Option
             "import_vs_hta_speedup",
             r.import_vs_hta_speedup,
             "x (HTA 0.5.0 s / ours)",
+            // Issue 38, goal 4 (round 2: 20).
             Some(Goal {
-                limit: 20.0,
+                limit: 40.0,
                 at_least: true,
             }),
         ),

@@ -93,7 +93,11 @@ fn e2e(s: &mut String, d: &Details) {
          fresh tables of the same schema by four concurrent `clickhouse-client ... INSERT \
          ... FORMAT Native` (one per event table, as the collector's writer inserts them); the \
          bulk rate is rows / wall time of that load. `e2e_ratio_vs_clickhouse` = e2e events/s / \
-         bulk rows/s (one event = one row).\n",
+         bulk rows/s (one event = one row); reported, no longer a goal (issue 38: two shared \
+         cores cannot reach 0.7). `rankscope_cpu_vs_clickhouse` = CPU s of agent + collector / \
+         ClickHouse's CPU s in the same run (what rankscope costs per unit of the database it \
+         feeds); `pipeline_utilisation` = e2e events/s / (cores / CPU s per event of the four \
+         processes), the share of the rate their measured cost allows on this machine.\n",
         p.ranks, p.layers, p.steps
     );
     let overrides: Vec<String> = p

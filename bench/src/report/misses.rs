@@ -78,6 +78,27 @@ fn why(name: &str, d: &Details) -> String {
                 busy_note(d)
             )
         }
+        "rankscope_cpu_vs_clickhouse" => format!(
+            "Per million events: agent {:.3} + collector {:.3} = {:.3} CPU s against \
+             ClickHouse's {:.3} for the same rows (its merges so far included). The \
+             section 1 profile names where the agent's and collector's time goes.",
+            med(&|r| r.agent_cpu_s / r.events as f64 * 1e6),
+            med(&|r| r.collector_cpu_s / r.events as f64 * 1e6),
+            med(&|r| (r.agent_cpu_s + r.collector_cpu_s) / r.events as f64 * 1e6),
+            med(&|r| r.clickhouse_cpu_s / r.events as f64 * 1e6),
+        ),
+        "pipeline_utilisation" => format!(
+            "The four processes kept {:.2} of the {} cores busy on median (the machine as a \
+             whole {:.0} %, other users included); the rest of the time a stage waited for \
+             another (acknowledgement windows, flush cadence, single-task stages). {}",
+            med(&|r| {
+                (r.collector_cpu_s + r.agent_cpu_s + r.simulate_cpu_s + r.clickhouse_cpu_s)
+                    / r.elapsed_s
+            }),
+            d.machine.cores,
+            med(&|r| r.machine_busy_pct),
+            busy_note(d)
+        ),
         "clickhouse_cpu_per_row_vs_bulk" => format!(
             "Every end-to-end INSERT is a part, a directory of two files per column and \
              about six more (18 to 50 files for these tables): median {:.0} INSERTs for {:.0} \
