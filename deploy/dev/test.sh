@@ -13,6 +13,12 @@
 #   when anything failed.
 # - Time: each phase's wall time and the slowest test binaries are printed
 #   at the end.
+# - One test phase per machine at a time: several tests time real work (a
+#   straggler's what-if gain against a run without it, failover within
+#   timeouts, latencies), which two suites sharing a 2-core machine distort.
+#   A second `make test` (any checkout) builds alongside, then says that
+#   another run holds the test phase and waits for it (`flock` on
+#   $RANKSCOPE_TEST_LOCK, default /tmp/rankscope-test-phase.lock).
 #
 # Environment: CARGO (default cargo), VENV (the venv `make py` built),
 # CHDB_VENV (the venv `make chdb` built: ClickHouse 26.x for the second tier).
@@ -52,6 +58,16 @@ else
     exit 1
   fi
   echo "== tests run in a private network namespace ($RANKSCOPE_TEST_NETNS): ports and @dynolog are theirs alone"
+fi
+
+# One test phase per machine (see the header).
+test_lock=${RANKSCOPE_TEST_LOCK:-/tmp/rankscope-test-phase.lock}
+exec 7>>"$test_lock"
+if ! flock -n 7; then
+  echo "another make test is in its test phase on this machine ($test_lock); waiting for it"
+  t_wait=$SECONDS
+  flock 7
+  echo "waited $((SECONDS - t_wait)) s for the other run"
 fi
 
 # The venv is shared with other runs: hold its lock shared for the whole test
