@@ -138,7 +138,12 @@ async fn round(
             by,
             min_jobs: rule.min_jobs,
         };
-        answers.put(key, at, cache::body(&cache::answer(rows.clone(), key, at)), false);
+        answers.put(
+            key,
+            at,
+            cache::body(&cache::answer(rows.clone(), key, at)),
+            false,
+        );
     }
     gauges.fleet(&by_node, &by_gpu);
     let offenders = offenders(&by_node, &by_gpu, rule.min_score / 2.0);
