@@ -13,7 +13,10 @@
 //! * `straggler_verdicts`: every version the live analytics would write: 1%
 //!   of the ranks are stragglers from step 3 on (activated at step 5, then
 //!   updated at every step: 95 versions each) and another 6% have one short
-//!   episode (activated, then cleared 5 steps later: 2 versions each).
+//!   episode (activated, then cleared 5 steps later: 2 versions each);
+//! * `straggler_gains`: each version's what-if gain as the stream stores it
+//!   with the version (migration 0017; `rankscope_analysis::expected_gain_pct`
+//!   over the verdict's steps, computed here from the generated rows).
 //!
 //! * `collectives`: job B's collectives as its ranks store them, 16,384
 //!   ranks x [`STEPS`] steps x [`COLLECTIVES_PER_STEP`] (the simulator's
@@ -24,8 +27,9 @@
 //!   aggregates every row per call in ClickHouse and reads the calls'
 //!   durations ([`COLLECTIVES_REPS`] warm requests).
 //!
-//! The stragglers route reads only `straggler_verdicts FINAL` of the job, so
-//! its cost follows the number of verdict versions; the breakdown route reads
+//! The stragglers route reads `straggler_verdicts FINAL` and
+//! `straggler_gains FINAL` of the job (no breakdowns: every version's gain
+//! is stored), so its cost follows the number of verdict versions; the breakdown route reads
 //! one step's rows of `step_breakdown FINAL`. The first request per route
 //! (cold: the first read after the load) is recorded apart; it and one more
 //! are not counted among the warm ones.
@@ -34,7 +38,12 @@ use std::time::Duration;
 
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
-use rankscope_collector::store::{BreakdownRow, Store, StoreConfig, VerdictRow};
+use std::collections::{BTreeMap, HashMap};
+
+use rankscope_analysis::{
+    expected_gain_pct_for, peers_of_step, RankStepWait, StepPeers, StragglerCause,
+};
+use rankscope_collector::store::{BreakdownRow, GainRow, Store, StoreConfig, VerdictRow};
 
 use crate::e2e::Ctx;
 use crate::stack::CollectorProc;
@@ -326,15 +335,32 @@ async fn load_job(store: &Store, job: &str, ranks: u32, seed: u64) -> Result<Loa
     }
     let mut rows = 0;
     let mut versions = 0;
+    // What the versions' gains need: every step's peers, the verdict ranks' rows.
+    let straggler_ranks: std::collections::HashSet<u32> = episodes.iter().map(|e| e.0).collect();
+    let mut peers: BTreeMap<u64, StepPeers> = BTreeMap::new();
+    let mut own: HashMap<u32, Vec<RankStepWait>> = HashMap::new();
     for step in 0..STEPS {
         let step_start_ns = t0 + step * 2_000_000_000;
         let mut ins = store
             .client()
             .insert::<BreakdownRow>("step_breakdown")
             .await?;
+        let mut waits = Vec::with_capacity(ranks as usize);
         for rank in 0..ranks {
             let j = rng.random_range(0..50_000_000u64);
             let compute = 900_000_000 + j;
+            // What the what-if gain reads of the row (step_peers.sql).
+            let wait = RankStepWait {
+                step,
+                rank,
+                step_time_ns: 1_500_000_000 + j,
+                work_ns: compute + 5_000_000,
+                wait_ns: (100_000_000 + j / 2).min(400_000_000),
+            };
+            waits.push(wait);
+            if straggler_ranks.contains(&rank) {
+                own.entry(rank).or_default().push(wait);
+            }
             ins.write(&BreakdownRow {
                 job_id: job.to_owned(),
                 run_id: String::new(),
@@ -362,6 +388,9 @@ async fn load_job(store: &Store, job: &str, ranks: u32, seed: u64) -> Result<Loa
         }
         ins.end().await?;
         rows += u64::from(ranks);
+        if let Some(p) = peers_of_step(step, &waits) {
+            peers.insert(step, p);
+        }
 
         // Versions the tracker writes when this step is finalized.
         let computed_ns = step_start_ns + 1_600_000_000;
@@ -369,6 +398,7 @@ async fn load_job(store: &Store, job: &str, ranks: u32, seed: u64) -> Result<Loa
             .client()
             .insert::<VerdictRow>("straggler_verdicts")
             .await?;
+        let mut gains = Vec::new();
         let mut n = 0;
         for &(rank, first, last, cleared) in &episodes {
             let activated = first + 2;
@@ -381,26 +411,51 @@ async fn load_job(store: &Store, job: &str, ranks: u32, seed: u64) -> Result<Loa
                 continue;
             }
             let active = !(cleared && step == last + 5);
+            let last_step = step.min(last);
+            let first_seen_ns = t0 + activated * 2_000_000_000 + 1_600_000_000;
             ins.write(&VerdictRow {
                 job_id: job.to_owned(),
                 rank,
                 node: format!("node-{}", rank / 8),
                 first_step: first,
-                last_step: step.min(last),
-                steps_flagged: step.min(last) - first + 1,
+                last_step,
+                steps_flagged: last_step - first + 1,
                 slowdown: 1.3,
                 score: 12.5,
                 cause: "compute".into(),
                 active: u8::from(active),
-                first_seen_ns: t0 + activated * 2_000_000_000 + 1_600_000_000,
+                first_seen_ns,
                 updated_ns: computed_ns,
             })
             .await?;
             n += 1;
+            // Its gain, as the stream stores it with the version (every
+            // step of the verdict held in memory: the definition's value).
+            let steps = own.get(&rank).into_iter().flatten();
+            gains.push(GainRow {
+                job_id: job.to_owned(),
+                rank,
+                first_step: first,
+                last_step,
+                expected_gain_pct: expected_gain_pct_for(
+                    &peers,
+                    steps.filter(|r| (first..=last_step).contains(&r.step)),
+                    rank,
+                    StragglerCause::Compute,
+                ),
+                first_seen_ns,
+                updated_ns: computed_ns,
+            });
         }
         ins.end().await?;
         rows += n;
         versions += n;
+        let mut ins = store.client().insert::<GainRow>("straggler_gains").await?;
+        for g in &gains {
+            ins.write(g).await?;
+        }
+        ins.end().await?;
+        rows += gains.len() as u64;
     }
     Ok(Loaded {
         rows,

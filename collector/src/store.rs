@@ -29,6 +29,7 @@ pub mod diff;
 mod fault;
 pub mod fleet;
 pub mod fleet_counters;
+pub mod gains;
 pub mod goodput;
 pub mod gpu_ops;
 mod migrate;
@@ -62,7 +63,7 @@ pub use recover::{
     RecoverRank, RecoverSpan, RecoverVerdict,
 };
 pub use rows::{
-    AlertRow, BatchRow, BreakdownRow, CollectiveRow, HangRow, KernelConfigRow, KernelRow,
+    AlertRow, BatchRow, BreakdownRow, CollectiveRow, GainRow, HangRow, KernelConfigRow, KernelRow,
     LaunchRow, MemoryStatRow, OperatorShapeRow, OperatorStatRow, RankRow, RowSet, SpanRow, StepRow,
     Text, TraceOpRow, TraceRankRow, VerdictRow,
 };
@@ -227,11 +228,12 @@ pub enum Table {
     MemoryStats,
     OperatorShapes,
     GpuErrorSamples,
+    StragglerGains,
 }
 
 impl Table {
     /// Every table (the writer stores `ingest_batches` after the event tables).
-    pub const ALL: [Table; 24] = [
+    pub const ALL: [Table; 25] = [
         Table::Steps,
         Table::Spans,
         Table::Collectives,
@@ -256,6 +258,7 @@ impl Table {
         Table::MemoryStats,
         Table::OperatorShapes,
         Table::GpuErrorSamples,
+        Table::StragglerGains,
     ];
 
     /// The table's name in ClickHouse.
@@ -285,6 +288,7 @@ impl Table {
             Table::MemoryStats => "memory_stats",
             Table::OperatorShapes => "operator_shapes",
             Table::GpuErrorSamples => "gpu_error_samples",
+            Table::StragglerGains => "straggler_gains",
         }
     }
 
@@ -304,6 +308,7 @@ impl Table {
                 | Table::RankGpuSamples
                 | Table::RankProcessSamples
                 | Table::StragglerEvidence
+                | Table::StragglerGains
                 | Table::KernelLaunches
                 | Table::TraceRanks
                 | Table::TraceOps

@@ -9,7 +9,8 @@
 //! agent with the same seq; the reorder buffer drops the second copy
 //! (`rankscope_collector_stream_duplicate_batches_total`). `None` for a seq
 //! that carries nothing (a rejected batch). Out: `step_breakdown`,
-//! `straggler_verdicts` and `hang_suspects` rows, written through the writer.
+//! `straggler_verdicts` (with `straggler_gains` when a version's gain is exact)
+//! and `hang_suspects` rows, written through the writer.
 //!
 //! One task owns all state (`run`: one `select!` over input, a tick and
 //! shutdown). Backpressure: submission is `try_send` into a bounded queue; when
@@ -39,7 +40,7 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc;
 
 use crate::service::now_ns;
-use crate::store::{BreakdownRow, HangRow, RowSet, VerdictRow, WriterHandle};
+use crate::store::{BreakdownRow, GainRow, HangRow, RowSet, VerdictRow, WriterHandle};
 use job::{AssemblyLimits, JobAssembler, JobOutput};
 use reorder::Reorder;
 
@@ -750,6 +751,19 @@ fn collect(
             .record(&row, gain.complete.then_some(gain.pct), now)
         {
             metrics.live_verdicts_dropped.fetch_add(1, Relaxed);
+        }
+        // Stored with the version when exact (migration 0017): the route
+        // then reads no breakdowns for it, before or after a restart.
+        if gain.complete {
+            rows.gains.push(GainRow {
+                job_id: row.job_id.clone(),
+                rank: row.rank,
+                first_step: row.first_step,
+                last_step: row.last_step,
+                expected_gain_pct: gain.pct,
+                first_seen_ns: row.first_seen_ns,
+                updated_ns: row.updated_ns,
+            });
         }
         rows.verdicts.push(row);
         let mut hardware = String::new();

@@ -5,14 +5,15 @@
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::time::{Duration, Instant};
 
+use rankscope_collector::store::gains::StoredGainRow;
 use rankscope_collector::store::rows::{
     EvidenceRow, GpuErrorRow, GpuSampleRow, HostSampleRow, RankGpuRow, RankProcessRow,
     TelemetryRows,
 };
 use rankscope_collector::store::{
-    spawn_writer, BatchRow, BreakdownRow, CollectiveRow, HangRow, KernelRow, RankRow, RowSet,
-    SpanRow, StepRow, StepTimeRow, Store, StoreConfig, StoreError, Table, VerdictRow, WriteError,
-    WriterConfig, WriterHandle, MIGRATIONS,
+    spawn_writer, BatchRow, BreakdownRow, CollectiveRow, GainRow, HangRow, KernelRow, RankRow,
+    RowSet, SpanRow, StepRow, StepTimeRow, Store, StoreConfig, StoreError, Table, VerdictRow,
+    WriteError, WriterConfig, WriterHandle, MIGRATIONS,
 };
 use rankscope_testkit::ClickHouse;
 use tokio::sync::oneshot;
@@ -219,6 +220,15 @@ fn full_row_set(job: &str, seq: u64, ts_ns: u64) -> RowSet {
             score: 9.5,
             cause: "compute".into(),
             active: 1,
+            first_seen_ns: ts_ns,
+            updated_ns: ts_ns + 2,
+        }],
+        gains: vec![GainRow {
+            job_id: job.into(),
+            rank: 3,
+            first_step: 2,
+            last_step: 6,
+            expected_gain_pct: Some(12.5),
             first_seen_ns: ts_ns,
             updated_ns: ts_ns + 2,
         }],
@@ -491,6 +501,45 @@ async fn every_row_type_round_trips_through_its_table() {
     assert_eq!(b, rows.breakdowns);
     let v: Vec<VerdictRow> = rows_of(&store, &q("straggler_verdicts")).await;
     assert_eq!(v, rows.verdicts);
+    let g: Vec<GainRow> = rows_of(&store, &q("straggler_gains")).await;
+    assert_eq!(g, rows.gains);
+    // The stragglers route's read of it (migration 0017), then a later
+    // version of the verdict whose gain has no value by the definition.
+    let job = &rows.gains[0].job_id;
+    let stored = store.straggler_gains(job).await.unwrap();
+    let gain = |g: &StoredGainRow| {
+        (
+            g.rank,
+            g.first_step,
+            g.last_step,
+            g.expected_gain_pct,
+            g.updated_ns,
+        )
+    };
+    let first = &rows.gains[0];
+    assert_eq!(
+        stored.iter().map(gain).collect::<Vec<_>>(),
+        vec![(3, 2, 6, Some(12.5), first.updated_ns)]
+    );
+    let later = GainRow {
+        last_step: 7,
+        expected_gain_pct: None,
+        updated_ns: first.updated_ns + 1,
+        ..first.clone()
+    };
+    handle
+        .write(RowSet {
+            gains: vec![later.clone()],
+            ..RowSet::default()
+        })
+        .await
+        .unwrap();
+    let stored = store.straggler_gains(job).await.unwrap();
+    assert_eq!(
+        stored.iter().map(gain).collect::<Vec<_>>(),
+        vec![(3, 2, 7, None, later.updated_ns)]
+    );
+    assert!(store.straggler_gains("other-job").await.unwrap().is_empty());
     let h: Vec<HangRow> = rows_of(&store, &q("hang_suspects")).await;
     assert_eq!(h, rows.hangs);
     let t = &rows.telemetry;
@@ -652,13 +701,13 @@ async fn concurrent_writes_are_all_acknowledged_and_stored_exactly_once() {
         ))
         .unwrap();
     assert_eq!(ranks.trim(), "1");
-    // 15 tables, and the batch's `ingest_intents` row written first; one
-    // `ranks` row in all.
-    assert_eq!(load(&m.rows_written), 16 * n + 1);
+    // 16 tables (`straggler_gains` of migration 0017 included), and the
+    // batch's `ingest_intents` row written first; one `ranks` row in all.
+    assert_eq!(load(&m.rows_written), 17 * n + 1);
     assert_eq!(load(&m.insert_failures), 0);
-    // Batched: 14 tables and the intents per flush (and `ranks` once), far
+    // Batched: 15 tables and the intents per flush (and `ranks` once), far
     // fewer flushes than row sets.
-    assert_eq!(load(&m.inserts), 15 * load(&m.flushes) + 1);
+    assert_eq!(load(&m.inserts), 16 * load(&m.flushes) + 1);
     assert!(
         load(&m.flushes) < n,
         "{} flushes for {n} row sets",
@@ -1106,6 +1155,7 @@ async fn retention_drops_old_day_partitions_and_keeps_recent_ones() {
         "step_breakdown",
         "steps",
         "straggler_evidence",
+        "straggler_gains",
         "straggler_verdicts",
     ];
     let mut expected: Vec<String> = tables

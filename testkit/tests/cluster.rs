@@ -367,6 +367,7 @@ async fn cluster_mode_answers_like_a_single_server() {
         Table::StragglerVerdicts,
         Table::HangSuspects,
         Table::StragglerEvidence,
+        Table::StragglerGains,
     ];
     for t in Table::ALL {
         let last = if replacing.contains(&t) { " FINAL" } else { "" };

@@ -207,23 +207,65 @@ async fn the_expected_gain_of_a_planted_straggler_matches_the_simulators_truth()
         assert!(err.to_string().contains(want), "{path}: {err}");
     }
     // A restarted collector holds no live verdict: the gains come from the
-    // stored breakdowns, and are the same.
+    // ones stored with the versions (straggler_gains, migration 0017), and
+    // are the same; without them (versions stored before the migration)
+    // from the stored breakdowns, the same again.
     stack.restart_collector().await;
-    for (job, first, live) in served {
-        let rows = stack
-            .api_get(&format!("/api/v1/jobs/{job}/stragglers"))
-            .await;
-        let s = rows["stragglers"]
+    let rank5 = |rows: &serde_json::Value, job: &str, first: u64| {
+        rows["stragglers"]
             .as_array()
             .unwrap()
             .iter()
             .find(|s| s["rank"] == 5 && s["first_step"].as_u64() == Some(first))
             .cloned()
-            .unwrap_or_else(|| panic!("{job}: rank 5's verdict stored: {rows}"));
+            .unwrap_or_else(|| panic!("{job}: rank 5's verdict stored: {rows}"))
+    };
+    for &(job, first, live) in &served {
+        let rows = stack
+            .api_get(&format!("/api/v1/jobs/{job}/stragglers"))
+            .await;
+        let s = rank5(&rows, job, first);
         let stored = s["expected_gain_pct"].as_f64().unwrap();
         assert!(
             (stored - live).abs() < 1e-9,
-            "{job}: {stored} from the stored rows, {live} from memory"
+            "{job}: {stored} from the stored gain, {live} from memory"
+        );
+        // The version served has its gain stored with it.
+        let row = stack
+            .clickhouse
+            .query(&format!(
+                "SELECT expected_gain_pct FROM {}.straggler_gains FINAL \
+                 WHERE job_id = '{job}' AND rank = 5 AND first_step = {first} \
+                 AND updated_ns = {} AND last_step = {}",
+                stack.database, s["updated_ns"], s["last_step"]
+            ))
+            .unwrap();
+        let row: f64 = row
+            .trim()
+            .parse()
+            .unwrap_or_else(|_| panic!("{job}: no stored gain of the version served: {row:?}"));
+        assert!(
+            (row - stored).abs() < 1e-9,
+            "{job}: stored {row}, served {stored}"
+        );
+    }
+    stack
+        .clickhouse
+        .query(&format!(
+            "TRUNCATE TABLE {}.straggler_gains",
+            stack.database
+        ))
+        .unwrap();
+    for &(job, first, live) in &served {
+        let rows = stack
+            .api_get(&format!("/api/v1/jobs/{job}/stragglers"))
+            .await;
+        let computed = rank5(&rows, job, first)["expected_gain_pct"]
+            .as_f64()
+            .unwrap();
+        assert!(
+            (computed - live).abs() < 1e-9,
+            "{job}: {computed} from the stored breakdowns, {live} from memory"
         );
     }
     stack.stop().await;

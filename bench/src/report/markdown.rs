@@ -443,7 +443,9 @@ fn query(s: &mut String, d: &Details) {
          `step_breakdown` for 4,096 ranks x 100 steps and 16,384 ranks x 100 steps, and every \
          `straggler_verdicts` version the live tracker would write for the 16,384-rank job (1 % \
          of the ranks stragglers from step 3 on, updated at every step; 6 % with one short \
-         episode), and the 16,384-rank job's {} collectives (3 per rank and step: an \
+         episode) with the what-if gain the stream stores with each version \
+         (`straggler_gains`, migration 0017: the route reads no breakdowns), and the \
+         16,384-rank job's {} collectives (3 per rank and step: an \
          all-gather, a reduce-scatter and the loss all-reduce, with arrival jitter and the \
          stragglers arriving late): {} rows in {:.1} s, {} verdict versions for {} verdicts. \
          The collectives route is job-wide: ClickHouse aggregates every collective of the job \

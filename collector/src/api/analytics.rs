@@ -244,18 +244,27 @@ pub(super) async fn stragglers(
     State(st): State<ApiState>,
     Path(job): Path<String>,
 ) -> Result<Json<serde_json::Value>, ApiError> {
-    // The verdicts and their evidence are independent reads: concurrent.
-    let (rows, evidence) =
-        tokio::join!(st.store.stragglers(&job), st.store.straggler_evidence(&job));
+    // The verdicts, their stored gains and evidence are independent reads:
+    // concurrent.
+    let (rows, gains, evidence) = tokio::join!(
+        st.store.stragglers(&job),
+        st.store.straggler_gains(&job),
+        st.store.straggler_evidence(&job)
+    );
     // Versions raised but perhaps not stored yet: answered at once, with
-    // their gains when the stream computed them from memory.
-    let versions = crate::stream::live::merge(rows?, st.live.of(&job, crate::service::now_ns()));
+    // their gains when the stream computed them from memory; stored
+    // versions with the gain the stream stored with them (migration 0017).
+    let mut versions =
+        crate::stream::live::merge(rows?, st.live.of(&job, crate::service::now_ns()));
+    crate::stream::live::fill_stored(&mut versions, gains?);
     st.require_job(&job, versions.is_empty()).await?;
     let mut evidence: std::collections::HashMap<(u32, u64), EvidenceReadRow> = evidence?
         .into_iter()
         .map(|e| ((e.rank, e.first_step), e))
         .collect();
-    // The other gains from the stored breakdowns (no read when none).
+    // The other gains (versions stored before migration 0017, or raised
+    // while some of their steps were not in memory) from the stored
+    // breakdowns (no read when none).
     let spans: Vec<(u32, u64, u64)> = versions
         .iter()
         .filter(|v| v.gain.is_none())

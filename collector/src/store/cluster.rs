@@ -16,7 +16,7 @@
 //! Sharding keys ([`sharding_key`]): `cityHash64(job_id)` for every table with a `job_id`
 //! column, so all rows of one job live on one shard: the ReplacingMergeTree tables
 //! (`ranks`, `step_breakdown`, `straggler_verdicts`, `hang_suspects`,
-//! `straggler_evidence`) are keyed by job, so every version of a row meets its
+//! `straggler_evidence`, `straggler_gains`) are keyed by job, so every version of a row meets its
 //! replacement on the same shard and `FINAL` stays exact. Node telemetry has no job:
 //! `gpu_samples` and `host_samples` use `cityHash64(node)` (one node's series stays
 //! together, so `LIMIT 1 BY node, gpu_index` is exact per shard). `ingest_batches` has a

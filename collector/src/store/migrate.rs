@@ -121,6 +121,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "0016_gpu_errors",
         sql: include_str!("../../schema/0016_gpu_errors.sql"),
     },
+    Migration {
+        version: 17,
+        name: "0017_straggler_gains",
+        sql: include_str!("../../schema/0017_straggler_gains.sql"),
+    },
 ];
 
 /// Version of the migration whose rollup is filled from existing rows right
@@ -385,6 +390,7 @@ mod tests {
             (14, "0014_fleet_rollup", "fnv1a64:c0c047f42e345705"),
             (15, "0015_job_owners", "fnv1a64:49c457df14c43943"),
             (16, "0016_gpu_errors", "fnv1a64:eec204356dac2ccf"),
+            (17, "0017_straggler_gains", "fnv1a64:4683a2d15524a5e1"),
         ];
         let actual: Vec<(u32, &str, String)> = MIGRATIONS
             .iter()
@@ -400,7 +406,7 @@ mod tests {
     #[test]
     fn versions_are_dense_and_match_names() {
         let versions: Vec<u32> = MIGRATIONS.iter().map(|m| m.version).collect();
-        let expected: Vec<u32> = (1..=16).collect();
+        let expected: Vec<u32> = (1..=17).collect();
         assert_eq!(versions, expected);
         for m in MIGRATIONS {
             assert!(

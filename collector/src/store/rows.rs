@@ -295,6 +295,20 @@ pub struct VerdictRow {
     pub updated_ns: u64,
 }
 
+/// `straggler_gains` (migration 0017): the what-if gain of one verdict
+/// version, computed by the stream over every step of the verdict
+/// (`rankscope_analysis::expected_gain_pct`); keyed like [`VerdictRow`].
+#[derive(Debug, Clone, PartialEq, Row, Serialize, Deserialize)]
+pub struct GainRow {
+    pub job_id: String,
+    pub rank: u32,
+    pub first_step: u64,
+    pub last_step: u64,
+    pub expected_gain_pct: Option<f64>,
+    pub first_seen_ns: u64,
+    pub updated_ns: u64,
+}
+
 /// `hang_suspects`: a rank that stopped ending steps (`last_step` -1: none ended).
 #[derive(Debug, Clone, PartialEq, Eq, Row, Serialize, Deserialize)]
 pub struct HangRow {
@@ -375,6 +389,8 @@ pub struct RowSet {
     /// Analytics results (written by the stream task, not by ingest).
     pub breakdowns: Vec<BreakdownRow>,
     pub verdicts: Vec<VerdictRow>,
+    /// The stored gains of some `verdicts` (migration 0017).
+    pub gains: Vec<GainRow>,
     pub hangs: Vec<HangRow>,
     /// Alert transitions (written by the alert task).
     pub alerts: Vec<AlertRow>,
@@ -491,6 +507,7 @@ impl RowSet {
             T::Ranks => self.ranks.clear(),
             T::StepBreakdown => self.breakdowns.clear(),
             T::StragglerVerdicts => self.verdicts.clear(),
+            T::StragglerGains => self.gains.clear(),
             T::HangSuspects => self.hangs.clear(),
             T::Alerts => self.alerts.clear(),
             T::TraceRanks => self.traces.clear(),
@@ -527,6 +544,7 @@ impl RowSet {
             + self.batches.len()
             + self.breakdowns.len()
             + self.verdicts.len()
+            + self.gains.len()
             + self.hangs.len()
             + self.alerts.len()
             + self.traces.len()

@@ -754,6 +754,8 @@ async fn commit_tables(
             sets,
             |r| &r.verdicts
         ),
+        write_table(store, metrics, timeout, Table::StragglerGains, sets, |r| &r
+            .gains),
         write_table(store, metrics, timeout, Table::HangSuspects, sets, |r| &r
             .hangs),
         write_table(store, metrics, timeout, Table::Alerts, sets, |r| &r.alerts),
@@ -819,12 +821,13 @@ async fn commit_tables(
         r19,
         r20,
         r21,
+        r22,
     ) = results;
     let mut written = 0u32;
     let mut first_error = None;
     for r in [
         r0, r1, r2, r3, r4, r5, r6, r7, r8, r9, r10, r11, r12, r13, r14, r15, r16, r17, r18, r19,
-        r20, r21,
+        r20, r21, r22,
     ] {
         match r {
             Ok(table) => written |= table_bit(table),

@@ -15,8 +15,10 @@
 //! goes back to an older version when the row lands.
 //!
 //! A version raised while every step of it was in the stream's memory
-//! carries its what-if gain (`recent`), so the route reads no breakdowns
-//! for it; the others' gains are computed from the stored breakdowns.
+//! carries its what-if gain (`recent`), held here and stored with it in
+//! `straggler_gains` (migration 0017, [`fill_stored`]), so the route reads
+//! no breakdowns for it, before or after a restart; the others' gains are
+//! computed from the stored breakdowns.
 //!
 //! Memory: versions older than [`HORIZON_NS`] are pruned when a version is
 //! recorded, at most once a second (stored by then, or their write failed
@@ -29,6 +31,7 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 
 use crate::store::analytics::StragglerRow;
+use crate::store::gains::StoredGainRow;
 use crate::store::VerdictRow;
 
 /// How long a raised version is served from memory.
@@ -169,6 +172,24 @@ pub fn merge(stored: Vec<StragglerRow>, live: Vec<Version>) -> Vec<Version> {
     out
 }
 
+/// Gives each version without a gain the stored gain of the same version
+/// (same `updated_ns` and `last_step`); a stored gain of another version
+/// (the verdict's latest version had none stored) is not used.
+pub fn fill_stored(versions: &mut [Version], stored: Vec<StoredGainRow>) {
+    let by_key: HashMap<(u32, u64), StoredGainRow> = stored
+        .into_iter()
+        .map(|g| ((g.rank, g.first_step), g))
+        .collect();
+    for v in versions.iter_mut().filter(|v| v.gain.is_none()) {
+        if let Some(g) = by_key
+            .get(&(v.row.rank, v.row.first_step))
+            .filter(|g| g.updated_ns == v.row.updated_ns && g.last_step == v.row.last_step)
+        {
+            v.gain = Some(g.expected_gain_pct);
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -272,5 +293,68 @@ mod tests {
             .of("big", t + 1)
             .iter()
             .any(|v| v.row.rank == 0 && v.row.active == 0));
+    }
+
+    #[test]
+    fn stored_gains_fill_only_their_own_version() {
+        let row = |rank, first_step, updated_ns| {
+            straggler_row(&version("j", rank, first_step, true, updated_ns))
+        };
+        let gain = |rank, first_step, last_step, pct, updated_ns| StoredGainRow {
+            rank,
+            first_step,
+            last_step,
+            expected_gain_pct: pct,
+            updated_ns,
+        };
+        let mut versions = vec![
+            // Stored gain of this version: used.
+            Version {
+                row: row(1, 0, 10),
+                gain: None,
+            },
+            // Stored gain null (no value by the definition): known.
+            Version {
+                row: row(2, 0, 10),
+                gain: None,
+            },
+            // Stored gain of an older version: not used.
+            Version {
+                row: row(3, 0, 20),
+                gain: None,
+            },
+            // No stored gain (written before migration 0017).
+            Version {
+                row: row(4, 0, 10),
+                gain: None,
+            },
+            // A live gain is kept.
+            Version {
+                row: row(5, 0, 10),
+                gain: Some(Some(7.0)),
+            },
+        ];
+        fill_stored(
+            &mut versions,
+            vec![
+                gain(1, 0, 2, Some(3.5), 10),
+                gain(2, 0, 2, None, 10),
+                gain(3, 0, 2, Some(1.0), 10),
+                gain(5, 0, 2, Some(1.0), 10),
+                // Same updated_ns, other last step: not this version.
+                gain(4, 0, 9, Some(1.0), 10),
+            ],
+        );
+        let got: Vec<_> = versions.iter().map(|v| (v.row.rank, v.gain)).collect();
+        assert_eq!(
+            got,
+            vec![
+                (1, Some(Some(3.5))),
+                (2, Some(None)),
+                (3, None),
+                (4, None),
+                (5, Some(Some(7.0)))
+            ]
+        );
     }
 }

@@ -110,6 +110,10 @@ const SCHEMA: &[(&str, &[Expect])] = &[
         "0016_gpu_errors",
         &[Create("gpu_error_samples", NODE, "MergeTree")],
     ),
+    (
+        "0017_straggler_gains",
+        &[Create("straggler_gains", JOB, "ReplacingMergeTree")],
+    ),
 ];
 
 fn schema() -> ClusterSchema {
