@@ -183,10 +183,10 @@ fn strip_duration(name: &mut String) {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    fn ev(ph: &str, cat: &str, name: &str, tid: Scalar) -> RawEvent {
+    pub(crate) fn ev(ph: &str, cat: &str, name: &str, tid: Scalar) -> RawEvent {
         RawEvent {
             ph: Scalar::Str(ph.into()),
             cat: Scalar::Str(cat.into()),

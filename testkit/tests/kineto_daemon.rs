@@ -7,6 +7,8 @@
 //! the other). Another daemon on this machine holding the name (a dynolog,
 //! or a `make up` agent) makes them fail with a message saying so.
 
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -41,20 +43,7 @@ async fn agent_tracing_on_start(dir: &Path, iterations: u64) -> rankscope_agent:
         keep_traces: true,
         ..Default::default()
     };
-    // A previous test's agent frees the name as its runtime winds down.
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let a = rankscope_agent::start(cfg.clone()).await.expect("agent");
-        if a.kineto_listening() {
-            return a;
-        }
-        a.shutdown().await;
-        assert!(
-            Instant::now() < deadline,
-            "the agent could not serve @dynolog: is a dynolog or another rankscope agent (make up) running?"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    common::start_dynolog_agent(cfg).await
 }
 
 /// A plain 2-rank torchrun DDP job, `KINETO_USE_DAEMON=1`, job id `job`.

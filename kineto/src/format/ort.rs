@@ -115,18 +115,9 @@ impl Normaliser {
 
 #[cfg(test)]
 mod tests {
+    use crate::format::tests::ev;
     use crate::format::{Format, Normaliser};
-    use crate::raw::{Num, RawEvent, Scalar};
-
-    fn ev(ph: &str, cat: &str, name: &str, tid: Scalar) -> RawEvent {
-        RawEvent {
-            ph: Scalar::Str(ph.into()),
-            cat: Scalar::Str(cat.into()),
-            name: Scalar::Str(name.into()),
-            tid,
-            ..RawEvent::default()
-        }
-    }
+    use crate::raw::{Num, Scalar};
 
     #[test]
     fn runs_become_steps_and_nodes_operators() {
