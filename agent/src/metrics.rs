@@ -100,6 +100,7 @@ pub struct Metrics {
     pub(crate) batches_retried: AtomicU64,
     pub(crate) batches_acked: AtomicU64,
     pub(crate) batches_duplicate: AtomicU64,
+    pub(crate) batches_tried_elsewhere: AtomicU64,
     pub(crate) batches_rejected: AtomicU64,
     pub(crate) delivered_events: AtomicU64,
     pub(crate) gpu_samples: AtomicU64,
@@ -192,6 +193,7 @@ impl Metrics {
             batches_retried: get(&self.batches_retried),
             batches_acked,
             batches_duplicate: get(&self.batches_duplicate),
+            batches_tried_elsewhere: get(&self.batches_tried_elsewhere),
             batches_rejected,
             backlog_batches: batches_created.saturating_sub(batches_acked + batches_rejected),
             backlog_bytes,
@@ -262,6 +264,9 @@ pub struct MetricsSnapshot {
     pub batches_acked: u64,
     /// Acknowledged batches the collector had already stored.
     pub batches_duplicate: u64,
+    /// Calls of a batch another collector had before (its job's owner
+    /// changed while it was unacknowledged).
+    pub batches_tried_elsewhere: u64,
     /// Batches the collector rejected permanently.
     pub batches_rejected: u64,
     /// Batches cut and not yet acknowledged or rejected (gauge).
@@ -324,6 +329,7 @@ impl MetricsSnapshot {
             ("batches_retried", self.batches_retried),
             ("batches_acked", self.batches_acked),
             ("batches_duplicate", self.batches_duplicate),
+            ("batches_tried_elsewhere", self.batches_tried_elsewhere),
             ("batches_rejected", self.batches_rejected),
             ("delivered_events", self.delivered_events),
             ("gpu_samples", self.gpu_samples),

@@ -187,6 +187,11 @@ impl Resend {
                 if let Some(v) = &auth {
                     request.metadata_mut().insert("authorization", v.clone());
                 }
+                // A previous run may have sent it to another collector.
+                request.metadata_mut().insert(
+                    rankscope_proto::resend::TRIED_ELSEWHERE,
+                    tonic::metadata::MetadataValue::from_static("1"),
+                );
                 let channel = crate::route::lock(&routes)
                     .owner(&job)
                     .map(|(_, t)| t.channel.clone());

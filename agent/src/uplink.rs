@@ -28,6 +28,10 @@
 //!   duplicate detection starts a session it has not seen from what
 //!   ClickHouse holds (`ingest_batches`), so a batch the dead owner stored
 //!   but never acknowledged is acknowledged as a duplicate;
+//! * a batch sent to a collector after another one had it (failover, or
+//!   failback to a returning owner) says so (`resend::TRIED_ELSEWHERE`,
+//!   see `tried`): the collector then checks ClickHouse for it even when
+//!   it knows the session (what it knows predates the other's writes);
 //! * permanent failure => logged, counted as
 //!   `dropped_events{reason="rejected_by_collector"}`, never retried.
 //!
@@ -54,6 +58,7 @@ use crate::metrics::{DropReason, Metrics};
 use crate::route::Routes;
 
 mod lanes;
+mod tried;
 use lanes::Lane;
 
 use rankscope_proto::codec::{StampedBatch, StampedCodec};
@@ -96,6 +101,8 @@ struct Slot {
     call: Option<tokio::task::AbortHandle>,
     /// The current call is a degraded collector's probe.
     probe: bool,
+    /// The collectors it was sent to.
+    tried: tried::Tried,
 }
 
 /// The target of every call in dump mode (no collector).
@@ -231,7 +238,7 @@ impl Uplink {
                 pending = input.recv(), if input_open && room => match pending {
                     Some(p) => {
                         self.next_order += 1;
-                        self.window.insert(self.next_order, Slot { pending: p, attempts: 0, target: None, call: None, probe: false });
+                        self.window.insert(self.next_order, Slot { pending: p, attempts: 0, target: None, call: None, probe: false, tried: tried::Tried::default() });
                     }
                     None => input_open = false,
                 },
@@ -305,6 +312,7 @@ impl Uplink {
         }
         slot.attempts += 1;
         slot.probe = probe;
+        let elsewhere = slot.tried.record(&key);
         let (session, seq) = (slot.pending.session, slot.pending.seq);
         // Encoded once, when it was cut; each call stamps its send time.
         let body = StampedBatch {
@@ -328,6 +336,13 @@ impl Uplink {
                 let mut request = tonic::Request::new(body);
                 if let Some(auth) = &self.auth {
                     request.metadata_mut().insert("authorization", auth.clone());
+                }
+                if elsewhere {
+                    Metrics::inc(&self.metrics.batches_tried_elsewhere);
+                    request.metadata_mut().insert(
+                        rankscope_proto::resend::TRIED_ELSEWHERE,
+                        tonic::metadata::MetadataValue::from_static("1"),
+                    );
                 }
                 self.calls
                     .spawn(async move { (order, ingest(channel, request).await) })

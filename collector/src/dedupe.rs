@@ -20,9 +20,11 @@
 //!
 //! A session the tracker does not know is seeded from `ingest_batches` before
 //! its first batch is classified (see `service`), so duplicates are also
-//! caught across a collector restart and on a re-import of the same trace. With several collectors, an
-//! agent's batches must reach the same collector (per-agent affinity) for
-//! this to hold; the stored rows carry the batch identity regardless.
+//! caught across a collector restart and on a re-import of the same trace. With several collectors,
+//! a job's batches go to its owner; a batch the agent sent to another
+//! collector before (its job moved while it was unacknowledged) comes
+//! marked, and the session is seeded again from `ingest_batches` (added to
+//! what is tracked) before it is classified (see `service`).
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 
@@ -109,7 +111,9 @@ impl Dedupe {
     }
 
     /// Starts tracking a session with the seqs already stored for it (all of
-    /// them, as read from `ingest_batches`).
+    /// them, as read from `ingest_batches`). On a session already tracked it
+    /// adds them (what another collector stored meanwhile), and seqs in
+    /// flight here stay in flight.
     pub fn seed(&mut self, agent_id: &str, session: u64, stored: &[u64]) {
         let s = self.session((agent_id.to_owned(), session));
         for &seq in stored {
@@ -241,6 +245,27 @@ mod tests {
         assert_eq!(d.begin("a", 7, 5), Verdict::New);
         d.seed("b", 1, &[]);
         assert!(d.knows("b", 1));
+    }
+
+    #[test]
+    fn seeding_a_tracked_session_adds_what_another_collector_stored() {
+        let mut d = Dedupe::new(8);
+        d.seed("a", 7, &[1, 2]);
+        assert_eq!(d.begin("a", 7, 3), Verdict::New);
+        // Meanwhile another collector stored 4 and 5 (the job moved away
+        // and back): this collector's watermark predates them.
+        assert_eq!(d.begin("a", 7, 4), Verdict::New, "stale without a seed");
+        d.finish("a", 7, 4, false);
+        d.seed("a", 7, &[1, 2, 4, 5]);
+        assert_eq!(d.begin("a", 7, 4), Verdict::Duplicate);
+        assert_eq!(d.begin("a", 7, 5), Verdict::Duplicate);
+        assert_eq!(
+            d.begin("a", 7, 3),
+            Verdict::InFlight,
+            "3 is still written here"
+        );
+        d.finish("a", 7, 3, true);
+        assert_eq!(d.next_expected("a", 7), 6);
     }
 
     #[test]

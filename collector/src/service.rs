@@ -224,6 +224,41 @@ impl IngestService {
         Ok(())
     }
 
+    /// A batch another collector may have stored (the agent says so:
+    /// `rankscope_proto::resend`). What this collector knows of the session
+    /// may predate that collector's writes (it held the job before, and
+    /// gets it back), so ClickHouse is asked: the session's stored seqs join
+    /// duplicate detection (a stored batch is then a duplicate), and a batch
+    /// with an intent but no `ingest_batches` row is completed like one a
+    /// killed collector left (only the tables lacking its rows are written).
+    async fn check_elsewhere(&self, b: &proto::AgentBatch) -> Result<(), Status> {
+        let unavailable = |e: crate::store::StoreError| {
+            Status::unavailable(format!(
+                "cannot check whether another collector stored the batch: {e}"
+            ))
+        };
+        let stored = self
+            .store
+            .acked_batches(&b.agent_id, b.agent_session)
+            .await
+            .map_err(unavailable)?;
+        let partial = !stored.contains(&b.seq)
+            && self
+                .store
+                .batch_has_intent(&b.agent_id, b.agent_session, b.seq)
+                .await
+                .map_err(unavailable)?;
+        if let Ok(mut d) = self.dedupe.lock() {
+            d.seed(&b.agent_id, b.agent_session, &stored);
+        }
+        if partial {
+            if let Ok(mut u) = self.uncommitted.lock() {
+                u.insert((b.agent_id.clone(), b.agent_session, b.seq));
+            }
+        }
+        Ok(())
+    }
+
     fn verdict(&self, b: &proto::AgentBatch) -> Result<Verdict, Status> {
         let mut d = self
             .dedupe
@@ -262,6 +297,9 @@ impl proto::collector_ingest_server::CollectorIngest for IngestService {
     ) -> Result<Response<proto::IngestAck>, Status> {
         use std::sync::atomic::Ordering::Relaxed;
         let received = std::time::Instant::now();
+        let elsewhere = request
+            .metadata()
+            .contains_key(rankscope_proto::resend::TRIED_ELSEWHERE);
         let batch = request.into_inner();
         self.metrics.batches_received.fetch_add(1, Relaxed);
         let rows = convert::convert(&batch, now_ns()).map_err(|e| {
@@ -296,6 +334,12 @@ impl proto::collector_ingest_server::CollectorIngest for IngestService {
         if let Err(status) = self.ensure_session(&batch).await {
             self.metrics.batches_retry.fetch_add(1, Relaxed);
             return Err(status);
+        }
+        if elsewhere {
+            if let Err(status) = self.check_elsewhere(&batch).await {
+                self.metrics.batches_retry.fetch_add(1, Relaxed);
+                return Err(status);
+            }
         }
         match self.verdict(&batch)? {
             Verdict::Duplicate => {

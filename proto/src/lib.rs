@@ -11,6 +11,7 @@
 pub mod attribution;
 pub mod auth;
 pub mod codec;
+pub mod resend;
 pub mod tls;
 pub mod validate;
 

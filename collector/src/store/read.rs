@@ -23,6 +23,7 @@ const JOB_EXISTS_SQL: QueryFile = query_file!("job_exists");
 const STEP_TIMES_SQL: QueryFile = query_file!("step_times");
 const LAST_STEPS_SQL: QueryFile = query_file!("last_steps");
 const ACKED_BATCHES_SQL: QueryFile = query_file!("acked_batches");
+const BATCH_INTENT_SQL: QueryFile = query_file!("batch_intent");
 const COUNT_ROWS_SQL: QueryFile = query_file!("count_rows");
 const COUNT_ALL_ROWS_SQL: QueryFile = query_file!("count_all_rows");
 
@@ -221,6 +222,25 @@ impl Store {
             .await
             .map_err(StoreError::query("read stored batches"))?;
         Ok(rows.into_iter().map(|r| r.batch_seq).collect())
+    }
+
+    /// Whether a collector began storing batch `seq` of an agent session
+    /// (it has an `ingest_intents` row).
+    pub async fn batch_has_intent(
+        &self,
+        agent_id: &str,
+        agent_session: u64,
+        seq: u64,
+    ) -> Result<bool, StoreError> {
+        let n: u64 = self
+            .read(BATCH_INTENT_SQL)
+            .bind(agent_id)
+            .bind(agent_session)
+            .bind(seq)
+            .fetch_one()
+            .await
+            .map_err(StoreError::query("read a batch's intent"))?;
+        Ok(n > 0)
     }
 
     /// Rows of `job` in `table` (for tests and diagnostics). Tables without a job

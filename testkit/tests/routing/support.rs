@@ -93,7 +93,12 @@ pub async fn node_agent(n: u32, collector_url: &str, dir: &Path) -> rankscope_ag
         .into_owned();
     cfg.collector_resolve_interval_ms = 200;
     cfg.collector_failover_after_ms = 1_000;
-    cfg.request_timeout_ms = 5_000;
+    // The product default: a killed collector's calls fail at once
+    // (connection refused or reset), so this does not slow the failover;
+    // a shorter one makes a live collector that is slow under load (a
+    // take-over rebuilding a job's state on a busy machine) look down, and
+    // the job moves a second time.
+    cfg.request_timeout_ms = 30_000;
     rankscope_agent::start(cfg).await.expect("agent starts")
 }
 
