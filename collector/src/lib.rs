@@ -28,6 +28,7 @@ pub mod ownership;
 pub mod service;
 pub mod store;
 pub mod stream;
+mod tick;
 pub mod tls;
 pub mod traces;
 

@@ -25,17 +25,16 @@ pub fn spawn(
     if !rule.enabled {
         return None;
     }
-    Some(tokio::spawn(async move {
-        tokio::pin!(shutdown);
-        let mut tick = tokio::time::interval(Duration::from_millis(rule.evaluate_interval_ms));
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        loop {
-            tokio::select! {
-                () = &mut shutdown => break,
-                _ = tick.tick() => round(&store, &rule, &alerts).await,
-            }
-        }
-    }))
+    let period = Duration::from_millis(rule.evaluate_interval_ms);
+    Some(crate::tick::spawn_every(
+        period,
+        (store, rule, alerts),
+        shutdown,
+        |s| async move {
+            let (store, rule, alerts) = &*s;
+            round(store, rule, alerts).await;
+        },
+    ))
 }
 
 async fn round(store: &Store, rule: &ClockSkewRule, alerts: &AlertHandle) {

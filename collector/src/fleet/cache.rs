@@ -180,19 +180,10 @@ impl FleetCache {
         store: Store,
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> tokio::task::JoinHandle<()> {
-        let cache = self.clone();
-        tokio::spawn(async move {
-            tokio::pin!(shutdown);
-            let mut tick = tokio::time::interval(
-                Duration::from_nanos(cache.tick_ns / 2).max(Duration::from_millis(5)),
-            );
-            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-            loop {
-                tokio::select! {
-                    () = &mut shutdown => break,
-                    _ = tick.tick() => cache.refresh(&store).await,
-                }
-            }
+        let period = Duration::from_nanos(self.tick_ns / 2).max(Duration::from_millis(5));
+        crate::tick::spawn_every(period, (self.clone(), store), shutdown, |s| async move {
+            let (cache, store) = &*s;
+            cache.refresh(store).await;
         })
     }
 

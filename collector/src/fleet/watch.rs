@@ -90,17 +90,17 @@ pub fn spawn(
     if !rule.enabled {
         return None;
     }
-    Some(tokio::spawn(async move {
-        tokio::pin!(shutdown);
-        let mut tick = tokio::time::interval(Duration::from_millis(rule.evaluate_interval_ms));
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        loop {
-            tokio::select! {
-                () = &mut shutdown => break,
-                _ = tick.tick() => round(&store, &rule, &alerts, &gauges, &answers).await,
-            }
-        }
-    }))
+    let period = Duration::from_millis(rule.evaluate_interval_ms);
+    let state = (store, rule, alerts, gauges, answers);
+    Some(crate::tick::spawn_every(
+        period,
+        state,
+        shutdown,
+        |s| async move {
+            let (store, rule, alerts, gauges, answers) = &*s;
+            round(store, rule, alerts, gauges, answers).await;
+        },
+    ))
 }
 
 async fn round(
