@@ -163,22 +163,28 @@ async fn the_gpu_that_slows_every_job_it_lands_in_is_ranked_first_and_alerted_on
             .analytics_final(&format!("fleet-{j:02}"), u64::from(RANKS) * STEPS)
             .await;
     }
-    // Verdicts reach ClickHouse through the results writer: poll until the
-    // slow GPU's and the one-off's are all stored.
+    // Verdicts reach ClickHouse through the results writer and placements
+    // through the samples' writer, each on its own flush: poll until the
+    // slow GPU's and the one-off's verdicts and every job's placement on
+    // the busy GPU are all stored (CI once read 29 of its 30 jobs).
     let n_slow = slow_jobs.len() as u64;
     let rows = stack
         .api_poll("/api/v1/fleet?since=1d&by=gpu", "rows", |rows| {
-            let flagged = |g: &str| {
+            let field = |g: &str, f: &str| {
                 rows.iter()
                     .find(|r| r["gpu_uuid"] == g)
-                    .and_then(|r| r["flagged_placements"].as_u64())
+                    .and_then(|r| r[f].as_u64())
             };
+            let flagged = |g: &str| field(g, "flagged_placements");
             let one_off: u64 = rows
                 .iter()
                 .filter(|r| r["node"] == node(ONE_OFF_NODE).as_str())
                 .filter_map(|r| r["flagged_placements"].as_u64())
                 .sum();
-            flagged(&gpu(SLOW.0, SLOW.1)) == Some(n_slow) && one_off == 1
+            flagged(&gpu(SLOW.0, SLOW.1)) == Some(n_slow)
+                && one_off == 1
+                && field(&gpu(BUSY.0, BUSY.1), "jobs") == Some(JOBS as u64)
+                && field(&gpu(ONCE_NODE, 0), "jobs") == Some(1)
         })
         .await;
 
