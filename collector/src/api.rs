@@ -59,6 +59,8 @@ pub struct ApiState {
     pub live: Arc<crate::stream::live::LiveVerdicts>,
     /// Fleet answers kept for one `repeat_offender` tick.
     pub fleet: crate::fleet::cache::FleetCache,
+    /// Overview figures kept while a job's inputs are unchanged.
+    pub overviews: Arc<overview::cache::OverviewCache>,
 }
 
 /// The API's router.

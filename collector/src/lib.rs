@@ -352,6 +352,7 @@ pub async fn start(cfg: Config) -> Result<Collector, StartError> {
             traces: trace_hub.clone(),
             live: live_verdicts,
             fleet: fleet_answers,
+            overviews: Default::default(),
         };
         let stop = wait_for(shutdown_rx.clone());
         let app = api::router(state);

@@ -240,7 +240,15 @@ impl ClickHouse {
 
     fn query_at(&self, path: &str, sql: &str) -> Result<String, TestkitError> {
         let (status, body) =
-            http::request(&self.endpoint, "POST", path, sql.as_bytes(), HTTP_TIMEOUT)?;
+            http::request(&self.endpoint, "POST", path, sql.as_bytes(), HTTP_TIMEOUT).map_err(
+                |e| match e {
+                    TestkitError::Http(msg) => {
+                        let head: String = sql.chars().take(80).collect();
+                        TestkitError::Http(format!("{msg} (query: {head})"))
+                    }
+                    other => other,
+                },
+            )?;
         if status == 200 {
             Ok(body)
         } else {

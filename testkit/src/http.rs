@@ -52,6 +52,14 @@ pub(crate) fn request(
     timeout: Duration,
 ) -> Result<(u16, String), TestkitError> {
     let io = |e: std::io::Error| {
+        // A socket timeout reads as EAGAIN ("Resource temporarily
+        // unavailable"): say what it means.
+        let e = match e.kind() {
+            std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut => {
+                format!("no answer within {timeout:?} ({e})")
+            }
+            _ => e.to_string(),
+        };
         TestkitError::Http(format!(
             "{method} http://{}{path_and_query}: {e}",
             endpoint.authority

@@ -173,6 +173,46 @@ async fn every_set_matches_torch_tb_profiler() {
     stack.stop().await;
 }
 
+/// The overview's figures are kept while the job's inputs are unchanged
+/// (`api::overview::cache`): a rank imported later is in the next answer,
+/// and the ranks already there keep their figures.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_kept_overview_follows_a_later_import() {
+    let stack = Stack::start_without_agent().await;
+    let set = kineto("hta_trace_filter_2rank_sm80");
+    let send_opts = stack.send_options();
+    let opts = import::ImportOptions::new("later");
+    let import_one = |file: &str| {
+        let files = import::discover(&[set.join(file)]).expect("trace file");
+        send::import_and_send(files, &opts, &send_opts)
+    };
+    import_one("sampled_rank-0.json.gz").await.expect("import");
+    let path = "/api/v1/jobs/later/overview";
+    let first = stack.api_get(path).await;
+    let ranks = |v: &Value| -> Vec<u64> {
+        v["overview"]
+            .as_array()
+            .unwrap_or_else(|| panic!("{v}"))
+            .iter()
+            .map(|o| o["rank"].as_u64().unwrap())
+            .collect()
+    };
+    assert_eq!(ranks(&first), [0]);
+    // Unchanged inputs: the same answer (served from the kept figures).
+    assert_eq!(stack.api_get(path).await, first);
+    let advice = stack.api_get("/api/v1/jobs/later/advice").await;
+    assert!(advice["advice"].is_array(), "{advice}");
+
+    import_one("sampled_rank-1.json.gz").await.expect("import");
+    let second = stack.api_get(path).await;
+    assert_eq!(ranks(&second), [0, 1], "{second}");
+    assert_eq!(second["overview"][0], first["overview"][0]);
+    // The rank filter is its own entry and agrees with the job's answer.
+    let one = stack.api_get(&format!("{path}?rank=1")).await;
+    assert_eq!(one["overview"][0], second["overview"][1]);
+    stack.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_input_is_named() {
     let stack = Stack::start_without_agent().await;

@@ -26,7 +26,6 @@ use axum::Json;
 use serde_json::{json, Value};
 
 use super::overview::{overviews, RankOverview, RankQuery};
-use super::views::plugin_ranks;
 use super::{ApiError, ApiState};
 
 mod own;
@@ -122,35 +121,17 @@ pub(super) async fn advice(
     );
 
     // Tensor Cores: GEMM / convolution kernel time while no kernel uses them.
-    let ranks = plugin_ranks(&st, &job, q.rank).await?;
     let mut launch_bound = Vec::new();
-    for (r, o) in ranks.iter().zip(&rows) {
-        let ks = r.kernels();
-        let total: u64 = ks.iter().map(|k| k.end_ns.saturating_sub(k.start_ns)).sum();
-        let eligible: u64 = ks
-            .iter()
-            .filter(|k| {
-                let n = k.name.to_ascii_lowercase();
-                n.contains("gemm") || n.contains("conv")
-            })
-            .map(|k| k.end_ns.saturating_sub(k.start_ns))
-            .sum();
-        if o.summary.tensor_core_pct == Some(0.0) && eligible > 0 && total > 0 {
-            let p = 100.0 * eligible as f64 / total as f64;
+    for o in rows.iter() {
+        let k = &o.kernels;
+        if o.summary.tensor_core_pct == Some(0.0) && k.gemm_conv_ns > 0 && k.total_ns > 0 {
+            let p = 100.0 * k.gemm_conv_ns as f64 / k.total_ns as f64;
             out.push(item("tensor_cores_unused", vec![o.rank], p, "pct", format!(
                 "rank {}: {p:.0}% of kernel time is GEMM / convolution kernels and none uses Tensor Cores; enable automatic mixed precision (FP16 / BF16)", o.rank)));
         }
-        let (mut short, mut launched) = (0u64, 0u64);
-        for op in &r.ops.ops {
-            if let Some((call, _)) = &op.launch {
-                launched += 1;
-                let kd = op.end_ns.saturating_sub(op.start_ns);
-                short += u64::from(kd < call.end_ns.saturating_sub(call.start_ns));
-            }
-        }
         let util = o.summary.gpu_util_pct.unwrap_or(100.0);
-        if launched >= 100 && util < LOW_UTIL_PCT && 2 * short > launched {
-            let p = 100.0 * short as f64 / launched as f64;
+        if k.launched >= 100 && util < LOW_UTIL_PCT && 2 * k.short > k.launched {
+            let p = 100.0 * k.short as f64 / k.launched as f64;
             launch_bound.push(item("launch_bound", vec![o.rank], p, "pct", format!(
                 "rank {}: {p:.0}% of its kernels run shorter than their launch calls at {util:.1}% GPU utilization: the CPU cannot keep the GPU busy; fuse kernels (torch.compile) or use CUDA graphs", o.rank)));
         }

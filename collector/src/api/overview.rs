@@ -15,8 +15,14 @@
 //! activities (`runtime`: only calls that launched GPU work are stored),
 //! `dataloader` spans. CPU operators are not stored, so `cpu_exec_us` is
 //! null and their time is in `other_us` (a note says so).
+//!
+//! The per-rank figures are kept per (job, rank filter) while the job's
+//! input tables are unchanged ([`cache`]), for this route and `advice`.
+
+pub mod cache;
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use axum::extract::{Path, Query, State};
 use axum::Json;
@@ -36,7 +42,8 @@ pub struct RankQuery {
 }
 
 /// The figures of one rank.
-pub(super) struct RankOverview {
+#[derive(Debug, Clone)]
+pub struct RankOverview {
     pub rank: u32,
     pub summary: GpuSummary,
     pub steps: u64,
@@ -45,6 +52,43 @@ pub(super) struct RankOverview {
     /// order, then the step time.
     pub roles_us: [f64; 8],
     pub step_us: f64,
+    /// What `advice` reads of the rank's kernels.
+    pub kernels: KernelCounts,
+}
+
+/// A rank's kernel time and launches as `advice` weighs them.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct KernelCounts {
+    /// Σ kernel durations (ns).
+    pub total_ns: u64,
+    /// Σ durations of the kernels named like GEMM or convolution.
+    pub gemm_conv_ns: u64,
+    /// Activities with a launch call.
+    pub launched: u64,
+    /// Of those, the ones that ran shorter than their launch call.
+    pub short: u64,
+}
+
+/// [`KernelCounts`] of one rank.
+fn kernel_counts(r: &PluginRank) -> KernelCounts {
+    let ks = r.kernels();
+    let mut c = KernelCounts::default();
+    for k in &ks {
+        let d = k.end_ns.saturating_sub(k.start_ns);
+        c.total_ns += d;
+        let n = k.name.to_ascii_lowercase();
+        if n.contains("gemm") || n.contains("conv") {
+            c.gemm_conv_ns += d;
+        }
+    }
+    for op in &r.ops.ops {
+        if let Some((call, _)) = &op.launch {
+            c.launched += 1;
+            let kd = op.end_ns.saturating_sub(op.start_ns);
+            c.short += u64::from(kd < call.end_ns.saturating_sub(call.start_ns));
+        }
+    }
+    c
 }
 
 /// The overview of one rank (module doc).
@@ -79,21 +123,33 @@ pub(super) fn rank_overview(r: &PluginRank, dataloader: &[(u64, u64)]) -> RankOv
         span_from: r.span_from,
         roles_us,
         step_us: per_step(e.saturating_sub(s)),
+        kernels: kernel_counts(r),
     }
 }
 
-/// Every rank's overview (errors as the GPU views).
+/// Every rank's overview (errors as the GPU views), computed again only
+/// when the job's inputs changed since the kept one ([`cache`]).
 pub(super) async fn overviews(
     st: &ApiState,
     job: &str,
     rank: Option<u32>,
-) -> Result<Vec<RankOverview>, ApiError> {
+) -> Result<Arc<Vec<RankOverview>>, ApiError> {
+    // Read before the figures: a write during the computation changes the
+    // next request's inputs.
+    let inputs = st.store.view_inputs(job).await?;
+    if let Some(rows) = st.overviews.get(job, rank, &inputs) {
+        return Ok(rows);
+    }
     let ranks = plugin_ranks(st, job, rank).await?;
     let loaders: HashMap<u32, Vec<(u64, u64)>> = st.store.dataloader_spans(job).await?;
-    Ok(ranks
-        .iter()
-        .map(|r| rank_overview(r, loaders.get(&r.rank()).map_or(&[], Vec::as_slice)))
-        .collect())
+    let rows: Arc<Vec<RankOverview>> = Arc::new(
+        ranks
+            .iter()
+            .map(|r| rank_overview(r, loaders.get(&r.rank()).map_or(&[], Vec::as_slice)))
+            .collect(),
+    );
+    st.overviews.put(job, rank, inputs, Arc::clone(&rows));
+    Ok(rows)
 }
 
 /// Min / median / max of `(rank, value)` and the rank farthest from the

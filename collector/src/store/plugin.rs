@@ -21,6 +21,16 @@ const SPANS_SQL: QueryFile = query_file!("job_plugin_spans");
 const CONFIGS_SQL: QueryFile = query_file!("job_kernel_configs");
 const DATALOADER_SQL: QueryFile = query_file!("job_dataloader_spans");
 const ANNOTATIONS_SQL: QueryFile = query_file!("job_gpu_annotations");
+const VIEW_INPUTS_SQL: QueryFile = query_file!("job_view_inputs");
+
+/// One input table of the overview and advice routes, summarised
+/// (`job_view_inputs.sql`): its rows of the job and the sum of a time column.
+#[derive(Debug, Clone, PartialEq, Eq, Row, Deserialize)]
+pub struct ViewInput {
+    pub input: String,
+    pub n: u64,
+    pub time_sum: u64,
+}
 
 /// The plugin's "all steps" span of one rank (absolute ns) and its steps.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -146,6 +156,21 @@ impl Store {
             out.entry(r.rank).or_default().push((r.start_ns, r.end_ns));
         }
         Ok(out)
+    }
+
+    /// What the overview reads of `job`, summarised per table (sorted by
+    /// table): any write to those inputs changes it.
+    pub async fn view_inputs(&self, job: &str) -> Result<Vec<ViewInput>, StoreError> {
+        let mut read = self.read(VIEW_INPUTS_SQL);
+        for _ in 0..6 {
+            read = read.bind(job);
+        }
+        let mut rows: Vec<ViewInput> = read
+            .fetch_all()
+            .await
+            .map_err(StoreError::query("the overview's inputs"))?;
+        rows.sort_by(|a, b| a.input.cmp(&b.input));
+        Ok(rows)
     }
 
     /// The GPU-side user annotations of `job` (`gpu_user_annotation`), by
