@@ -206,7 +206,7 @@ async fn ingest(collector: &Collector, rounds: &[Vec<proto::AgentBatch>]) {
         collector.stream().metrics(),
         collector.alerts().metrics(),
     );
-    eventually(20, "analytics results stored", || {
+    eventually(60, "analytics results stored", || {
         w.table(Table::StepBreakdown).rows.load(Relaxed) == steps
             && w.table(Table::StragglerVerdicts).rows.load(Relaxed)
                 == s.verdict_changes.load(Relaxed)

@@ -159,6 +159,12 @@ async fn every_dashboard_query_runs_and_names_what_exists() {
         )
         .await;
     stack.all_stored(&sim).await;
+    // The route above answers from the collector's memory; the panels
+    // read the stored verdicts.
+    eventually(60, "the verdict stored", || {
+        stack.rows_now("straggler_verdicts", job) > 0
+    })
+    .await;
     let ds = dashboards();
     assert!(
         ds.len() >= 2,

@@ -13,7 +13,7 @@ mod common;
 use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
 
-use common::Stack;
+use common::{eventually, Stack};
 
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 const STEPS: u64 = 6;
@@ -111,12 +111,36 @@ async fn two_nodes_of_one_torchrun_launch_are_one_job_without_flags() {
     );
     assert_eq!(j["warnings"], serde_json::json!([]), "{j}");
 
+    // `last_step` is the job's highest: wait until every rank's last step
+    // (and so its collectives, sent before it) is stored.
+    let last_ends = format!(
+        "SELECT uniqExact(rank) FROM {}.steps WHERE job_id = 'mn-one-job' \
+         AND kind = 'end' AND step = {}",
+        stack.database,
+        STEPS - 1
+    );
+    eventually(60, "every rank's last step stored", || {
+        stack
+            .clickhouse
+            .query(&last_ends)
+            .is_ok_and(|n| n.trim() == "4")
+    })
+    .await;
+
     // Its all-reduces matched across the ranks of both nodes.
     let rows = stack
         .api_poll(
             "/api/v1/jobs/mn-one-job/collectives",
             "collectives",
-            |rows| rows.iter().any(|r| r["op"] == "all_reduce"),
+            // A flush writes its tables side by side: the last
+            // collectives may land just after the step ends.
+            |rows| {
+                let ar = rows.iter().filter(|r| r["op"] == "all_reduce");
+                rows.iter().any(|r| r["op"] == "all_reduce")
+                    && ar
+                        .clone()
+                        .all(|r| r["calls"] == 4 * r["collectives"].as_u64().unwrap_or(0))
+            },
         )
         .await;
     let ar: Vec<_> = rows.iter().filter(|r| r["op"] == "all_reduce").collect();

@@ -13,7 +13,7 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::Stack;
+use common::{eventually, Stack};
 
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 const RANKS: u32 = 4;
@@ -106,15 +106,20 @@ fn num(stack: &Stack, sql: &str) -> u64 {
 }
 
 /// Every (step, rank) of steps 0..steps ended and was stored.
-fn assert_every_step_stored(stack: &Stack, job: &str, steps: u64) {
-    let pairs = num(
-        stack,
-        &format!(
-            "SELECT count() FROM (SELECT DISTINCT rank, step FROM {{db}}.steps \
-             WHERE job_id = '{job}' AND kind = 'end')"
-        ),
+/// The ranks' last batches may still be on their way through the agent and
+/// the collector's writer when the processes exit: wait for them.
+async fn assert_every_step_stored(stack: &Stack, job: &str, steps: u64) {
+    let want = steps * u64::from(RANKS);
+    let sql = format!(
+        "SELECT count() FROM (SELECT DISTINCT rank, step FROM {{db}}.steps \
+         WHERE job_id = '{job}' AND kind = 'end')"
     );
-    assert_eq!(pairs, steps * u64::from(RANKS), "(rank, step) pairs stored");
+    eventually(60, &format!("{want} (rank, step) pairs stored"), || {
+        num(stack, &sql) >= want
+    })
+    .await;
+    let pairs = num(stack, &sql);
+    assert_eq!(pairs, want, "(rank, step) pairs stored");
     let max = num(
         stack,
         &format!("SELECT max(step) FROM {{db}}.steps WHERE job_id = '{job}'"),
@@ -164,7 +169,7 @@ async fn slowed_ddp_job(kind: &str) -> (Stack, String, serde_json::Value) {
 async fn ddp_with_a_slow_compute_rank_is_named_with_cause_compute() {
     let _serial = SERIAL.lock().await;
     let (stack, job, info) = slowed_ddp_job("compute").await;
-    assert_every_step_stored(&stack, &job, 16);
+    assert_every_step_stored(&stack, &job, 16).await;
     let s = straggler(&stack, &job).await;
     assert_eq!(s["rank"], 2, "{s}");
     assert_eq!(s["cause"], "compute", "{s}");
@@ -242,7 +247,7 @@ async fn ddp_with_a_slow_compute_rank_is_named_with_cause_compute() {
 async fn ddp_with_a_slow_input_rank_is_named_with_cause_input() {
     let _serial = SERIAL.lock().await;
     let (stack, job, _) = slowed_ddp_job("input").await;
-    assert_every_step_stored(&stack, &job, 16);
+    assert_every_step_stored(&stack, &job, 16).await;
     let s = straggler(&stack, &job).await;
     assert_eq!(s["rank"], 2, "{s}");
     assert_eq!(s["cause"], "input", "{s}");
