@@ -245,9 +245,14 @@ async fn a_node_3ms_ahead_under_libfaketime_is_estimated_within_300us() {
 
     // The exported timeline: corrected, the faked node's end of each
     // all-reduce is within 300 us of the other's; raw, 3 ms apart.
+    // A rank's last step end may come in a later batch than its last
+    // collective: wait for all 4.
     let ranks = stack
-        .api_get(&format!("/api/v1/jobs/{job}/steps?last=1"))
+        .api_poll(&format!("/api/v1/jobs/{job}/steps?last=1"), "steps", |s| {
+            s.len() == 4
+        })
         .await;
+    let ranks = serde_json::json!({ "steps": ranks });
     let faked_ranks: Vec<u64> = ranks["steps"]
         .as_array()
         .expect("steps")

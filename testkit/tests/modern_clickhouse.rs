@@ -181,7 +181,7 @@ async fn straggler_job(clickhouse: ClickHouse, start_ns: u64) -> Answers {
     stack.analytics_final(job, 8 * 30).await;
     stack.all_stored(&sim).await;
     // The verdict over (nearly) the whole run, then its alert: what the routes show.
-    stack
+    let live = stack
         .api_poll(
             &format!("/api/v1/jobs/{job}/stragglers"),
             "stragglers",
@@ -194,6 +194,29 @@ async fn straggler_job(clickhouse: ClickHouse, start_ns: u64) -> Answers {
             },
         )
         .await;
+    // The route answers from the collector's memory; goodput and the fleet
+    // read the stored version and its gain (each its own INSERT).
+    let last = live
+        .iter()
+        .filter(|s| s["rank"] == 5)
+        .filter_map(|s| s["last_step"].as_u64())
+        .max()
+        .expect("rank 5's verdict");
+    for table in ["straggler_verdicts", "straggler_gains"] {
+        let sql = format!(
+            "SELECT max(last_step) FROM {}.{table} WHERE job_id = '{job}' AND rank = 5",
+            stack.database
+        );
+        eventually(60, &format!("{table} stored to step {last}"), || {
+            stack
+                .clickhouse
+                .query(&sql)
+                .ok()
+                .and_then(|n| n.trim().parse::<u64>().ok())
+                .is_some_and(|n| n >= last)
+        })
+        .await;
+    }
     stack
         .api_poll(&format!("/api/v1/alerts?job={job}"), "alerts", |r| {
             r.iter().any(|a| a["rule"] == "straggler")
