@@ -2,10 +2,10 @@
 //! HTA-style views (kernel breakdown, idle time, queue length, memcpy).
 //!
 //! In: a job id. Out: [`RankOps`] per rank (ascending), each activity with
-//! its launch call when `kernel_launches` has one. The two tables are read
-//! in the same (rank, start) order and matched here by (rank, correlation,
-//! kernel start): ClickHouse 18.16 joins are avoided on purpose (see
-//! ARCHITECTURE.md). SQL in `collector/queries/job_gpu_ops.sql` and
+//! its launch call when `kernel_launches` has one. The launch calls are
+//! read into a map (in no order) and the activities, in (rank, start)
+//! order, matched to them here by (rank, correlation, kernel start):
+//! ClickHouse 18.16 joins are avoided on purpose (see ARCHITECTURE.md). SQL in `collector/queries/job_gpu_ops.sql` and
 //! `job_kernel_launches.sql`.
 //!
 //! HTA's loading rules ([`rankscope_analysis::hta_load`]) are applied by
@@ -183,12 +183,6 @@ impl Store {
 
     /// Every GPU activity of `job` with its launch call, per rank.
     pub async fn gpu_ops(&self, job: &str) -> Result<Vec<RankOps>, StoreError> {
-        let launch_rows: Vec<LaunchReadRow> = self
-            .read(JOB_KERNEL_LAUNCHES_SQL)
-            .bind(job)
-            .fetch_all()
-            .await
-            .map_err(StoreError::query("kernel launches"))?;
         // foldhash: SipHash dominated the overview's profile at 1,024 ranks
         // x 100 steps (2.9 M activities matched to their launch calls).
         let mut names: foldhash::HashMap<String, Arc<str>> = foldhash::HashMap::default();
@@ -198,20 +192,29 @@ impl Store {
                 .or_insert_with_key(|k| Arc::from(k.as_str()))
                 .clone()
         };
-        let mut launches: foldhash::HashMap<(u32, u64, u64), (LaunchCall, Arc<str>)> = launch_rows
-            .into_iter()
-            .map(|l| {
-                let call = LaunchCall {
-                    start_ns: l.start_ns,
-                    end_ns: l.end_ns,
-                    enqueues: is_enqueue_launch(&l.api),
-                };
-                (
-                    (l.rank, l.correlation, l.kernel_start_ns),
-                    (call, intern(l.api)),
-                )
-            })
-            .collect();
+        // Straight into the map: no row vector of millions in between.
+        let mut launches: foldhash::HashMap<(u32, u64, u64), (LaunchCall, Arc<str>)> =
+            foldhash::HashMap::default();
+        let mut rows = self
+            .read(JOB_KERNEL_LAUNCHES_SQL)
+            .bind(job)
+            .fetch::<LaunchReadRow>()
+            .map_err(StoreError::query("kernel launches"))?;
+        while let Some(l) = rows
+            .next()
+            .await
+            .map_err(StoreError::query("kernel launches"))?
+        {
+            let call = LaunchCall {
+                start_ns: l.start_ns,
+                end_ns: l.end_ns,
+                enqueues: is_enqueue_launch(&l.api),
+            };
+            launches.insert(
+                (l.rank, l.correlation, l.kernel_start_ns),
+                (call, intern(l.api)),
+            );
+        }
         let mut cursor = self
             .read(JOB_GPU_OPS_SQL)
             .bind(job)

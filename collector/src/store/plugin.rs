@@ -62,15 +62,6 @@ struct ConfigRow {
     kernel_start_ns: u64,
     blocks_per_sm: f64,
     est_achieved_occupancy_pct: f64,
-    // Read for the kernel + launch-configuration views; not used yet.
-    #[allow(dead_code)]
-    grid: Vec<u32>,
-    #[allow(dead_code)]
-    block: Vec<u32>,
-    #[allow(dead_code)]
-    registers_per_thread: u32,
-    #[allow(dead_code)]
-    shared_memory_bytes: u32,
 }
 
 #[derive(Debug, Row, Deserialize)]
@@ -120,24 +111,27 @@ impl Store {
         &self,
         job: &str,
     ) -> Result<foldhash::HashMap<(u32, u64, u64), LaunchFigures>, StoreError> {
-        let rows: Vec<ConfigRow> = self
+        // Straight into the map: no row vector of millions in between.
+        let mut cursor = self
             .read(CONFIGS_SQL)
             .bind(job)
-            .fetch_all()
-            .await
+            .fetch::<ConfigRow>()
             .map_err(StoreError::query("kernel launch figures"))?;
-        Ok(rows
-            .into_iter()
-            .map(|r| {
-                (
-                    (r.rank, r.correlation, r.kernel_start_ns),
-                    LaunchFigures {
-                        blocks_per_sm: figure(r.blocks_per_sm),
-                        occupancy_pct: figure(r.est_achieved_occupancy_pct),
-                    },
-                )
-            })
-            .collect())
+        let mut out = foldhash::HashMap::default();
+        while let Some(r) = cursor
+            .next()
+            .await
+            .map_err(StoreError::query("kernel launch figures"))?
+        {
+            out.insert(
+                (r.rank, r.correlation, r.kernel_start_ns),
+                LaunchFigures {
+                    blocks_per_sm: figure(r.blocks_per_sm),
+                    occupancy_pct: figure(r.est_achieved_occupancy_pct),
+                },
+            );
+        }
+        Ok(out)
     }
 
     /// The `dataloader` spans of `job`, per rank.
