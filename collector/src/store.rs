@@ -170,6 +170,10 @@ pub enum StoreError {
         cluster: String,
         reason: String,
     },
+    /// Rows a read depends on changed between its queries (asking again
+    /// succeeds).
+    #[error("{0}")]
+    ChangedWhileRead(String),
 }
 
 impl StoreError {
@@ -196,6 +200,7 @@ impl StoreError {
             StoreError::Query { source, .. } | StoreError::Migration { source, .. } => {
                 fault::classify(source) == fault::Fault::Transient
             }
+            StoreError::ChangedWhileRead(_) => true,
             _ => false,
         }
     }

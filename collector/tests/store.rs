@@ -1348,3 +1348,52 @@ async fn job_collective_stats_equal_the_row_by_row_statistics() {
         );
     }
 }
+
+/// The GPU activities' read sends each name as its cityHash64 and maps it
+/// back (`job_gpu_ops.sql`, `job_gpu_op_names.sql`); it answers exactly as
+/// the read with the name on every row (`job_gpu_ops_named.sql`, its
+/// fallback when two names share a hash), names and order included.
+#[tokio::test]
+async fn gpu_activities_read_by_name_hash_equal_the_named_read() {
+    let store = fresh_store("gpuops").await;
+    let (handle, _task, _stop) = writer(store.clone(), writer_cfg(100_000, 10, 8));
+    let base = now_ns();
+    let names = [
+        "void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<float>>",
+        "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevComm*, unsigned long, ncclWork*)",
+        "Memcpy HtoD (Pageable -> Device)",
+        "",
+    ];
+    let mut rows = RowSet::default();
+    for rank in 0..3u32 {
+        for i in 0..40u64 {
+            let name = names[(i as usize + rank as usize) % names.len()];
+            rows.kernels.push(KernelRow {
+                job_id: "job-ops".into(),
+                run_id: "run-1".into(),
+                rank,
+                node: "node-a".into(),
+                kind: if name.starts_with("Memcpy") { 2 } else { 1 },
+                name: name.into(),
+                stream: 7 + (i % 2) as u32,
+                device: 0,
+                start_ns: base + i * 1_000,
+                end_ns: base + i * 1_000 + 500 + u64::from(rank),
+                correlation: i + 1,
+                bytes: if name.starts_with("Memcpy") { 4096 } else { 0 },
+                agent_id: "agent-1".into(),
+                agent_session: 1,
+                batch_seq: u64::from(rank),
+            });
+        }
+    }
+    handle.write(rows).await.unwrap();
+    let by_hash = store.gpu_ops("job-ops").await.unwrap();
+    let named = store.gpu_ops_named("job-ops").await.unwrap();
+    assert_eq!(by_hash.len(), 3);
+    assert_eq!(by_hash.iter().map(|r| r.ops.len()).sum::<usize>(), 120);
+    assert_eq!(by_hash, named);
+    let first: Vec<&str> = by_hash[1].ops.iter().take(4).map(|o| &*o.name).collect();
+    assert_eq!(first, [names[1], names[2], names[3], names[0]]);
+    assert!(store.gpu_ops("no-such-job").await.unwrap().is_empty());
+}

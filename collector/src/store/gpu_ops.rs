@@ -30,6 +30,8 @@ use super::sql::{query_file, QueryFile};
 use super::{Store, StoreError};
 
 const JOB_GPU_OPS_SQL: QueryFile = query_file!("job_gpu_ops");
+const JOB_GPU_OPS_NAMED_SQL: QueryFile = query_file!("job_gpu_ops_named");
+const JOB_GPU_OP_NAMES_SQL: QueryFile = query_file!("job_gpu_op_names");
 const JOB_KERNEL_LAUNCHES_SQL: QueryFile = query_file!("job_kernel_launches");
 const JOB_HTA_WINDOWS_SQL: QueryFile = query_file!("job_hta_windows");
 const JOB_HTA_STREAM_OPS_SQL: QueryFile = query_file!("job_hta_stream_ops");
@@ -49,8 +51,22 @@ struct WindowRow {
     end_ns: String,
 }
 
+/// An activity with its name's cityHash64 (`job_gpu_ops.sql`).
 #[derive(Debug, Row, Deserialize)]
 struct OpRow {
+    rank: u32,
+    kind: i8,
+    name_hash: u64,
+    stream: u32,
+    start_ns: u64,
+    end_ns: u64,
+    correlation: u64,
+    bytes: u64,
+}
+
+/// An activity with its name (`job_gpu_ops_named.sql`).
+#[derive(Debug, Row, Deserialize)]
+struct NamedOpRow {
     rank: u32,
     kind: i8,
     name: String,
@@ -59,6 +75,67 @@ struct OpRow {
     end_ns: u64,
     correlation: u64,
     bytes: u64,
+}
+
+#[derive(Debug, Row, Deserialize)]
+struct NameRow {
+    name_hash: u64,
+    name: String,
+}
+
+type Launches = foldhash::HashMap<(u32, u64, u64), (LaunchCall, Arc<str>)>;
+
+/// One `Arc<str>` per distinct name read.
+#[derive(Default)]
+struct Names(foldhash::HashMap<String, Arc<str>>);
+
+impl Names {
+    fn intern(&mut self, s: String) -> Arc<str> {
+        self.0
+            .entry(s)
+            .or_insert_with_key(|k| Arc::from(k.as_str()))
+            .clone()
+    }
+}
+
+/// Appends one activity to `out` (activities arrive by rank, then start),
+/// with its launch call taken from `launches`.
+#[allow(clippy::too_many_arguments)]
+fn push_op(
+    out: &mut Vec<RankOps>,
+    launches: &mut Launches,
+    rank: u32,
+    kind: i8,
+    name: Arc<str>,
+    stream: u32,
+    (start_ns, end_ns): (u64, u64),
+    correlation: u64,
+    bytes: u64,
+) {
+    if out.last().is_none_or(|l| l.rank != rank) {
+        out.push(RankOps {
+            rank,
+            ..RankOps::default()
+        });
+    }
+    let kind = match kind {
+        2 => GpuEventKind::Memcpy,
+        3 => GpuEventKind::Memset,
+        _ => GpuEventKind::Kernel,
+    };
+    let launch = launches.remove(&(rank, correlation, start_ns));
+    if let Some(last) = out.last_mut() {
+        last.ops.push(StoredOp {
+            name,
+            kind,
+            stream,
+            start_ns,
+            end_ns,
+            bytes,
+            correlation,
+            launch,
+        });
+    }
 }
 
 #[derive(Debug, Row, Deserialize)]
@@ -185,26 +262,36 @@ impl Store {
     pub async fn gpu_ops(&self, job: &str) -> Result<Vec<RankOps>, StoreError> {
         // foldhash: SipHash dominated the overview's profile at 1,024 ranks
         // x 100 steps (2.9 M activities matched to their launch calls).
-        let mut names: foldhash::HashMap<String, Arc<str>> = foldhash::HashMap::default();
-        let mut intern = |s: String| -> Arc<str> {
-            names
-                .entry(s)
-                .or_insert_with_key(|k| Arc::from(k.as_str()))
-                .clone()
+        let mut names = Names::default();
+        let mut launches = self.launch_calls(job, &mut names).await?;
+        let out = match self.ops_by_hash(job, &mut launches, &mut names).await? {
+            Some(out) => out,
+            // Two names with one hash: read again, with the names.
+            None => return self.gpu_ops_named(job).await,
         };
+        self.with_stream_ops(job, out, &mut names).await
+    }
+
+    /// [`Store::gpu_ops`] read with each activity's name on its row, what
+    /// it falls back to when two of a job's names share a cityHash64.
+    pub async fn gpu_ops_named(&self, job: &str) -> Result<Vec<RankOps>, StoreError> {
+        let mut names = Names::default();
+        let mut launches = self.launch_calls(job, &mut names).await?;
+        let out = self.ops_named(job, &mut launches, &mut names).await?;
+        self.with_stream_ops(job, out, &mut names).await
+    }
+
+    /// The launch calls of `job` by (rank, correlation, kernel start).
+    async fn launch_calls(&self, job: &str, names: &mut Names) -> Result<Launches, StoreError> {
         // Straight into the map: no row vector of millions in between.
-        let mut launches: foldhash::HashMap<(u32, u64, u64), (LaunchCall, Arc<str>)> =
-            foldhash::HashMap::default();
+        let mut launches = Launches::default();
+        let what = "kernel launches";
         let mut rows = self
             .read(JOB_KERNEL_LAUNCHES_SQL)
             .bind(job)
             .fetch::<LaunchReadRow>()
-            .map_err(StoreError::query("kernel launches"))?;
-        while let Some(l) = rows
-            .next()
-            .await
-            .map_err(StoreError::query("kernel launches"))?
-        {
+            .map_err(StoreError::query(what))?;
+        while let Some(l) = rows.next().await.map_err(StoreError::query(what))? {
             let call = LaunchCall {
                 start_ns: l.start_ns,
                 end_ns: l.end_ns,
@@ -212,46 +299,115 @@ impl Store {
             };
             launches.insert(
                 (l.rank, l.correlation, l.kernel_start_ns),
-                (call, intern(l.api)),
+                (call, names.intern(l.api)),
             );
         }
+        Ok(launches)
+    }
+
+    /// The activities with their names' hashes (`job_gpu_ops.sql`), then the
+    /// names (`job_gpu_op_names.sql`, read after them, so it holds every
+    /// name read); `None` when two of the job's names share a hash.
+    async fn ops_by_hash(
+        &self,
+        job: &str,
+        launches: &mut Launches,
+        names: &mut Names,
+    ) -> Result<Option<Vec<RankOps>>, StoreError> {
+        let what = "GPU activities";
+        let placeholder: Arc<str> = Arc::from("");
+        let mut out: Vec<RankOps> = Vec::new();
+        let mut hashes: Vec<u64> = Vec::new();
         let mut cursor = self
             .read(JOB_GPU_OPS_SQL)
             .bind(job)
             .fetch::<OpRow>()
-            .map_err(StoreError::query("GPU activities"))?;
-        let mut out: Vec<RankOps> = Vec::new();
-        while let Some(r) = cursor
-            .next()
+            .map_err(StoreError::query(what))?;
+        while let Some(r) = cursor.next().await.map_err(StoreError::query(what))? {
+            hashes.push(r.name_hash);
+            let t = (r.start_ns, r.end_ns);
+            let name = placeholder.clone();
+            push_op(
+                &mut out,
+                launches,
+                r.rank,
+                r.kind,
+                name,
+                r.stream,
+                t,
+                r.correlation,
+                r.bytes,
+            );
+        }
+        let rows: Vec<NameRow> = self
+            .read(JOB_GPU_OP_NAMES_SQL)
+            .bind(job)
+            .fetch_all()
             .await
-            .map_err(StoreError::query("GPU activities"))?
-        {
-            if out.last().is_none_or(|l| l.rank != r.rank) {
-                out.push(RankOps {
-                    rank: r.rank,
-                    ..RankOps::default()
-                });
-            }
-            let kind = match r.kind {
-                2 => GpuEventKind::Memcpy,
-                3 => GpuEventKind::Memset,
-                _ => GpuEventKind::Kernel,
-            };
-            let launch = launches.remove(&(r.rank, r.correlation, r.start_ns));
-            let op = StoredOp {
-                name: intern(r.name),
-                kind,
-                stream: r.stream,
-                start_ns: r.start_ns,
-                end_ns: r.end_ns,
-                bytes: r.bytes,
-                correlation: r.correlation,
-                launch,
-            };
-            if let Some(last) = out.last_mut() {
-                last.ops.push(op);
+            .map_err(StoreError::query("GPU activity names"))?;
+        let mut by_hash: foldhash::HashMap<u64, Arc<str>> = foldhash::HashMap::default();
+        for r in rows {
+            let name = names.intern(r.name);
+            if by_hash
+                .insert(r.name_hash, name.clone())
+                .is_some_and(|o| o != name)
+            {
+                return Ok(None);
             }
         }
+        let mut h = hashes.iter();
+        for op in out.iter_mut().flat_map(|r| r.ops.iter_mut()) {
+            let hash = h.next().copied().unwrap_or_default();
+            // Only an activity removed between the two reads (a re-import
+            // replacing the job's rows) has no name.
+            op.name = by_hash.get(&hash).cloned().ok_or_else(|| {
+                StoreError::ChangedWhileRead(format!(
+                    "job {job:?}: a GPU activity was replaced while the job was read; ask again"
+                ))
+            })?;
+        }
+        Ok(Some(out))
+    }
+
+    /// The activities with their names on every row (`job_gpu_ops_named.sql`).
+    async fn ops_named(
+        &self,
+        job: &str,
+        launches: &mut Launches,
+        names: &mut Names,
+    ) -> Result<Vec<RankOps>, StoreError> {
+        let what = "GPU activities";
+        let mut out: Vec<RankOps> = Vec::new();
+        let mut cursor = self
+            .read(JOB_GPU_OPS_NAMED_SQL)
+            .bind(job)
+            .fetch::<NamedOpRow>()
+            .map_err(StoreError::query(what))?;
+        while let Some(r) = cursor.next().await.map_err(StoreError::query(what))? {
+            let name = names.intern(r.name);
+            let t = (r.start_ns, r.end_ns);
+            push_op(
+                &mut out,
+                launches,
+                r.rank,
+                r.kind,
+                name,
+                r.stream,
+                t,
+                r.correlation,
+                r.bytes,
+            );
+        }
+        Ok(out)
+    }
+
+    /// `out` with the host events that carry a stream (module doc).
+    async fn with_stream_ops(
+        &self,
+        job: &str,
+        mut out: Vec<RankOps>,
+        names: &mut Names,
+    ) -> Result<Vec<RankOps>, StoreError> {
         let stream_rows: Vec<StreamOpRow> = self
             .read(JOB_HTA_STREAM_OPS_SQL)
             .bind(job)
@@ -273,7 +429,7 @@ impl Store {
                 }
             };
             out[i].stream_ops.push(StoredOp {
-                name: intern(r.name),
+                name: names.intern(r.name),
                 kind: GpuEventKind::Kernel,
                 stream: r.stream,
                 start_ns: r.start_ns,
