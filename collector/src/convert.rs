@@ -68,6 +68,7 @@ pub fn convert(batch: &proto::AgentBatch, received_ns: u64) -> Result<RowSet, Co
     }
     validate::validate_samples(&batch.gpu_samples, &batch.host_samples)?;
     let mut rows = RowSet::default();
+    reserve::reserve(&mut rows, batch);
     for (index, group) in batch.ranks.iter().enumerate() {
         let (job, rank) = group
             .identity
@@ -621,6 +622,7 @@ pub fn dtype_name(dtype: i32) -> &'static str {
 
 mod memory;
 mod names;
+mod reserve;
 mod samples;
 
 pub use memory::memory_obs;

@@ -177,3 +177,48 @@ fn the_world_groups_rank_list_is_not_stored_per_row() {
     );
     assert_eq!(stored_group_ranks(&[0, 1], 2, 8), vec![0, 1]);
 }
+
+#[test]
+fn event_row_vectors_are_reserved_for_exactly_their_rows() {
+    let mut traced = group(1);
+    traced.events.push(ev(Kind::Kernel(proto::Kernel {
+        kind: proto::KernelKind::Kernel as i32,
+        name_id: 1,
+        stream: 7,
+        device: 0,
+        start_ns: 1_300,
+        end_ns: 1_400,
+        correlation: 10,
+        launch_start_ns: 1_250,
+        launch_end_ns: 1_260,
+        launch_name_id: 1,
+        config: Some(Box::new(proto::KernelConfig {
+            grid: vec![64, 1, 1],
+            block: vec![128, 1, 1],
+            registers_per_thread: 32,
+            ..Default::default()
+        })),
+        ..Default::default()
+    })));
+    let rows = convert(&batch(vec![group(0), traced]), 5).expect("valid batch");
+    let sizes = [
+        ("steps", rows.steps.len(), rows.steps.capacity()),
+        ("spans", rows.spans.len(), rows.spans.capacity()),
+        (
+            "collectives",
+            rows.collectives.len(),
+            rows.collectives.capacity(),
+        ),
+        ("kernels", rows.kernels.len(), rows.kernels.capacity()),
+        ("launches", rows.launches.len(), rows.launches.capacity()),
+        (
+            "configs",
+            rows.kernel_configs.len(),
+            rows.kernel_configs.capacity(),
+        ),
+    ];
+    for (table, len, capacity) in sizes {
+        assert!(len > 0, "{table}: the batch makes rows");
+        assert_eq!(capacity, len, "{table}: capacity beyond the rows");
+    }
+}

@@ -122,12 +122,11 @@ impl IngestService {
     /// acknowledges it to duplicate detection once stored.
     async fn store_new(
         &self,
-        batch: proto::AgentBatch,
-        rows: crate::store::RowSet,
+        mut batch: proto::AgentBatch,
+        mut rows: crate::store::RowSet,
         received: std::time::Instant,
     ) -> Result<Response<proto::IngestAck>, Status> {
         use std::sync::atomic::Ordering::Relaxed;
-        let mut rows = rows;
         let key = (batch.agent_id.clone(), batch.agent_session, batch.seq);
         let completing = match self.complete_uncommitted(&key, &mut rows).await {
             Ok(c) => c,
@@ -147,6 +146,7 @@ impl IngestService {
                     self.next_expected(&batch),
                     Some(convert::stream_input(&batch)),
                 );
+                shed_payload(&mut batch);
                 queued.stored().await
             }
             Err(e) => Err(e),
@@ -280,6 +280,23 @@ impl IngestService {
             d.finish(&b.agent_id, b.agent_session, b.seq, done);
         }
     }
+}
+
+/// Frees a batch's events, names and samples once the writer holds its
+/// rows and analytics their input: what the rest of [`IngestService::store_new`]
+/// reads (ids, the ranks' identities and trace marks) stays. The decoded
+/// events are the larger half of a batch in memory (a `proto::Event` is
+/// the size of its largest kind), and the agent keeps up to
+/// `max_in_flight_batches` batches waiting for their acknowledgement, each
+/// held here for a writer window and its commit: shedding them roughly
+/// halved the collector's peak RSS at full ingest (bench/RESULTS.md).
+fn shed_payload(batch: &mut proto::AgentBatch) {
+    for r in &mut batch.ranks {
+        r.events = Vec::new();
+        r.names = Vec::new();
+    }
+    batch.gpu_samples = Vec::new();
+    batch.host_samples = Vec::new();
 }
 
 /// Nanoseconds since the Unix epoch.
