@@ -4,7 +4,7 @@
 //! streams over an unbounded channel whose size is bounded by the queue's
 //! semaphore (a chunk carries one permit per event), telemetry
 //! [`SampleSet`]s from the sampler thread (bounded channel; the sampler
-//! drops a tick when it is full), and a flush command at shutdown. Out:
+//! drops a handoff when it is full), and a flush command at shutdown. Out:
 //! [`Pending`] batches to the uplink over the bounded backlog channel
 //! (`backlog_max_batches`), each encoded once here and holding its size in
 //! permits of the backlog's byte budget (`backlog_max_bytes`) until the
@@ -43,9 +43,12 @@ use crate::metrics::Metrics;
 use crate::sample::SampleSet;
 use builder::{BatchBuilder, RankStream};
 
-/// How long a batch holding only telemetry samples may wait for more (at
-/// least `batch_max_delay_ms`): telemetry alone makes about one batch a
-/// second, not one per `batch_max_delay_ms` (fewer calls, fewer INSERTs).
+/// How long after its oldest sample was taken a batch holding only
+/// telemetry samples is cut (at least `batch_max_delay_ms`): telemetry
+/// alone makes about one batch a second, not one per `batch_max_delay_ms`
+/// (fewer calls, fewer INSERTs). The sampler hands a second's ticks over
+/// together ([`crate::sample::HANDOFF_EVERY`]), so such a batch is usually
+/// cut as its samples arrive.
 const SAMPLES_MAX_DELAY: Duration = Duration::from_millis(1000);
 
 /// Cuts at node step ends are at least this far apart: a job of very short
@@ -326,17 +329,19 @@ impl Batcher {
         }
     }
 
-    /// Adds the samples of one tick (never split: a tick is small).
+    /// Adds the samples of one handoff (never split: a second of ticks is
+    /// small).
     async fn add_samples(&mut self, set: SampleSet, out: &mpsc::Sender<Cut>) {
         if set.len() == 0 {
             return;
         }
         if self.builder.is_empty() {
             let delay = self.max_delay.max(SAMPLES_MAX_DELAY);
-            self.deadline = Some(Instant::now() + delay);
+            self.deadline = Some(Instant::from_std(set.oldest) + delay);
         }
         self.builder.push_samples(set);
-        if self.builder.units() >= self.max_events {
+        let late = self.deadline.is_some_and(|d| d <= Instant::now());
+        if late || self.builder.units() >= self.max_events {
             self.cut(out).await;
         }
     }

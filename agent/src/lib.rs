@@ -9,8 +9,8 @@
 //! ```text
 //! rank --gRPC--> ingest --Chunk, queue bounded by events--> batcher
 //!      <-RankAck-        (full: drop newest, count, ack says so)
-//! sampler thread (NVML, sysinfo) --SampleSet, bounded--> batcher
-//!      (full: drop the tick, count; ranks come from ingest's registry)
+//! sampler thread (NVML, sysinfo) --SampleSet (<= 1 s of ticks), bounded--> batcher
+//!      (full: drop the handoff, count; ranks come from ingest's registry)
 //! batcher --AgentBatch, backlog bounded by batches--> uplink --gRPC--> collector
 //!          (full: batcher waits => queue fills => drops at ingest)
 //!          uplink: <= max_in_flight calls, retry transient errors with

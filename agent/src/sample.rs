@@ -9,8 +9,13 @@
 //!
 //! One OS thread ("rankscope-sampler") owns NVML and sysinfo and runs both
 //! schedules; NVML calls block (some for milliseconds) and never touch the
-//! async runtime. Backpressure: the thread never waits on the batcher — a
-//! tick whose samples find the channel full is dropped and counted
+//! async runtime. The samples of consecutive ticks are handed over together,
+//! at most [`HANDOFF_EVERY`] after the oldest of them was taken (a GPU
+//! sampled at 10 Hz wakes the agent's runtime once a second, not ten times;
+//! the batcher cuts a samples-only batch by then, so a sample still reaches
+//! the uplink about a second after it was taken, as when each tick was
+//! handed over alone). Backpressure: the thread never waits on the batcher —
+//! a handoff that finds the channel full is dropped and counted
 //! (`dropped_samples{reason="queue_full"}`), exactly like rank events at the
 //! ingest queue. Missed ticks are skipped, never bunched up.
 //!
@@ -41,25 +46,37 @@ use gpu::GpuSampler;
 use host::HostSampler;
 use ranks::{map_ranks, visible_devices, RankRegistry};
 
-/// Capacity of the sampler -> batcher channel, in ticks (sample sets).
+/// Capacity of the sampler -> batcher channel, in handoffs (sample sets).
 pub(crate) const QUEUE_SETS: usize = 256;
 
-/// The samples of one tick.
+/// Longest a sample waits in the sampler thread for the samples of the
+/// next ticks: ticks are handed over together until the next one would be
+/// this long after the oldest (each tick alone when the interval is longer).
+pub(crate) const HANDOFF_EVERY: Duration = Duration::from_millis(1000);
+
+/// The samples of one handoff: one or more ticks, in the order taken.
 #[derive(Debug)]
-pub(crate) enum SampleSet {
-    /// One sample per GPU.
-    Gpu(Vec<proto::GpuSample>),
-    /// One host sample.
-    Host(proto::HostSample),
+pub(crate) struct SampleSet {
+    /// One sample per GPU per GPU tick.
+    pub(crate) gpu: Vec<proto::GpuSample>,
+    /// One sample per host tick.
+    pub(crate) host: Vec<proto::HostSample>,
+    /// When the oldest of them was taken.
+    pub(crate) oldest: Instant,
 }
 
 impl SampleSet {
+    fn new(oldest: Instant) -> Self {
+        Self {
+            gpu: Vec::new(),
+            host: Vec::new(),
+            oldest,
+        }
+    }
+
     /// Samples in the set.
     pub(crate) fn len(&self) -> usize {
-        match self {
-            Self::Gpu(v) => v.len(),
-            Self::Host(_) => 1,
-        }
+        self.gpu.len() + self.host.len()
     }
 }
 
@@ -179,7 +196,19 @@ fn advance(due: Instant, every: Duration, now: Instant) -> Instant {
     }
 }
 
+/// Whether `pending` is handed over now: its oldest sample would be
+/// [`HANDOFF_EVERY`] old or more at the next tick (`next`; none: now).
+fn handoff_due(pending: &SampleSet, next: Option<Instant>, now: Instant) -> bool {
+    next.unwrap_or(now)
+        .saturating_duration_since(pending.oldest)
+        >= HANDOFF_EVERY
+}
+
+/// Hands `set` to the batcher; `false` once the batcher is gone.
 fn send(out: &mpsc::Sender<SampleSet>, set: SampleSet, metrics: &Metrics) -> bool {
+    if set.len() == 0 {
+        return true;
+    }
     let n = set.len() as u64;
     match out.try_send(set) {
         Ok(()) => true,
@@ -228,6 +257,8 @@ fn run(
     let mut next_gpu = gpu.is_some().then_some(start);
     let mut next_host = host.is_some().then(|| start + host_every);
     let mut cvd: HashMap<u32, Option<String>> = HashMap::new();
+    // Samples taken and not handed over yet.
+    let mut pending: Option<SampleSet> = None;
     loop {
         let Some(next) = [next_gpu, next_host, next_nvml_retry]
             .into_iter()
@@ -240,7 +271,13 @@ fn run(
         };
         match stop.recv_timeout(next.saturating_duration_since(Instant::now())) {
             Err(RecvTimeoutError::Timeout) => {}
-            Ok(()) | Err(RecvTimeoutError::Disconnected) => return,
+            Ok(()) | Err(RecvTimeoutError::Disconnected) => {
+                // What was taken still goes out (the batcher drains it).
+                if let Some(set) = pending.take() {
+                    send(out, set, metrics);
+                }
+                return;
+            }
         }
         let now = Instant::now();
         if let Some(due) = next_nvml_retry.filter(|d| now >= *d) {
@@ -268,8 +305,11 @@ fn run(
                     .gpus
                     .store(samples.len() as u64, std::sync::atomic::Ordering::Relaxed);
                 Metrics::add(&metrics.gpu_samples, samples.len() as u64);
-                if !samples.is_empty() && !send(out, SampleSet::Gpu(samples), metrics) {
-                    return;
+                if !samples.is_empty() {
+                    pending
+                        .get_or_insert_with(|| SampleSet::new(now))
+                        .gpu
+                        .extend(samples);
                 }
                 next_gpu = Some(advance(due, gpu_every, now));
             }
@@ -278,10 +318,22 @@ fn run(
             if now >= due {
                 let sample = h.sample(now_ns(), &ranks);
                 Metrics::inc(&metrics.host_samples);
-                if !send(out, SampleSet::Host(sample), metrics) {
+                pending
+                    .get_or_insert_with(|| SampleSet::new(now))
+                    .host
+                    .push(sample);
+                next_host = Some(advance(due, host_every, now));
+            }
+        }
+        let next_tick = [next_gpu, next_host].into_iter().flatten().min();
+        if pending
+            .as_ref()
+            .is_some_and(|p| handoff_due(p, next_tick, now))
+        {
+            if let Some(set) = pending.take() {
+                if !send(out, set, metrics) {
                     return;
                 }
-                next_host = Some(advance(due, host_every, now));
             }
         }
     }
@@ -298,6 +350,22 @@ mod tests {
         assert_eq!(advance(t, every, t), t + every);
         let late = t + Duration::from_millis(350);
         assert_eq!(advance(t, every, late), late + every);
+    }
+
+    #[test]
+    fn ticks_are_handed_over_together_for_about_a_second() {
+        let t = Instant::now();
+        let tick = |ms| t + Duration::from_millis(ms);
+        let set = SampleSet::new(t);
+        // 10 Hz: the ticks at 0..=900 ms go together, before the 1 s one.
+        assert!(!handoff_due(&set, Some(tick(800)), tick(700)));
+        assert!(handoff_due(&set, Some(tick(1000)), tick(900)));
+        // 1 Hz (or slower): every tick alone.
+        assert!(handoff_due(&set, Some(tick(1000)), t));
+        assert!(handoff_due(&set, Some(tick(5000)), t));
+        // Nothing scheduled any more: now.
+        assert!(!handoff_due(&set, None, tick(10)));
+        assert!(handoff_due(&set, None, tick(1000)));
     }
 
     #[test]

@@ -95,12 +95,10 @@ impl BatchBuilder {
         self.units() == 0
     }
 
-    /// Appends the samples of one tick.
+    /// Appends the samples of one handoff.
     pub(crate) fn push_samples(&mut self, set: SampleSet) {
-        match set {
-            SampleSet::Gpu(v) => self.gpu_samples.extend(v),
-            SampleSet::Host(h) => self.host_samples.push(h),
-        }
+        self.gpu_samples.extend(set.gpu);
+        self.host_samples.extend(set.host);
     }
 
     /// Takes the samples out.
