@@ -179,24 +179,28 @@ impl Store {
     ) -> Result<(Vec<MemEvent>, u64), StoreError> {
         let all = u8::from(rank.is_none());
         let r = rank.unwrap_or(0);
-        let total: Count = self
-            .read(JOB_MEMORY_EVENTS_COUNT_SQL)
-            .bind(job)
-            .bind(all)
-            .bind(r)
-            .fetch_one()
-            .await
-            .map_err(StoreError::query("job memory event count"))?;
-        let rows = self
-            .read(JOB_MEMORY_EVENTS_SQL)
-            .bind(job)
-            .bind(all)
-            .bind(r)
-            .bind(offset)
-            .bind(limit)
-            .fetch_all()
-            .await
-            .map_err(StoreError::query("job memory events"))?;
+        // The count and the page are independent: read side by side.
+        let total = async {
+            self.read(JOB_MEMORY_EVENTS_COUNT_SQL)
+                .bind(job)
+                .bind(all)
+                .bind(r)
+                .fetch_one::<Count>()
+                .await
+                .map_err(StoreError::query("job memory event count"))
+        };
+        let rows = async {
+            self.read(JOB_MEMORY_EVENTS_SQL)
+                .bind(job)
+                .bind(all)
+                .bind(r)
+                .bind(offset)
+                .bind(limit)
+                .fetch_all()
+                .await
+                .map_err(StoreError::query("job memory events"))
+        };
+        let (total, rows) = tokio::try_join!(total, rows)?;
         Ok((rows, total.n))
     }
 }
