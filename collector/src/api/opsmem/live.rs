@@ -50,7 +50,7 @@ pub(in crate::api) struct RankPeak {
 pub(in crate::api) struct Live {
     /// Every (step, rank) peak; in a job-wide answer only while there are
     /// at most `bounded::LIVE_STEPS` of them (else empty: ask `rank=R` or
-    /// `curve=full`).
+    /// `full=true`).
     steps: Vec<StepPeak>,
     /// How many (step, rank) peaks there are (sent or not).
     steps_total: u64,

@@ -1,7 +1,7 @@
 //! `GET /api/v1/jobs/{job}/memory` (see the parent module). A job-wide
 //! answer is bounded (`super::bounded`): the curve of the ranks with the
 //! largest peaks, the largest operator rows, the (step, rank) peaks only
-//! while few; `rank=R` or `curve=full` answers every point of what it asks.
+//! while few; `rank=R` or `full=true` answers every point of what it asks.
 //! The reads are independent and run side by side.
 
 use std::collections::BTreeMap;
@@ -19,23 +19,13 @@ use crate::store::views::MemStat;
 pub(in crate::api) struct MemoryQuery {
     rank: Option<u32>,
     ops: Option<bool>,
-    curve: Option<CurveParam>,
+    curve: Option<bool>,
+    /// The unbounded answer: every curve point, operator row and (step,
+    /// rank) peak of every rank (the CLI's tables).
+    full: Option<bool>,
     events: Option<bool>,
     limit: Option<u64>,
     offset: Option<u64>,
-}
-
-/// `curve=false|true|full`.
-#[derive(Debug, Clone, Copy, PartialEq, Deserialize)]
-enum CurveParam {
-    #[serde(rename = "false")]
-    No,
-    #[serde(rename = "true")]
-    Yes,
-    /// The unbounded answer: every curve point, operator row and (step,
-    /// rank) peak of every rank.
-    #[serde(rename = "full")]
-    Full,
 }
 
 #[derive(Debug, Serialize)]
@@ -143,8 +133,8 @@ pub(in crate::api) async fn memory(
     Query(q): Query<MemoryQuery>,
 ) -> Result<Json<MemoryOut>, ApiError> {
     let keep = |r: &MemStat| q.rank.is_none_or(|k| k == r.rank);
-    let full = q.curve == Some(CurveParam::Full);
-    let want_curve = q.curve.is_some_and(|c| c != CurveParam::No) || q.rank.is_some();
+    let full = q.full.unwrap_or(false);
+    let want_curve = q.curve.unwrap_or(false) || q.rank.is_some();
     let store = &st.store;
     let ops_read = async {
         if q.ops.unwrap_or(false) {
@@ -234,21 +224,21 @@ pub(in crate::api) async fn memory(
         let (ops_all, ops_cut) = super::bounded::ops(ops_all);
         if curve_cut {
             notes.push(format!(
-                "curve: the {} ranks with the largest peaks, min/max down-sampled ({} of {curve_points_total} points); rank=R gives a rank's whole curve, curve=full every rank's",
+                "curve: the {} ranks with the largest peaks, min/max down-sampled ({} of {curve_points_total} points); rank=R gives a rank's whole curve, full=true every rank's",
                 super::bounded::CURVE_SERIES,
                 samples.len()
             ));
         }
         if ops_cut {
             notes.push(format!(
-                "ops: the {} rows with the largest size increase of {ops_total}; rank=R gives a rank's every row",
+                "ops: the {} rows with the largest size increase of {ops_total}; rank=R gives a rank's every row, full=true all",
                 ops_all.len()
             ));
         }
         if live.steps_len() > super::bounded::LIVE_STEPS {
             live.drop_steps();
             notes.push(
-                "live.steps: left out of a job-wide answer of this size (live.steps_total counts them); rank=R gives a rank's, curve=full every rank's"
+                "live.steps: left out of a job-wide answer of this size (live.steps_total counts them); rank=R gives a rank's, full=true every rank's"
                     .to_owned(),
             );
         }
