@@ -60,7 +60,9 @@ fn load(stack: &Stack) {
 }
 
 fn arr(v: &Value, k: &str) -> Vec<Value> {
-    v[k].as_array().unwrap_or_else(|| panic!("{k}: {v}")).clone()
+    v[k].as_array()
+        .unwrap_or_else(|| panic!("{k}: {v}"))
+        .clone()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -76,24 +78,35 @@ async fn a_large_jobs_memory_answer_is_bounded_and_rank_or_full_gives_everything
     let ranks: BTreeSet<u64> = curve.iter().map(|p| p["rank"].as_u64().unwrap()).collect();
     assert_eq!(ranks, (22..30).collect(), "the 8 largest peaks");
     for p in &curve {
-        let (r, t) = (p["rank"].as_u64().unwrap(), p["ts_ns"].as_u64().unwrap() / 1_000_000_000);
+        let (r, t) = (
+            p["rank"].as_u64().unwrap(),
+            p["ts_ns"].as_u64().unwrap() / 1_000_000_000,
+        );
         assert_eq!(p["allocated_bytes"].as_u64(), Some(allocated(r, t)), "{p}");
     }
     for r in 22..30 {
         assert!(
-            curve.iter().any(|p| p["rank"] == r && p["allocated_bytes"] == allocated(r, 37)),
+            curve
+                .iter()
+                .any(|p| p["rank"] == r && p["allocated_bytes"] == allocated(r, 37)),
             "rank {r}'s peak kept"
         );
     }
     let ops = arr(&v, "ops");
     assert_eq!(ops.len(), 2_000);
     assert_eq!(v["ops_total"], RANKS * POINTS);
-    let smallest = ops.iter().filter_map(|o| o["size_increase_bytes"].as_u64()).min();
+    let smallest = ops
+        .iter()
+        .filter_map(|o| o["size_increase_bytes"].as_u64())
+        .min();
     assert_eq!(smallest, Some(1_000), "the 2,000 largest of 0..=2,999");
     let live = &v["live"];
     assert_eq!(live["steps"].as_array().map(Vec::len), Some(0), "{live}");
     assert_eq!(live["steps_total"], RANKS * POINTS);
-    assert_eq!(live["imbalance"].as_array().map(Vec::len), Some(POINTS as usize));
+    assert_eq!(
+        live["imbalance"].as_array().map(Vec::len),
+        Some(POINTS as usize)
+    );
     let lr = arr(live, "ranks");
     assert_eq!(lr.len(), RANKS as usize);
     for r in &lr {
@@ -104,17 +117,24 @@ async fn a_large_jobs_memory_answer_is_bounded_and_rank_or_full_gives_everything
     assert_eq!(arr(&v, "peaks").len(), RANKS as usize);
     let notes = arr(&v, "notes");
     assert!(
-        notes.iter().any(|n| n.as_str().unwrap().starts_with("curve: the 8 ranks")),
+        notes
+            .iter()
+            .any(|n| n.as_str().unwrap().starts_with("curve: the 8 ranks")),
         "{notes:?}"
     );
 
     // One rank: all of it.
-    let one = stack.api_get(&format!("{base}?rank=3&ops=true&curve=true")).await;
+    let one = stack
+        .api_get(&format!("{base}?rank=3&ops=true&curve=true"))
+        .await;
     let c = arr(&one, "curve");
     assert_eq!(c.len(), POINTS as usize);
     assert!(c.iter().all(|p| p["rank"] == 3));
     assert_eq!(arr(&one, "ops").len(), POINTS as usize);
-    assert_eq!(one["live"]["steps"].as_array().map(Vec::len), Some(POINTS as usize));
+    assert_eq!(
+        one["live"]["steps"].as_array().map(Vec::len),
+        Some(POINTS as usize)
+    );
 
     // full=true: the unbounded answer.
     let all = stack
