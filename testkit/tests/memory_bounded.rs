@@ -100,6 +100,19 @@ async fn a_large_jobs_memory_answer_is_bounded_and_rank_or_full_gives_everything
         .filter_map(|o| o["size_increase_bytes"].as_u64())
         .min();
     assert_eq!(smallest, Some(1_000), "the 2,000 largest of 0..=2,999");
+    let order: Vec<(u64, String)> = ops
+        .iter()
+        .map(|o| {
+            (
+                o["rank"].as_u64().unwrap(),
+                o["name"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    assert!(
+        order.windows(2).all(|w| w[0] <= w[1]),
+        "stored (rank, name) order"
+    );
     let live = &v["live"];
     assert_eq!(live["steps"].as_array().map(Vec::len), Some(0), "{live}");
     assert_eq!(live["steps_total"], RANKS * POINTS);

@@ -16,6 +16,10 @@ const STEP_WINDOWS_SQL: QueryFile = query_file!("step_windows");
 const JOB_MEMORY_EVENTS_SQL: QueryFile = query_file!("job_memory_events");
 const JOB_OPERATOR_SHAPES_SQL: QueryFile = query_file!("job_operator_shapes");
 const JOB_MEMORY_EVENTS_COUNT_SQL: QueryFile = query_file!("job_memory_events_count");
+const JOB_MEMORY_SERIES_SQL: QueryFile = query_file!("job_memory_series");
+const JOB_MEMORY_SERIES_POINTS_SQL: QueryFile = query_file!("job_memory_series_points");
+const JOB_MEMORY_OPS_TOP_SQL: QueryFile = query_file!("job_memory_ops_top");
+const JOB_MEMORY_STATS_COUNT_SQL: QueryFile = query_file!("job_memory_stats_count");
 
 /// One `[memory]` event of a trace (`memory_stats` kind `event`).
 #[derive(Debug, Clone, PartialEq, Row, Deserialize, serde::Serialize)]
@@ -82,6 +86,15 @@ pub struct OpStat {
     pub host_total_max_ns: u64,
     pub device_total_min_ns: u64,
     pub device_total_max_ns: u64,
+}
+
+/// One (rank, device) series of a job's memory curve.
+#[derive(Debug, Clone, PartialEq, Row, Deserialize)]
+pub struct MemSeries {
+    pub rank: u32,
+    pub device: i32,
+    pub peak_bytes: i64,
+    pub points: u64,
 }
 
 /// One `memory_stats` row (the columns its kind uses are set).
@@ -156,6 +169,56 @@ impl Store {
             .fetch_all()
             .await
             .map_err(StoreError::query("job memory stats"))
+    }
+
+    /// The (rank, device) series of `job`'s memory curve.
+    pub async fn job_memory_series(&self, job: &str) -> Result<Vec<MemSeries>, StoreError> {
+        self.read(JOB_MEMORY_SERIES_SQL)
+            .bind(job)
+            .fetch_all()
+            .await
+            .map_err(StoreError::query("job memory series"))
+    }
+
+    /// The curve points of `ranks` of `job`, by (rank, device, ts).
+    pub async fn job_memory_series_points(
+        &self,
+        job: &str,
+        ranks: &[u32],
+    ) -> Result<Vec<MemStat>, StoreError> {
+        self.read(JOB_MEMORY_SERIES_POINTS_SQL)
+            .bind(job)
+            .bind(ranks)
+            .fetch_all()
+            .await
+            .map_err(StoreError::query("job memory series points"))
+    }
+
+    /// The `limit` operator memory rows of `job` with the largest size
+    /// increase (largest first) and how many it has in all.
+    pub async fn job_memory_ops_top(
+        &self,
+        job: &str,
+        limit: u64,
+    ) -> Result<(Vec<MemStat>, u64), StoreError> {
+        let rows = async {
+            self.read(JOB_MEMORY_OPS_TOP_SQL)
+                .bind(job)
+                .bind(limit)
+                .fetch_all()
+                .await
+                .map_err(StoreError::query("job memory top operators"))
+        };
+        let total = async {
+            self.read(JOB_MEMORY_STATS_COUNT_SQL)
+                .bind(job)
+                .bind("op")
+                .fetch_one::<Count>()
+                .await
+                .map_err(StoreError::query("job memory operator count"))
+        };
+        let (rows, total) = tokio::try_join!(rows, total)?;
+        Ok((rows, total.n))
     }
 
     /// Operator figures of `job` per (rank, name, input shape), the shape

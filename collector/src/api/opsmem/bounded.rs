@@ -17,7 +17,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::store::views::MemStat;
+use crate::store::views::{MemSeries, MemStat};
 
 /// Most curve points in a job-wide answer.
 pub const CURVE_POINTS: usize = 2_000;
@@ -61,38 +61,82 @@ pub fn decimate(points: Vec<MemStat>, max: usize) -> Vec<MemStat> {
         .collect()
 }
 
-/// A job's curve samples (in (rank, device, ts) order) bounded as the
-/// module says; the second value is whether anything was left out.
-pub fn curve(samples: Vec<MemStat>) -> (Vec<MemStat>, bool) {
-    if samples.len() <= CURVE_POINTS {
-        return (samples, false);
+/// The series of a job-wide curve: `None` when all of them fit
+/// [`CURVE_POINTS`], else the [`CURVE_SERIES`] with the largest allocated
+/// peak (ties to the lower (rank, device)), in (rank, device) order.
+pub fn choose(series: &[MemSeries]) -> Option<Vec<(u32, i32)>> {
+    if series.iter().map(|s| s.points).sum::<u64>() <= CURVE_POINTS as u64 {
+        return None;
     }
-    let mut series: BTreeMap<(u32, i32), Vec<MemStat>> = BTreeMap::new();
-    for s in samples {
-        series.entry((s.rank, s.device)).or_default().push(s);
-    }
-    let mut by_peak: Vec<((u32, i32), i64)> = series
-        .iter()
-        .map(|(k, v)| (*k, v.iter().map(|p| p.allocated_bytes).max().unwrap_or(0)))
-        .collect();
-    // Largest peak first; ties to the lower (rank, device).
-    by_peak.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+    let mut by_peak: Vec<&MemSeries> = series.iter().collect();
+    by_peak.sort_by(|a, b| {
+        b.peak_bytes
+            .cmp(&a.peak_bytes)
+            .then((a.rank, a.device).cmp(&(b.rank, b.device)))
+    });
     let mut chosen: Vec<(u32, i32)> = by_peak
         .into_iter()
         .take(CURVE_SERIES)
-        .map(|(k, _)| k)
+        .map(|s| (s.rank, s.device))
         .collect();
     chosen.sort_unstable();
+    Some(chosen)
+}
+
+/// The points of the `chosen` series among `samples` ((rank, device, ts)
+/// order), each min/max decimated to its share of [`CURVE_POINTS`].
+pub fn chosen_curve(samples: Vec<MemStat>, chosen: &[(u32, i32)]) -> Vec<MemStat> {
     let per = CURVE_POINTS / chosen.len().max(1);
-    let out = chosen
-        .into_iter()
-        .flat_map(|k| decimate(series.remove(&k).unwrap_or_default(), per))
-        .collect();
-    (out, true)
+    let mut series: BTreeMap<(u32, i32), Vec<MemStat>> = BTreeMap::new();
+    for s in samples {
+        if chosen.contains(&(s.rank, s.device)) {
+            series.entry((s.rank, s.device)).or_default().push(s);
+        }
+    }
+    series
+        .into_values()
+        .flat_map(|v| decimate(v, per))
+        .collect()
+}
+
+/// A job's curve samples (in (rank, device, ts) order) bounded as the
+/// module says; the second value is whether anything was left out. The
+/// in-memory reference of what the route reads in SQL ([`choose`] over
+/// `job_memory_series.sql`, then the chosen ranks' points).
+#[cfg(test)]
+pub fn curve(samples: Vec<MemStat>) -> (Vec<MemStat>, bool) {
+    let mut series: BTreeMap<(u32, i32), MemSeries> = BTreeMap::new();
+    for s in &samples {
+        let e = series.entry((s.rank, s.device)).or_insert(MemSeries {
+            rank: s.rank,
+            device: s.device,
+            peak_bytes: i64::MIN,
+            points: 0,
+        });
+        e.peak_bytes = e.peak_bytes.max(s.allocated_bytes);
+        e.points += 1;
+    }
+    let series: Vec<MemSeries> = series.into_values().collect();
+    match choose(&series) {
+        None => (samples, false),
+        Some(chosen) => (chosen_curve(samples, &chosen), true),
+    }
+}
+
+/// The top rows (largest size increase first, as `job_memory_ops_top.sql`
+/// reads them) back in the stored (rank, device, ts, name, step) order.
+pub fn stored_order(mut rows: Vec<MemStat>) -> Vec<MemStat> {
+    rows.sort_by(|a, b| {
+        (a.rank, a.device, a.ts_ns, &a.name, a.step)
+            .cmp(&(b.rank, b.device, b.ts_ns, &b.name, b.step))
+    });
+    rows
 }
 
 /// A job's operator rows bounded as the module says; the second value is
-/// whether anything was left out.
+/// whether anything was left out. The in-memory reference of
+/// `job_memory_ops_top.sql` + [`stored_order`].
+#[cfg(test)]
 pub fn ops(rows: Vec<MemStat>) -> (Vec<MemStat>, bool) {
     if rows.len() <= OPS_ROWS {
         return (rows, false);
@@ -192,5 +236,9 @@ mod tests {
         assert_eq!(out.len(), OPS_ROWS);
         assert!(out.iter().all(|r| r.size_increase_bytes >= 1_500));
         assert!(out.windows(2).all(|w| w[0].rank < w[1].rank));
+        // The SQL path: the top rows largest first, put back in stored order.
+        let mut top = out.clone();
+        top.reverse();
+        assert_eq!(stored_order(top), out);
     }
 }

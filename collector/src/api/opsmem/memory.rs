@@ -12,6 +12,7 @@ use axum::Json;
 use serde::{Deserialize, Serialize};
 
 use super::super::{ApiError, ApiState};
+use super::bounded;
 use crate::store::views::MemStat;
 
 #[derive(Debug, Deserialize)]
@@ -136,19 +137,45 @@ pub(in crate::api) async fn memory(
     let full = q.full.unwrap_or(false);
     let want_curve = q.curve.unwrap_or(false) || q.rank.is_some();
     let store = &st.store;
+    let bound = q.rank.is_none() && !full;
+    // (rows, rows in all).
     let ops_read = async {
-        if q.ops.unwrap_or(false) {
-            store.job_memory_stats(&job, "op").await
-        } else {
-            Ok(Vec::new())
+        if !q.ops.unwrap_or(false) {
+            return Ok((Vec::new(), 0));
         }
+        if bound {
+            let (rows, total) = store
+                .job_memory_ops_top(&job, bounded::OPS_ROWS as u64)
+                .await?;
+            return Ok((bounded::stored_order(rows), total));
+        }
+        let rows: Vec<MemStat> = store.job_memory_stats(&job, "op").await?;
+        let rows: Vec<MemStat> = rows.into_iter().filter(keep).collect();
+        let n = rows.len() as u64;
+        Ok::<_, crate::store::StoreError>((rows, n))
     };
+    // (points, points in all, whether some were left out).
     let curve_read = async {
-        if want_curve {
-            store.job_memory_stats(&job, "sample").await
-        } else {
-            Ok(Vec::new())
+        if !want_curve {
+            return Ok((Vec::new(), 0, false));
         }
+        if bound {
+            let series = store.job_memory_series(&job).await?;
+            let total: u64 = series.iter().map(|s| s.points).sum();
+            return match bounded::choose(&series) {
+                None => Ok((store.job_memory_stats(&job, "sample").await?, total, false)),
+                Some(chosen) => {
+                    let mut ranks: Vec<u32> = chosen.iter().map(|c| c.0).collect();
+                    ranks.dedup();
+                    let points = store.job_memory_series_points(&job, &ranks).await?;
+                    Ok((bounded::chosen_curve(points, &chosen), total, true))
+                }
+            };
+        }
+        let rows: Vec<MemStat> = store.job_memory_stats(&job, "sample").await?;
+        let rows: Vec<MemStat> = rows.into_iter().filter(keep).collect();
+        let n = rows.len() as u64;
+        Ok::<_, crate::store::StoreError>((rows, n, false))
     };
     let events_read = async {
         if q.events.unwrap_or(false) {
@@ -159,13 +186,14 @@ pub(in crate::api) async fn memory(
             Ok(None)
         }
     };
-    let (peaks_all, ops_all, samples, rss, events) = tokio::try_join!(
-        async { Ok::<_, ApiError>(store.job_memory_stats(&job, "peak").await?) },
-        async { Ok::<_, ApiError>(ops_read.await?) },
-        async { Ok::<_, ApiError>(curve_read.await?) },
-        async { Ok::<_, ApiError>(store.job_rank_rss(&job).await?) },
-        events_read,
-    )?;
+    let (peaks_all, (ops_all, ops_total), (samples, curve_points_total, curve_cut), rss, events) =
+        tokio::try_join!(
+            async { Ok::<_, ApiError>(store.job_memory_stats(&job, "peak").await?) },
+            async { Ok::<_, ApiError>(ops_read.await?) },
+            async { Ok::<_, ApiError>(curve_read.await?) },
+            async { Ok::<_, ApiError>(store.job_rank_rss(&job).await?) },
+            events_read,
+        )?;
     let (mut live, rss_seen, sdk_seen) = live_of(&st, &job, &peaks_all, rss, q.rank).await?;
     let traced = peaks_all.iter().any(|p| p.per_step == 0);
     if !traced && !rss_seen && !sdk_seen {
@@ -215,37 +243,26 @@ pub(in crate::api) async fn memory(
             }
         }
     }
-    let samples: Vec<MemStat> = samples.into_iter().filter(keep).collect();
-    let ops_all: Vec<MemStat> = ops_all.into_iter().filter(keep).collect();
-    let (curve_points_total, ops_total) = (samples.len() as u64, ops_all.len() as u64);
-    let bound = q.rank.is_none() && !full;
-    let (samples, ops_all) = if bound {
-        let (samples, curve_cut) = super::bounded::curve(samples);
-        let (ops_all, ops_cut) = super::bounded::ops(ops_all);
-        if curve_cut {
-            notes.push(format!(
-                "curve: the {} ranks with the largest peaks, min/max down-sampled ({} of {curve_points_total} points); rank=R gives a rank's whole curve, full=true every rank's",
-                super::bounded::CURVE_SERIES,
-                samples.len()
-            ));
-        }
-        if ops_cut {
-            notes.push(format!(
-                "ops: the {} rows with the largest size increase of {ops_total}; rank=R gives a rank's every row, full=true all",
-                ops_all.len()
-            ));
-        }
-        if live.steps_len() > super::bounded::LIVE_STEPS {
-            live.drop_steps();
-            notes.push(
-                "live.steps: left out of a job-wide answer of this size (live.steps_total counts them); rank=R gives a rank's, full=true every rank's"
-                    .to_owned(),
-            );
-        }
-        (samples, ops_all)
-    } else {
-        (samples, ops_all)
-    };
+    if curve_cut {
+        notes.push(format!(
+            "curve: the {} ranks with the largest peaks, min/max down-sampled ({} of {curve_points_total} points); rank=R gives a rank's whole curve, full=true every rank's",
+            bounded::CURVE_SERIES,
+            samples.len()
+        ));
+    }
+    if (ops_all.len() as u64) < ops_total {
+        notes.push(format!(
+            "ops: the {} rows with the largest size increase of {ops_total}; rank=R gives a rank's every row, full=true all",
+            ops_all.len()
+        ));
+    }
+    if bound && live.steps_len() > bounded::LIVE_STEPS {
+        live.drop_steps();
+        notes.push(
+            "live.steps: left out of a job-wide answer of this size (live.steps_total counts them); rank=R gives a rank's, full=true every rank's"
+                .to_owned(),
+        );
+    }
     let curve = samples
         .into_iter()
         .map(|r| CurvePoint {
