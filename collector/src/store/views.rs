@@ -16,6 +16,7 @@ const STEP_WINDOWS_SQL: QueryFile = query_file!("step_windows");
 const JOB_MEMORY_EVENTS_SQL: QueryFile = query_file!("job_memory_events");
 const JOB_OPERATOR_SHAPES_SQL: QueryFile = query_file!("job_operator_shapes");
 const JOB_MEMORY_EVENTS_COUNT_SQL: QueryFile = query_file!("job_memory_events_count");
+const JOB_MEMORY_PEAKS_SQL: QueryFile = query_file!("job_memory_peaks");
 const JOB_MEMORY_SERIES_SQL: QueryFile = query_file!("job_memory_series");
 const JOB_MEMORY_SERIES_POINTS_SQL: QueryFile = query_file!("job_memory_series_points");
 const JOB_MEMORY_OPS_TOP_SQL: QueryFile = query_file!("job_memory_ops_top");
@@ -86,6 +87,19 @@ pub struct OpStat {
     pub host_total_max_ns: u64,
     pub device_total_min_ns: u64,
     pub device_total_max_ns: u64,
+}
+
+/// A `peak` row of `memory_stats`, only the columns peaks use.
+#[derive(Debug, Clone, PartialEq, Row, Deserialize)]
+struct MemPeak {
+    rank: u32,
+    device: i32,
+    allocated_bytes: i64,
+    reserved_bytes: i64,
+    device_total_bytes: u64,
+    step: u64,
+    per_step: u8,
+    ts_ns: u64,
 }
 
 /// One (rank, device) series of a job's memory curve.
@@ -169,6 +183,38 @@ impl Store {
             .fetch_all()
             .await
             .map_err(StoreError::query("job memory stats"))
+    }
+
+    /// The `peak` rows of `job` (as [`Self::job_memory_stats`] with kind
+    /// `peak` answers them, reading only the columns peaks use).
+    pub async fn job_memory_peaks(&self, job: &str) -> Result<Vec<MemStat>, StoreError> {
+        let rows: Vec<MemPeak> = self
+            .read(JOB_MEMORY_PEAKS_SQL)
+            .bind(job)
+            .fetch_all()
+            .await
+            .map_err(StoreError::query("job memory peaks"))?;
+        Ok(rows
+            .into_iter()
+            .map(|p| MemStat {
+                rank: p.rank,
+                device: p.device,
+                name: String::new(),
+                calls: 0,
+                size_increase_bytes: 0,
+                self_size_increase_bytes: 0,
+                allocation_count: 0,
+                self_allocation_count: 0,
+                allocation_size_bytes: 0,
+                self_allocation_size_bytes: 0,
+                allocated_bytes: p.allocated_bytes,
+                reserved_bytes: p.reserved_bytes,
+                device_total_bytes: p.device_total_bytes,
+                step: p.step,
+                per_step: p.per_step,
+                ts_ns: p.ts_ns,
+            })
+            .collect())
     }
 
     /// The (rank, device) series of `job`'s memory curve.

@@ -188,7 +188,7 @@ pub(in crate::api) async fn memory(
     };
     let (peaks_all, (ops_all, ops_total), (samples, curve_points_total, curve_cut), rss, events) =
         tokio::try_join!(
-            async { Ok::<_, ApiError>(store.job_memory_stats(&job, "peak").await?) },
+            async { Ok::<_, ApiError>(store.job_memory_peaks(&job).await?) },
             async { Ok::<_, ApiError>(ops_read.await?) },
             async { Ok::<_, ApiError>(curve_read.await?) },
             async { Ok::<_, ApiError>(store.job_rank_rss(&job).await?) },
