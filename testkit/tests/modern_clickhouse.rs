@@ -52,6 +52,7 @@ const JOB_ROUTES: &[&str] = &[
     "ops?rank=0&group_by=stack",
     "memory?ops=true",
     "memory?events=true&limit=100",
+    "memory?ops=true&curve=true",
     "ops?rank=0&group_by=shape",
     "clocks",
 ];

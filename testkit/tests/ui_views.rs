@@ -73,6 +73,28 @@ async fn ops_and_memory_tabs_show_the_apis_numbers() {
             "{key}"
         );
     }
+    // The job-wide curve is the API's; choosing a rank draws that rank's
+    // whole curve (`rank=R`), as the API answers it.
+    let shown = page.eval("Number(document.querySelector('#memory-curve').dataset.points)");
+    let job_curve = api["curve"].as_array().unwrap();
+    assert!(!job_curve.is_empty());
+    assert_eq!(shown.as_u64(), Some(job_curve.len() as u64));
+    let one = stack
+        .api_get("/api/v1/jobs/uimem/memory?rank=1&curve=true")
+        .await;
+    let one = one["curve"].as_array().unwrap();
+    assert!(
+        !one.is_empty() && one.iter().all(|p| p["rank"] == 1),
+        "{one:?}"
+    );
+    page.eval("(() => { const s = document.querySelector('#memory-rank'); s.value = '1'; s.dispatchEvent(new Event('change')); return true; })()");
+    page.wait_for(
+        30,
+        &format!(
+            "document.querySelector('#memory-curve').dataset.rank === '1' && document.querySelector('#memory-curve').dataset.points === '{}' && document.querySelector('#memory-curve canvas')",
+            one.len()
+        ),
+    );
     let n = page.eval("document.querySelectorAll('table.mem-ops tbody tr').length");
     assert_eq!(
         n.as_u64(),

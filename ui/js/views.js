@@ -1,7 +1,9 @@
 // The Ops and Memory tabs of the job page: the Operator and Memory views of
 // the job's traced ranks (GET /ops, /memory), and its live memory (RSS or
 // the SDK's per-step peaks). Every number comes from the API; nothing is
-// computed here but the curve's x axis (ms from the first point).
+// computed here but the curve's x axis (ms from the first point). The
+// job-wide memory answer is bounded (the curve of the ranks with the largest
+// peaks); choosing a rank asks for that rank's whole curve (`rank=R`).
 
 import { get, jobPath } from './api.js';
 import { bytes, el, num, pct } from './fmt.js';
@@ -65,6 +67,19 @@ export async function loadOps(body, job) {
           el('td', { class: 'num' }, us(r.device_total_us)))))) : null));
 }
 
+/** The allocated-bytes chart of `curve` (points of up to 8 (rank, device) series). */
+function curveChart(box, curve) {
+  const keys = [...new Set(curve.map((c) => `r${c.rank} ${c.device}`))].slice(0, 8);
+  const xs = [...new Set(curve.map((c) => c.ts_ns))].sort((a, b) => a - b);
+  const idx = new Map(xs.map((x, i) => [x, i]));
+  const series = keys.map((k, i) => {
+    const values = xs.map(() => null);
+    for (const c of curve) if (`r${c.rank} ${c.device}` === k) values[idx.get(c.ts_ns)] = c.allocated_bytes / 1048576;
+    return { label: k, values, colour: PALETTE[i % PALETTE.length], width: 1.5 };
+  });
+  return lineChart(box, { title: 'allocated', x: xs.map((x) => (x - xs[0]) / 1e6), series, unit: 'MiB', fmt: (v) => num(v, 1) });
+}
+
 export async function loadMemory(body, job, charts) {
   const m = await get(jobPath(job, '/memory'), { ops: true, curve: true, events: true, limit: 200 });
   const cards = [];
@@ -79,27 +94,39 @@ export async function loadMemory(body, job, charts) {
   }
   if (m.curve.length) {
     const box = el('div', { id: 'memory-curve' });
-    cards.push(card('Memory curve (allocated, down-sampled)', box));
-    const keys = [...new Set(m.curve.map((c) => `r${c.rank} ${c.device}`))].slice(0, 8);
-    const xs = [...new Set(m.curve.map((c) => c.ts_ns))].sort((a, b) => a - b);
-    const idx = new Map(xs.map((x, i) => [x, i]));
-    const series = keys.map((k, i) => {
-      const values = xs.map(() => null);
-      for (const c of m.curve) if (`r${c.rank} ${c.device}` === k) values[idx.get(c.ts_ns)] = c.allocated_bytes / 1048576;
-      return { label: k, values, colour: PALETTE[i % PALETTE.length], width: 1.5 };
+    const ranks = [...new Set(m.peaks.map((p) => p.rank))];
+    const pick = el('select', { id: 'memory-rank' },
+      el('option', { value: '' }, 'largest peaks (job)'), ...ranks.map((r) => el('option', { value: String(r) }, 'r' + r)));
+    let drawn = null;
+    const draw = (curve) => {
+      const i = drawn ? charts.indexOf(drawn) : -1;
+      if (i >= 0) charts.splice(i, 1)[0].destroy();
+      drawn = curveChart(box, curve);
+      box.dataset.points = String(curve.length);
+      box.dataset.rank = pick.value;
+      charts.push(drawn);
+    };
+    pick.addEventListener('change', async () => {
+      if (pick.value === '') return draw(m.curve);
+      const one = await get(jobPath(job, '/memory'), { rank: pick.value, curve: true });
+      return draw(one.curve);
     });
-    plot = () => charts.push(lineChart(box, { title: 'allocated', x: xs.map((x) => (x - xs[0]) / 1e6), series, unit: 'MiB', fmt: (v) => num(v, 1) }));
+    cards.push(card(`Memory curve (allocated; ${m.curve.length} of ${m.curve_points_total} points)`,
+      el('p', { class: 'muted small' }, 'rank: ', pick), box));
+    plot = () => draw(m.curve);
   }
   if (m.live.ranks.length) {
     cards.push(card(`Live memory per rank (largest: r${m.live.max_rank}, ${bytes(m.live.max_peak_bytes)})`,
-      table('mem-live', ['rank', 'source', 'peak', 'device / node memory', 'headroom'],
+      table('mem-live', ['rank', 'source', 'peak', 'device / node memory', 'headroom', 'peak step'],
         m.live.ranks.map((r) => el('tr', { dataset: { liveRank: r.rank, bytes: r.peak_bytes } },
           el('td', {}, 'r' + r.rank), el('td', {}, r.source), el('td', { class: 'num' }, bytes(r.peak_bytes)),
           el('td', { class: 'num' }, r.total_bytes ? bytes(r.total_bytes) : '–'),
-          el('td', { class: 'num' }, r.headroom_pct === null ? '–' : pct(r.headroom_pct)))))));
+          el('td', { class: 'num' }, r.headroom_pct === null ? '–' : pct(r.headroom_pct)),
+          el('td', { class: 'num' }, r.peak_step))))));
   }
   if (m.ops.length) {
-    cards.push(card('Memory per operator (PyTorch Profiler definitions)',
+    const of = m.ops_total > m.ops.length ? ` (the ${m.ops.length} of ${m.ops_total} rows with the largest size increase)` : '';
+    cards.push(card(`Memory per operator (PyTorch Profiler definitions)${of}`,
       table('mem-ops', ['rank', 'device', 'operator', 'calls', 'size increase', 'self size increase', 'allocations',
         'self allocations', 'allocation size', 'self allocation size'],
       m.ops.slice(0, 200).map((o) => el('tr', { dataset: { memOp: `${o.rank}/${o.device}/${o.name}`, bytes: o.size_increase_bytes } },

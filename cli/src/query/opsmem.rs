@@ -168,7 +168,9 @@ pub async fn memory(
     ops: bool,
     events: Option<(u64, u64)>,
 ) -> Result<Value, HttpError> {
-    let mut p = Vec::new();
+    // The CLI prints every row: the unbounded answer (the job-wide one is
+    // bounded for the UI otherwise).
+    let mut p = vec![("full", "true".to_owned())];
     if let Some(r) = rank {
         p.push(("rank", r.to_string()));
     }

@@ -208,7 +208,9 @@ async fn compute(store: &Store, key: Key, at: u64) -> Result<Bytes, StoreError> 
             By::Node | By::Gpu => store.fleet_gpu_counters(since_ns).await,
         }
     };
+    let t = std::time::Instant::now();
     let (facts, errors) = tokio::try_join!(store.fleet_facts_by(since_ns, key.by), errors)?;
+    let read_ms = t.elapsed().as_secs_f64() * 1e3;
     let mut rows = assemble(
         &facts,
         key.by,
@@ -217,7 +219,18 @@ async fn compute(store: &Store, key: Key, at: u64) -> Result<Bytes, StoreError> 
         },
     );
     super::counters::attach(&mut rows, &errors, key.by);
-    Ok(body(&answer(rows, key, at)))
+    let assembled_ms = t.elapsed().as_secs_f64() * 1e3 - read_ms;
+    let out = body(&answer(rows, key, at));
+    // The cold answer's profile (reads: `store::fleet`'s debug lines).
+    tracing::debug!(
+        ?key,
+        read_ms,
+        assembled_ms,
+        json_ms = t.elapsed().as_secs_f64() * 1e3 - read_ms - assembled_ms,
+        bytes = out.len(),
+        "fleet answer computed"
+    );
+    Ok(out)
 }
 
 /// The JSON of an answer.

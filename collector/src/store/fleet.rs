@@ -154,30 +154,29 @@ impl Store {
         since_ns: u64,
         with_samples: bool,
     ) -> Result<FleetFacts, StoreError> {
-        async fn all<T>(store: &Store, file: QueryFile, since_ns: u64) -> Result<Vec<T>, StoreError>
-        where
-            T: clickhouse::RowOwned + clickhouse::RowRead,
-        {
-            store
-                .read(file)
-                .bind(since_ns)
-                .fetch_all()
-                .await
-                .map_err(StoreError::query(file.name))
-        }
-        let rank_gpus = if with_samples {
-            all(self, RANK_GPUS_SQL, since_ns).await?
-        } else {
-            Vec::new()
+        let rank_gpus = async {
+            if with_samples {
+                all(self, RANK_GPUS_SQL, since_ns).await
+            } else {
+                Ok(Vec::new())
+            }
         };
+        // Independent reads, side by side.
+        let (placements, rank_gpus, verdicts, evidence, hangs) = tokio::try_join!(
+            all(self, PLACEMENTS_SQL, since_ns),
+            rank_gpus,
+            all(self, VERDICTS_SQL, since_ns),
+            all(self, EVIDENCE_SQL, since_ns),
+            all(self, HANGS_SQL, since_ns)
+        )?;
         Ok(FleetFacts {
-            placements: all(self, PLACEMENTS_SQL, since_ns).await?,
+            placements,
             exposure: None,
             worlds: Vec::new(),
             rank_gpus,
-            verdicts: all(self, VERDICTS_SQL, since_ns).await?,
-            evidence: all(self, EVIDENCE_SQL, since_ns).await?,
-            hangs: all(self, HANGS_SQL, since_ns).await?,
+            verdicts,
+            evidence,
+            hangs,
         })
     }
 }
@@ -187,17 +186,20 @@ impl Store {
     /// rollup (see the module docs); `by = gpu` while NVML samples in the
     /// window name GPUs reads [`Store::fleet_facts`] with samples.
     pub async fn fleet_facts_by(&self, since_ns: u64, by: By) -> Result<FleetFacts, StoreError> {
-        if by == By::Gpu {
-            let has: Vec<Count> = self
-                .read(HAS_SAMPLES_SQL)
-                .bind(since_ns)
-                .fetch_all()
-                .await
-                .map_err(StoreError::query(HAS_SAMPLES_SQL.name))?;
-            if has.first().is_some_and(|c| c.n > 0) {
-                return self.fleet_facts(since_ns, true).await;
+        // `by = gpu`: whether NVML samples name GPUs in the window, probed
+        // side by side with the rollup's reads (their answer is dropped in
+        // the rare case that samples exist).
+        let has_samples = async {
+            if by != By::Gpu {
+                return Ok(false);
             }
-        }
+            let has: Vec<Count> = timed(
+                HAS_SAMPLES_SQL.name,
+                self.read(HAS_SAMPLES_SQL).bind(since_ns).fetch_all(),
+            )
+            .await?;
+            Ok(has.first().is_some_and(|c| c.n > 0))
+        };
         let kind = match by {
             By::Node => "node",
             By::Gpu => "gpu",
@@ -206,17 +208,17 @@ impl Store {
         let month = month_start(since_ns);
         // Independent reads, run side by side (ClickHouse 18.16 runs each
         // GROUP BY on few threads).
-        let exposure = async {
+        let exposure = timed(
+            EXPOSURE_SQL.name,
             self.read(EXPOSURE_SQL)
                 .bind(since_ns)
                 .bind(kind)
                 .bind(month)
                 .bind(since_ns)
-                .fetch_all::<FleetExposure>()
-                .await
-                .map_err(StoreError::query(EXPOSURE_SQL.name))
-        };
-        let flagged = async {
+                .fetch_all::<FleetExposure>(),
+        );
+        let flagged = timed(
+            FLAGGED_SQL.name,
             self.read(FLAGGED_SQL)
                 .bind(kind)
                 .bind(month)
@@ -225,25 +227,26 @@ impl Store {
                 .bind(since_ns)
                 .bind(since_ns)
                 .bind(since_ns)
-                .fetch_all::<UnitPlacement>()
-                .await
-                .map_err(StoreError::query(FLAGGED_SQL.name))
-        };
-        let worlds = async {
+                .fetch_all::<UnitPlacement>(),
+        );
+        let worlds = timed(
+            WORLDS_SQL.name,
             self.read(WORLDS_SQL)
                 .bind(month)
                 .bind(since_ns)
                 .bind(since_ns)
-                .fetch_all::<FleetWorld>()
-                .await
-                .map_err(StoreError::query(WORLDS_SQL.name))
-        };
-        let (exposure, flagged, worlds, mut facts) = tokio::try_join!(
+                .fetch_all::<FleetWorld>(),
+        );
+        let (has_samples, exposure, flagged, worlds, mut facts) = tokio::try_join!(
+            has_samples,
             exposure,
             flagged,
             worlds,
             self.fleet_facts_without_placements(since_ns)
         )?;
+        if has_samples {
+            return self.fleet_facts(since_ns, true).await;
+        }
         let placements = flagged
             .into_iter()
             .map(|p| {
@@ -274,24 +277,44 @@ impl Store {
         &self,
         since_ns: u64,
     ) -> Result<FleetFacts, StoreError> {
-        async fn all<T>(store: &Store, file: QueryFile, since_ns: u64) -> Result<Vec<T>, StoreError>
-        where
-            T: clickhouse::RowOwned + clickhouse::RowRead,
-        {
-            store
-                .read(file)
-                .bind(since_ns)
-                .fetch_all()
-                .await
-                .map_err(StoreError::query(file.name))
-        }
+        let (verdicts, evidence, hangs) = tokio::try_join!(
+            all(self, VERDICTS_SQL, since_ns),
+            all(self, EVIDENCE_SQL, since_ns),
+            all(self, HANGS_SQL, since_ns)
+        )?;
         Ok(FleetFacts {
-            verdicts: all(self, VERDICTS_SQL, since_ns).await?,
-            evidence: all(self, EVIDENCE_SQL, since_ns).await?,
-            hangs: all(self, HANGS_SQL, since_ns).await?,
+            verdicts,
+            evidence,
+            hangs,
             ..FleetFacts::default()
         })
     }
+}
+
+/// Every row of `file` bound to `since_ns`, timed ([`timed`]).
+async fn all<T>(store: &Store, file: QueryFile, since_ns: u64) -> Result<Vec<T>, StoreError>
+where
+    T: clickhouse::RowOwned + clickhouse::RowRead,
+{
+    timed(file.name, store.read(file).bind(since_ns).fetch_all()).await
+}
+
+/// Awaits one read of `name`, logging (debug, target
+/// `rankscope_collector::store::fleet`) its rows and milliseconds: the cold
+/// answer's profile (`RUST_LOG=rankscope_collector::store::fleet=debug`).
+async fn timed<T>(
+    name: &'static str,
+    read: impl std::future::Future<Output = clickhouse::error::Result<Vec<T>>>,
+) -> Result<Vec<T>, StoreError> {
+    let t = std::time::Instant::now();
+    let rows = read.await.map_err(StoreError::query(name))?;
+    tracing::debug!(
+        query = name,
+        rows = rows.len(),
+        ms = t.elapsed().as_secs_f64() * 1e3,
+        "fleet read"
+    );
+    Ok(rows)
 }
 
 /// `YYYYMMDD` of the first day of the UTC month holding `ns`: the rollup's

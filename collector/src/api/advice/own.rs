@@ -60,7 +60,7 @@ pub(super) async fn memory_items(
     job: &str,
     rank: Option<u32>,
 ) -> Result<(Vec<Value>, Vec<Value>), ApiError> {
-    let peaks = st.store.job_memory_stats(job, "peak").await?;
+    let peaks = st.store.job_memory_peaks(job).await?;
     let (live, _, _) = job_live(st, job, &peaks, rank).await?;
     let (mut items, mut skipped) = (Vec::new(), Vec::new());
     let sized: Vec<_> = live.ranks.iter().filter(|r| r.total_bytes > 0).collect();

@@ -37,6 +37,8 @@ pub(in crate::api) struct StepImbalance {
 pub(in crate::api) struct RankPeak {
     pub(in crate::api) rank: u32,
     pub(in crate::api) peak_bytes: u64,
+    /// The (first) step of that peak.
+    peak_step: u64,
     pub(in crate::api) source: &'static str,
     /// The device's (or node's) memory; 0 = unknown.
     pub(in crate::api) total_bytes: u64,
@@ -46,7 +48,12 @@ pub(in crate::api) struct RankPeak {
 
 #[derive(Debug, Serialize, PartialEq, Default)]
 pub(in crate::api) struct Live {
+    /// Every (step, rank) peak; in a job-wide answer only while there are
+    /// at most `bounded::LIVE_STEPS` of them (else empty: ask `rank=R` or
+    /// `full=true`).
     steps: Vec<StepPeak>,
+    /// How many (step, rank) peaks there are (sent or not).
+    steps_total: u64,
     imbalance: Vec<StepImbalance>,
     pub(in crate::api) ranks: Vec<RankPeak>,
     /// The rank with the largest peak, and that peak.
@@ -107,7 +114,8 @@ pub(in crate::api) fn live(
     }
     peaks.retain(|k, _| rank.is_none_or(|r| r == k.1));
     let mut out = Live::default();
-    let mut per_rank: BTreeMap<u32, (u64, &'static str, u64)> = BTreeMap::new();
+    // rank -> (peak, source, total, step of the peak).
+    let mut per_rank: BTreeMap<u32, (u64, &'static str, u64, u64)> = BTreeMap::new();
     let mut per_step: BTreeMap<u64, Vec<(u32, u64)>> = BTreeMap::new();
     for (&(step, r), &(b, source, total)) in &peaks {
         out.steps.push(StepPeak {
@@ -116,8 +124,11 @@ pub(in crate::api) fn live(
             peak_bytes: b,
             source,
         });
-        let e = per_rank.entry(r).or_insert((0, source, total));
-        e.0 = e.0.max(b);
+        let e = per_rank.entry(r).or_insert((0, source, total, step));
+        if b > e.0 {
+            e.0 = b;
+            e.3 = step;
+        }
         e.2 = e.2.max(total);
         per_step.entry(step).or_default().push((r, b));
     }
@@ -139,7 +150,8 @@ pub(in crate::api) fn live(
             },
         });
     }
-    for (r, (b, source, total)) in per_rank {
+    out.steps_total = out.steps.len() as u64;
+    for (r, (b, source, total, peak_step)) in per_rank {
         if b > out.max_peak_bytes || out.max_rank.is_none() {
             out.max_rank = Some(r);
             out.max_peak_bytes = b;
@@ -147,12 +159,24 @@ pub(in crate::api) fn live(
         out.ranks.push(RankPeak {
             rank: r,
             peak_bytes: b,
+            peak_step,
             source,
             total_bytes: total,
             headroom_pct: (total > 0).then(|| 100.0 * (1.0 - b as f64 / total as f64)),
         });
     }
     out
+}
+
+impl Live {
+    /// Leaves the (step, rank) peaks out (`steps_total` still counts them).
+    pub(in crate::api) fn drop_steps(&mut self) {
+        self.steps = Vec::new();
+    }
+
+    pub(in crate::api) fn steps_len(&self) -> usize {
+        self.steps.len()
+    }
 }
 
 #[cfg(test)]
@@ -206,5 +230,8 @@ mod tests {
         );
         assert_eq!(l.imbalance[0].imbalance, 40.0 / 25.0);
         assert_eq!(l.ranks[1].headroom_pct, Some(60.0));
+        assert_eq!(l.ranks[1].peak_step, 0, "rank 1 peaked in step 0");
+        assert_eq!(l.ranks[0].peak_step, 1, "rank 0 peaked in step 1");
+        assert_eq!(l.steps_total, 4);
     }
 }

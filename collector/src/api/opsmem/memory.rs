@@ -1,4 +1,8 @@
-//! `GET /api/v1/jobs/{job}/memory` (see the parent module).
+//! `GET /api/v1/jobs/{job}/memory` (see the parent module). A job-wide
+//! answer is bounded (`super::bounded`): the curve of the ranks with the
+//! largest peaks, the largest operator rows, the (step, rank) peaks only
+//! while few; `rank=R` or `full=true` answers every point of what it asks.
+//! The reads are independent and run side by side.
 
 use std::collections::BTreeMap;
 
@@ -8,6 +12,7 @@ use axum::Json;
 use serde::{Deserialize, Serialize};
 
 use super::super::{ApiError, ApiState};
+use super::bounded;
 use crate::store::views::MemStat;
 
 #[derive(Debug, Deserialize)]
@@ -16,6 +21,9 @@ pub(in crate::api) struct MemoryQuery {
     rank: Option<u32>,
     ops: Option<bool>,
     curve: Option<bool>,
+    /// The unbounded answer: every curve point, operator row and (step,
+    /// rank) peak of every rank (the CLI's tables).
+    full: Option<bool>,
     events: Option<bool>,
     limit: Option<u64>,
     offset: Option<u64>,
@@ -58,7 +66,11 @@ pub(in crate::api) struct MemoryOut {
     rank: Option<u32>,
     peaks: Vec<PeakRow>,
     ops: Vec<MemOpRow>,
+    /// Operator rows of the job (or rank), sent or not.
+    ops_total: u64,
     curve: Vec<CurvePoint>,
+    /// Curve points of the job (or rank), sent or not.
+    curve_points_total: u64,
     /// `events=true`: a page of the `[memory]` events and their count.
     #[serde(skip_serializing_if = "Option::is_none")]
     events: Option<Vec<super::events::EventRow>>,
@@ -87,12 +99,31 @@ pub(in crate::api) async fn job_live(
     rank: Option<u32>,
 ) -> Result<(super::live::Live, bool, bool), ApiError> {
     let rss = st.store.job_rank_rss(job).await?;
+    live_of(st, job, peaks, rss, rank).await
+}
+
+/// [`job_live`] from the job's RSS samples: the step windows and the nodes'
+/// memory are read (side by side) only when there are RSS samples, the only
+/// peaks that need them.
+async fn live_of(
+    st: &ApiState,
+    job: &str,
+    peaks: &[MemStat],
+    rss: Vec<crate::store::views::RssSample>,
+    rank: Option<u32>,
+) -> Result<(super::live::Live, bool, bool), ApiError> {
     let sdk_peaks: Vec<MemStat> = peaks.iter().filter(|p| p.per_step != 0).cloned().collect();
     if rss.is_empty() && sdk_peaks.is_empty() {
         return Ok((super::live::Live::default(), false, false));
     }
-    let windows = st.store.job_step_windows(job).await?;
-    let nodes = st.store.job_node_memory(job).await?;
+    let (windows, nodes) = if rss.is_empty() {
+        (Vec::new(), Vec::new())
+    } else {
+        tokio::try_join!(
+            st.store.job_step_windows(job),
+            st.store.job_node_memory(job)
+        )?
+    };
     let live = super::live::live(&windows, &rss, &nodes, &sdk_peaks, rank);
     Ok((live, !rss.is_empty(), !sdk_peaks.is_empty()))
 }
@@ -103,13 +134,67 @@ pub(in crate::api) async fn memory(
     Query(q): Query<MemoryQuery>,
 ) -> Result<Json<MemoryOut>, ApiError> {
     let keep = |r: &MemStat| q.rank.is_none_or(|k| k == r.rank);
-    let peaks_all = st.store.job_memory_stats(&job, "peak").await?;
-    let ops_all = if q.ops.unwrap_or(false) {
-        st.store.job_memory_stats(&job, "op").await?
-    } else {
-        Vec::new()
+    let full = q.full.unwrap_or(false);
+    let want_curve = q.curve.unwrap_or(false) || q.rank.is_some();
+    let store = &st.store;
+    let bound = q.rank.is_none() && !full;
+    // (rows, rows in all).
+    let ops_read = async {
+        if !q.ops.unwrap_or(false) {
+            return Ok((Vec::new(), 0));
+        }
+        if bound {
+            let (rows, total) = store
+                .job_memory_ops_top(&job, bounded::OPS_ROWS as u64)
+                .await?;
+            return Ok((bounded::stored_order(rows), total));
+        }
+        let rows: Vec<MemStat> = store.job_memory_stats(&job, "op").await?;
+        let rows: Vec<MemStat> = rows.into_iter().filter(keep).collect();
+        let n = rows.len() as u64;
+        Ok::<_, crate::store::StoreError>((rows, n))
     };
-    let (live, rss_seen, sdk_seen) = job_live(&st, &job, &peaks_all, q.rank).await?;
+    // (points, points in all, whether some were left out).
+    let curve_read = async {
+        if !want_curve {
+            return Ok((Vec::new(), 0, false));
+        }
+        if bound {
+            let series = store.job_memory_series(&job).await?;
+            let total: u64 = series.iter().map(|s| s.points).sum();
+            return match bounded::choose(&series) {
+                None => Ok((store.job_memory_stats(&job, "sample").await?, total, false)),
+                Some(chosen) => {
+                    let mut ranks: Vec<u32> = chosen.iter().map(|c| c.0).collect();
+                    ranks.dedup();
+                    let points = store.job_memory_series_points(&job, &ranks).await?;
+                    Ok((bounded::chosen_curve(points, &chosen), total, true))
+                }
+            };
+        }
+        let rows: Vec<MemStat> = store.job_memory_stats(&job, "sample").await?;
+        let rows: Vec<MemStat> = rows.into_iter().filter(keep).collect();
+        let n = rows.len() as u64;
+        Ok::<_, crate::store::StoreError>((rows, n, false))
+    };
+    let events_read = async {
+        if q.events.unwrap_or(false) {
+            super::events::events(&st, &job, q.rank, q.limit, q.offset)
+                .await
+                .map(Some)
+        } else {
+            Ok(None)
+        }
+    };
+    let (peaks_all, (ops_all, ops_total), (samples, curve_points_total, curve_cut), rss, events) =
+        tokio::try_join!(
+            async { Ok::<_, ApiError>(store.job_memory_peaks(&job).await?) },
+            async { Ok::<_, ApiError>(ops_read.await?) },
+            async { Ok::<_, ApiError>(curve_read.await?) },
+            async { Ok::<_, ApiError>(store.job_rank_rss(&job).await?) },
+            events_read,
+        )?;
+    let (mut live, rss_seen, sdk_seen) = live_of(&st, &job, &peaks_all, rss, q.rank).await?;
     let traced = peaks_all.iter().any(|p| p.per_step == 0);
     if !traced && !rss_seen && !sdk_seen {
         st.require_job(&job, true).await?;
@@ -122,18 +207,18 @@ pub(in crate::api) async fn memory(
                 .to_owned(),
         );
     }
-    let (events, events_total) = if q.events.unwrap_or(false) {
-        let (rows, total) = super::events::events(&st, &job, q.rank, q.limit, q.offset).await?;
-        if total == 0 && traced {
-            notes.push(
-                "no allocation/release events: the traces were imported by a rankscope that did \
-                 not keep them; import them again"
-                    .to_owned(),
-            );
+    let (events, events_total) = match events {
+        Some((rows, total)) => {
+            if total == 0 && traced {
+                notes.push(
+                    "no allocation/release events: the traces were imported by a rankscope that did \
+                     not keep them; import them again"
+                        .to_owned(),
+                );
+            }
+            (Some(rows), Some(total))
         }
-        (Some(rows), Some(total))
-    } else {
-        (None, None)
+        None => (None, None),
     };
     let mut peaks: BTreeMap<(u32, i32), (i64, i64)> = BTreeMap::new();
     for r in peaks_all.iter().filter(|r| keep(r) && r.per_step == 0) {
@@ -158,26 +243,38 @@ pub(in crate::api) async fn memory(
             }
         }
     }
-    let curve = if q.curve.unwrap_or(false) || q.rank.is_some() {
-        st.store
-            .job_memory_stats(&job, "sample")
-            .await?
-            .into_iter()
-            .filter(keep)
-            .map(|r| CurvePoint {
-                rank: r.rank,
-                device: device_name(r.device),
-                ts_ns: r.ts_ns,
-                allocated_bytes: r.allocated_bytes,
-                reserved_bytes: r.reserved_bytes,
-            })
-            .collect()
-    } else {
-        Vec::new()
-    };
+    if curve_cut {
+        notes.push(format!(
+            "curve: the {} ranks with the largest peaks, min/max down-sampled ({} of {curve_points_total} points); rank=R gives a rank's whole curve, full=true every rank's",
+            bounded::CURVE_SERIES,
+            samples.len()
+        ));
+    }
+    if (ops_all.len() as u64) < ops_total {
+        notes.push(format!(
+            "ops: the {} rows with the largest size increase of {ops_total}; rank=R gives a rank's every row, full=true all",
+            ops_all.len()
+        ));
+    }
+    if bound && live.steps_len() > bounded::LIVE_STEPS {
+        live.drop_steps();
+        notes.push(
+            "live.steps: left out of a job-wide answer of this size (live.steps_total counts them); rank=R gives a rank's, full=true every rank's"
+                .to_owned(),
+        );
+    }
+    let curve = samples
+        .into_iter()
+        .map(|r| CurvePoint {
+            rank: r.rank,
+            device: device_name(r.device),
+            ts_ns: r.ts_ns,
+            allocated_bytes: r.allocated_bytes,
+            reserved_bytes: r.reserved_bytes,
+        })
+        .collect();
     let ops = ops_all
         .into_iter()
-        .filter(keep)
         .map(|r| MemOpRow {
             rank: r.rank,
             device: device_name(r.device),
@@ -204,7 +301,9 @@ pub(in crate::api) async fn memory(
             })
             .collect(),
         ops,
+        ops_total,
         curve,
+        curve_points_total,
         events,
         events_total,
         live,
