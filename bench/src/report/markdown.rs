@@ -45,7 +45,9 @@ fn header(s: &mut String, d: &Details, r: &Results) {
          ClickHouse server, and measured from outside: wall time on the monotonic clock, CPU \
          seconds from `/proc/<pid>/stat` (or `wait4` for short-lived commands), RSS from \
          `/proc/<pid>/status`. Figures are medians of several runs; ratios are taken per run \
-         and then the median. The raw figures are in `bench/results.json`.\n",
+         and then the median. The raw figures are in `bench/results.json`; before / after \
+         figures of single changes, each measured in alternation with the build before it, \
+         in `bench/RESULTS-alternations.md`.\n",
         d.started_unix_s, d.runtime_s
     );
     let _ = writeln!(
