@@ -52,13 +52,21 @@ pub const SETTLE_QUIET: Duration = Duration::from_secs(2);
 /// Waits until no merge of `db` has run for [`SETTLE_QUIET`] (polled every
 /// 100 ms in `system.merges`), at most `cap`; false when `cap` passed first.
 pub fn settle(ch: &ClickHouse, db: &str, cap: Duration) -> Result<bool, BenchError> {
+    settle_where(ch, &format!("database = '{db}'"), cap)
+}
+
+/// [`settle`] for every database of the server: before a measurement that
+/// background merges would disturb (the agent's idle cost).
+pub fn settle_all(ch: &ClickHouse, cap: Duration) -> Result<bool, BenchError> {
+    settle_where(ch, "1", cap)
+}
+
+fn settle_where(ch: &ClickHouse, filter: &str, cap: Duration) -> Result<bool, BenchError> {
     let started = Instant::now();
     let mut quiet_since = Instant::now();
     loop {
         let running: u64 = ch
-            .query(&format!(
-                "SELECT count() FROM system.merges WHERE database = '{db}'"
-            ))?
+            .query(&format!("SELECT count() FROM system.merges WHERE {filter}"))?
             .trim()
             .parse()
             .map_err(|e| BenchError::parse("system.merges count", e))?;

@@ -587,7 +587,13 @@ async fn run_import_idle(
         d.hta = Some(sbs);
     }
     if args.wants("idle") {
-        note("agent idle cost (8 stand-in GPUs at 10 Hz)");
+        // The imports' and the earlier sections' rows may still be merged in
+        // the background: that CPU would compete with the agent measured
+        // here (RESULTS-alternations.md: these figures swing 2x anyway).
+        note("agent idle cost (8 stand-in GPUs at 10 Hz): waiting for ClickHouse's merges");
+        if !bulk::settle_all(&ctx.ch, bulk::SETTLE_CAP)? {
+            note("merges still running after the cap: measuring anyway");
+        }
         d.idle = idle::run(&ctx.bins, &ctx.repo, &ctx.dir, &c.grpc_url).await?;
     }
     c.stop();
