@@ -134,7 +134,9 @@ job() { # name nproc args...
         "$@" >"$OUT/$name.log" 2>&1
     local rc=$?
     if [ $rc = 0 ]; then
-        ran "job $name ($nproc ranks; $(grep -m1 '^collectives:' "$OUT/$name.log"); traces written: $(grep -c '^trace: rank .* written' "$OUT/$name.log") of $nproc)"
+        # The ranks and Kineto (unbuffered std::cerr, a write per piece) share
+        # the log, so a rank's line may start mid-line: count distinct ranks.
+        ran "job $name ($nproc ranks; $(grep -o -m1 'collectives: .*' "$OUT/$name.log"); traces written: $(grep -o 'trace: rank [0-9]* written' "$OUT/$name.log" | sort -u | wc -l) of $nproc)"
     else
         # torchrun's summary names the first failed rank's exit code (a signal).
         why=$(grep -A6 'Root Cause' "$OUT/$name.log" | grep -m1 -E 'exitcode|traceback' | sed 's/^ *//')

@@ -138,7 +138,10 @@ fn the_kit_fits_and_its_capture_runs_the_cpu_variant_saying_what_it_skipped() {
         "ran      job gpukit-ddp (4 ranks; collectives: gloo (no CUDA device); traces written: 4 of 4)",
         "ran      traces: ",
     ] {
-        assert!(summary.contains(line), "summary lacks {line:?}:\n{summary}");
+        assert!(
+            summary.contains(line),
+            "summary lacks {line:?}:\n{summary}\ngpukit-ddp.log:\n{log}"
+        );
     }
     let batches = std::fs::read_dir(out.join("dump")).unwrap().count();
     assert!(batches > 0, "empty dump\n{summary}");
