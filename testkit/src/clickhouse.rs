@@ -29,7 +29,7 @@ pub const URL_ENV: &str = "RANKSCOPE_CLICKHOUSE_URL";
 pub const ENGINE_ENV: &str = "RANKSCOPE_CLICKHOUSE_ENGINE";
 
 /// How long a private server may take to answer `/ping`.
-pub(crate) const START_DEADLINE: Duration = Duration::from_secs(30);
+pub(crate) const START_DEADLINE: Duration = Duration::from_secs(120);
 /// How many times to retry with new ports when the chosen ones were taken meanwhile.
 pub(crate) const PORT_ATTEMPTS: usize = 4;
 /// Socket timeout of the helper HTTP client.

@@ -249,9 +249,10 @@ async fn hung_rank_is_named_within_hang_after() {
     let hang_after = Duration::from_secs(hang_after_secs);
     println!("hang named after {silent:?} of silence");
     assert!(silent >= hang_after, "fired after {silent:?} of silence");
-    // One interval, plus one for the tick's own scheduling on a loaded
-    // 2-core machine (the tick is delayed, not skipped).
-    let bound = hang_after + Duration::from_millis(2 * eval_ms);
+    // One interval, plus up to three for the tick's own scheduling on a
+    // loaded 2-core machine (the tick is delayed, not skipped; a debug
+    // build beside ClickHouse's merges has delayed it past one).
+    let bound = hang_after + Duration::from_millis(4 * eval_ms);
     assert!(
         silent <= bound,
         "named after {silent:?} of silence, bound {bound:?}"

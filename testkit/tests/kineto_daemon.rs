@@ -48,6 +48,10 @@ async fn agent_tracing_on_start(dir: &Path, iterations: u64) -> rankscope_agent:
 
 /// A plain 2-rank torchrun DDP job, `KINETO_USE_DAEMON=1`, job id `job`.
 fn launch(job: &str, steps: u32, step_ms: u32) -> Child {
+    launch_with(job, steps, step_ms, &[])
+}
+
+fn launch_with(job: &str, steps: u32, step_ms: u32, extra: &[&str]) -> Child {
     Command::new(python())
         .args([
             "-m",
@@ -64,6 +68,7 @@ fn launch(job: &str, steps: u32, step_ms: u32) -> Child {
             "--step-ms",
             &step_ms.to_string(),
         ])
+        .args(extra)
         .env("KINETO_USE_DAEMON", "1")
         .env("RANKSCOPE_JOB_ID", job)
         .env("OMP_NUM_THREADS", "1")
@@ -225,13 +230,22 @@ async fn a_duration_trace_for_one_rank_traces_only_that_rank() {
     let _serial = SERIAL.lock().await;
     let dir = tempfile::tempdir().unwrap();
     let a = agent(dir.path()).await;
+    // Asked once the job trains: a window from a poll during start-up may
+    // hold no step.
+    let progress = dir.path().join("progress");
+    let child = launch_with(
+        "kineto-one",
+        400,
+        30,
+        &["--progress", progress.to_str().expect("utf-8 path")],
+    );
+    common::wait_progress(&progress, 3).await;
     a.request_trace(request(
         "dur-1",
         "kineto-one",
         vec![1],
-        TraceMode::DurationMs(500),
+        TraceMode::DurationMs(1000),
     ));
-    let child = launch("kineto-one", 400, 30);
     let traces = wait_traces(&a, "rank 1 captured", |t| {
         t.iter()
             .any(|t| t.rank == 1 && t.state == TraceState::Captured)

@@ -181,7 +181,15 @@ async fn ddp_with_a_slow_compute_rank_is_named_with_cause_compute() {
         .api_poll(
             &format!("/api/v1/jobs/{job}/collectives"),
             "collectives",
-            |rows| !rows.is_empty(),
+            // A flush writes its tables side by side: the last
+            // collectives may land just after the steps (multinode.rs).
+            |rows| {
+                let mut ar = rows.iter().filter(|r| r["op"] == "all_reduce").peekable();
+                ar.peek().is_some()
+                    && ar.all(|r| {
+                        r["calls"] == u64::from(RANKS) * r["collectives"].as_u64().unwrap_or(0)
+                    })
+            },
         )
         .await;
     let ar: Vec<_> = rows.iter().filter(|r| r["op"] == "all_reduce").collect();
@@ -218,13 +226,24 @@ async fn ddp_with_a_slow_compute_rank_is_named_with_cause_compute() {
              FROM {{db}}.steps WHERE job_id = '{job}' AND rank = 0 GROUP BY step ORDER BY step"
         ),
     );
-    let calls = rows_of(
-        &stack,
-        &format!(
-            "SELECT start_ns, bytes FROM {{db}}.collectives WHERE job_id = '{job}' \
-             AND rank = 0 AND op = 'all_reduce' ORDER BY start_ns"
-        ),
+    let calls_sql = format!(
+        "SELECT start_ns, bytes FROM {{db}}.collectives WHERE job_id = '{job}' \
+         AND rank = 0 AND op = 'all_reduce' ORDER BY start_ns"
     );
+    // Every step from 2 on holds its buckets once rank 0's last collectives
+    // are stored (they may land after its steps).
+    let from_2: Vec<&Vec<u64>> = steps.iter().filter(|s| s[0] >= 2).collect();
+    let in_steps = |calls: &[Vec<u64>]| {
+        calls
+            .iter()
+            .filter(|c| from_2.iter().any(|s| c[0] >= s[1] && c[0] < s[2]))
+            .count()
+    };
+    eventually(60, "rank 0's all-reduces of every step stored", || {
+        in_steps(&rows_of(&stack, &calls_sql)) >= want.len() * from_2.len()
+    })
+    .await;
+    let calls = rows_of(&stack, &calls_sql);
     for s in steps.iter().filter(|s| s[0] >= 2) {
         let mut sizes: Vec<u64> = calls
             .iter()
@@ -289,22 +308,33 @@ async fn plain_torch_distributed_ops_are_recorded_with_op_bytes_and_group_size()
             )
         })
         .collect();
-    let stored = {
-        let mut tries = 0;
-        loop {
-            let got = query(
-                &stack,
-                "SELECT op, bytes, group_size FROM {db}.collectives WHERE job_id = 'plain-dist' \
-                 AND rank = 0 ORDER BY start_ns, op",
-            );
-            let got: Vec<String> = got.lines().map(str::to_owned).collect();
-            if got.len() >= expected.len() || tries > 500 {
-                break got;
-            }
-            tries += 1;
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+    let rank0 = || -> Vec<String> {
+        query(
+            &stack,
+            "SELECT op, bytes, group_size FROM {db}.collectives WHERE job_id = 'plain-dist' \
+             AND rank = 0 ORDER BY start_ns, op",
+        )
+        .lines()
+        .map(str::to_owned)
+        .collect()
     };
+    // Each rank's last batch comes through its own stream: wait for rank 0's
+    // ops and for the world group's calls on all 4 ranks.
+    let world = |rank0_only: bool| {
+        num(
+            &stack,
+            &format!(
+                "SELECT count() FROM {{db}}.collectives WHERE job_id = 'plain-dist' \
+                 AND process_group = '0'{}",
+                if rank0_only { " AND rank = 0" } else { "" }
+            ),
+        )
+    };
+    eventually(60, "rank 0's ops and the world group on every rank", || {
+        rank0().len() >= expected.len() && world(false) == u64::from(RANKS) * world(true)
+    })
+    .await;
+    let stored = rank0();
     let mut want = expected.clone();
     let mut have = stored.clone();
     want.sort();
@@ -342,6 +372,14 @@ async fn training_goes_on_while_the_agent_is_away_and_the_stream_resumes() {
     let progress = stack.dir.path().join("progress");
     let stats = stack.dir.path().join("stats-{rank}.json");
     let steps = 80u64;
+    // Gates, not clocks: the ranks wait before step 8 until the agent is
+    // stopped, and before step 40 until the new agent has every rank back.
+    let (away, back) = (
+        stack.dir.path().join("agent-away"),
+        stack.dir.path().join("agent-back"),
+    );
+    let hold_away = format!("8:{}", away.display());
+    let hold_back = format!("40:{}", back.display());
     let child = launch(
         &stack,
         job,
@@ -351,6 +389,10 @@ async fn training_goes_on_while_the_agent_is_away_and_the_stream_resumes() {
             &steps.to_string(),
             "--progress",
             progress.to_str().unwrap(),
+            "--hold",
+            &hold_away,
+            "--hold",
+            &hold_back,
         ],
         &[
             ("RANKSCOPE_STATS_FILE", stats.to_str().unwrap()),
@@ -375,6 +417,7 @@ async fn training_goes_on_while_the_agent_is_away_and_the_stream_resumes() {
     }
     stack.stop_agent().await;
     let stopped_at = progress_now();
+    std::fs::write(&away, b"").expect("gate file");
     // Training goes on without the agent for 15 steps.
     while progress_now() < stopped_at + 15 {
         assert!(
@@ -385,6 +428,17 @@ async fn training_goes_on_while_the_agent_is_away_and_the_stream_resumes() {
     }
     let collector = format!("http://{}", stack.grpc_addr());
     stack.start_agent(&collector).await;
+    eventually(120, "every rank's stream back on the new agent", || {
+        stack
+            .agent
+            .as_ref()
+            .expect("agent")
+            .metrics()
+            .streams_active
+            >= u64::from(RANKS)
+    })
+    .await;
+    std::fs::write(&back, b"").expect("gate file");
     finish(child).await;
     let mut reconnected = 0;
     for rank in 0..RANKS {

@@ -36,6 +36,10 @@ async fn stack_with(tweak: impl FnOnce(&mut rankscope_collector::Config)) -> Sta
 
 /// A plain 2-rank torchrun DDP job on gloo, `KINETO_USE_DAEMON=1`.
 fn launch(job: &str, steps: u32) -> Group {
+    launch_with(job, steps, &[])
+}
+
+fn launch_with(job: &str, steps: u32, extra: &[&str]) -> Group {
     Group::spawn(
         Command::new(rankscope_testkit::venv_python())
             .args([
@@ -48,6 +52,7 @@ fn launch(job: &str, steps: u32) -> Group {
             .arg(rankscope_testkit::free_port().to_string())
             .arg(rankscope_testkit::workspace_root().join("python/tests/workloads/ddp_train.py"))
             .args(["--steps", &steps.to_string(), "--step-ms", "30"])
+            .args(extra)
             .env("KINETO_USE_DAEMON", "1")
             .env("RANKSCOPE_JOB_ID", job)
             .env("OMP_NUM_THREADS", "1")
@@ -266,8 +271,16 @@ async fn a_duration_request_for_one_rank_traces_only_that_rank() {
     let stack = stack().await;
     let job = job_id("traced-one");
     let job = job.as_str();
-    let child = launch(job, 600);
+    // Asked once the job trains: a window from a poll during start-up may
+    // hold no step.
+    let progress = stack.dir.path().join("traced-one.progress");
+    let child = launch_with(
+        job,
+        600,
+        &["--progress", progress.to_str().expect("utf-8 path")],
+    );
     wait_for_processes(&stack, job, 2).await;
+    common::wait_progress(&progress, 3).await;
     let out = trace_cli(
         &stack,
         &[
@@ -277,7 +290,7 @@ async fn a_duration_request_for_one_rank_traces_only_that_rank() {
             "--rank",
             "1",
             "--duration-ms",
-            "400",
+            "1000",
             "--wait",
             "90",
             "--format",

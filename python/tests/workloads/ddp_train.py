@@ -75,7 +75,15 @@ def main() -> None:
     p.add_argument("--big-rank", type=int, default=-1, help="this rank holds an extra --big-mb MiB tensor")
     p.add_argument("--big-mb", type=int, default=0)
     p.add_argument("--end-mid-trace", type=int, default=-1, metavar="K")
+    p.add_argument(
+        "--hold",
+        action="append",
+        default=[],
+        metavar="N:PATH",
+        help="every rank waits before step N until PATH exists (a test's gate, not a clock)",
+    )
     a = p.parse_args()
+    holds = sorted((int(n), path) for n, path in (h.split(":", 1) for h in a.hold))
     torch.set_num_threads(1)
     dist.init_process_group("gloo")
     rank = dist.get_rank()
@@ -92,6 +100,10 @@ def main() -> None:
     times = []
     t = time.perf_counter()
     for x, y in loader:
+        while holds and holds[0][0] <= done:
+            while not os.path.exists(holds[0][1]):
+                time.sleep(0.01)
+            holds.pop(0)
         opt.zero_grad()
         loss = torch.nn.functional.mse_loss(model(x), y)
         loss.backward()

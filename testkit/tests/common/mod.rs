@@ -369,7 +369,7 @@ impl Stack {
         field: &str,
         cond: impl Fn(&Vec<serde_json::Value>) -> bool,
     ) -> Vec<serde_json::Value> {
-        let deadline = Instant::now() + Duration::from_secs(30);
+        let deadline = Instant::now() + Duration::from_secs(60);
         loop {
             let url = format!("http://{}{}", self.http_addr(), path);
             let body: Result<serde_json::Value, _> = rankscope_cli::query::get_json(&url).await;
@@ -389,7 +389,7 @@ impl Stack {
     /// breakdowns are final.
     pub async fn analytics_final(&self, job: &str, rank_steps: u64) {
         let url = format!("http://{}/api/v1/jobs/{job}/progress", self.http_addr());
-        let deadline = Instant::now() + Duration::from_secs(30);
+        let deadline = Instant::now() + Duration::from_secs(60);
         loop {
             let v: Result<serde_json::Value, _> = rankscope_cli::query::get_json(&url).await;
             let n = v.ok().and_then(|v| v["rank_steps_final"].as_u64());
@@ -398,7 +398,7 @@ impl Stack {
             }
             assert!(
                 Instant::now() < deadline,
-                "{job}: {n:?} of {rank_steps} (step, rank) breakdowns final after 30 s"
+                "{job}: {n:?} of {rank_steps} (step, rank) breakdowns final after 60 s"
             );
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
@@ -449,6 +449,28 @@ pub async fn eventually(secs: u64, what: &str, mut cond: impl FnMut() -> bool) {
     while !cond() {
         assert!(Instant::now() < deadline, "timed out waiting for: {what}");
         tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// Waits until `ddp_train.py --progress PATH` (rank 0's finished steps)
+/// says `steps`: the job is training, past its start-up (a trace asked for
+/// earlier may cover only rendezvous and DDP's set-up on a loaded machine).
+#[allow(dead_code)]
+pub async fn wait_progress(path: &std::path::Path, steps: u64) {
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let done = std::fs::read_to_string(path)
+            .ok()
+            .and_then(|t| t.trim().parse::<u64>().ok());
+        if done >= Some(steps) {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{}: {done:?} steps after 120 s (want {steps})",
+            path.display()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
 

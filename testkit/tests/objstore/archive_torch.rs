@@ -33,6 +33,9 @@ async fn a_real_torch_jobs_daemon_trace_is_archived_listed_and_imported_back() {
     let stack = stack("s3://archive/traces/{job}/{trace_id}/").await;
     let job = format!("archived-torch-{}", std::process::id());
     let python = rankscope_testkit::venv_python();
+    // The trace is asked once the job trains: a window from a poll during
+    // start-up may hold no step.
+    let progress = stack.dir.path().join("archived-torch.progress");
     let torchrun = Killed(
         Command::new(&python)
             .args([
@@ -44,7 +47,8 @@ async fn a_real_torch_jobs_daemon_trace_is_archived_listed_and_imported_back() {
             ])
             .arg(rankscope_testkit::free_port().to_string())
             .arg(rankscope_testkit::workspace_root().join("python/tests/workloads/ddp_train.py"))
-            .args(["--steps", "400", "--step-ms", "30"])
+            .args(["--steps", "400", "--step-ms", "30", "--progress"])
+            .arg(&progress)
             .env("KINETO_USE_DAEMON", "1")
             .env("RANKSCOPE_JOB_ID", &job)
             .env("OMP_NUM_THREADS", "1")
@@ -53,7 +57,8 @@ async fn a_real_torch_jobs_daemon_trace_is_archived_listed_and_imported_back() {
             .spawn()
             .expect("torchrun"),
     );
-    // A 500 ms trace, once libkineto has registered the rank with the agent.
+    crate::common::wait_progress(&progress, 3).await;
+    // A 1 s trace, once libkineto has registered the rank with the agent.
     let http = rankscope_cli::query::http::HttpClient::new(Duration::from_secs(5));
     let url = format!("http://{}", stack.http_addr());
     let deadline = Instant::now() + Duration::from_secs(120);
@@ -63,7 +68,7 @@ async fn a_real_torch_jobs_daemon_trace_is_archived_listed_and_imported_back() {
             &url,
             &job,
             &[],
-            rankscope_cli::query::traces::TraceSpan::DurationMs(500),
+            rankscope_cli::query::traces::TraceSpan::DurationMs(1000),
         )
         .await
         {
