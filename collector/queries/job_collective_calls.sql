@@ -1,5 +1,6 @@
 -- Every collective call of one job, aggregated per (process_group, seq) and the
--- attributes its ranks reported: the job-wide collective statistics read these
+-- attributes its ranks reported: the job-wide collective statistics of a job
+-- with a mixed call read these (job_collective_groups.sql serves the others)
 -- instead of one row per rank (16,384 ranks x 100 steps x 3 calls: 39 MB of
 -- durations instead of 311 MB of rows). A call with one row here whose `calls`
 -- equals `ranks` is uniform (rankscope_analysis::UniformMatch); the others are

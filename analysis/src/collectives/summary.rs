@@ -93,7 +93,12 @@ fn group_stats(g: &GroupSummary<'_>) -> Option<CollectiveStats> {
     for c in &calls {
         debug_assert_eq!(
             (c.process_group, c.op, c.dtype, size_bucket(c.bytes)),
-            (first.process_group, op, first.dtype, size_bucket(first.bytes))
+            (
+                first.process_group,
+                op,
+                first.dtype,
+                size_bucket(first.bytes)
+            )
         );
         let bus = c.bytes as f64 * busbw_factor(c.op, c.group_size);
         for _ in 0..c.calls {

@@ -8,7 +8,6 @@
 //! step breakdowns and verdicts were computed live and are only read. SQL in
 //! `collector/queries/`, arguments bound with `?`.
 
-
 use clickhouse::Row;
 use rankscope_analysis::{
     breakdown, classify_kernel, Breakdown, CollOp, CollectiveObs, GpuEvent, GpuEventKind,
