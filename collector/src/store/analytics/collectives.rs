@@ -13,14 +13,17 @@
 //!   travel instead of every rank's duration
 //!   (`rankscope_analysis::job_collective_stats_of_groups`). A percentile
 //!   over a group that holds a mixed call needs that call's deduplicated
-//!   rows, so a job with any mixed call is read as before instead: each
-//!   call's durations (`job_collective_calls.sql`) plus the mixed rows.
+//!   rows, so a process group with a mixed call (send / recv pairs, a rank
+//!   reported twice) is read call by call as well: each call's durations
+//!   (`job_collective_calls.sql`) plus the mixed rows
+//!   (`rankscope_analysis::job_collective_stats`). Statistics groups never
+//!   span process groups, so the two parts are whole groups.
 //! - Per rank, `job_collective_call_sums.sql` (each call's minimum and sum
 //!   of durations: the transfer time) plus the rank's own rows
 //!   (`rank_collectives.sql`): the rank's percentiles are over its own
 //!   durations (`rankscope_analysis::rank_collective_stats`).
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeSet, HashMap, HashSet};
 
 use clickhouse::Row;
 use rankscope_analysis::{
@@ -181,27 +184,49 @@ impl Store {
             .fetch_all()
             .await
             .map_err(StoreError::query("job collective groups"))?;
-        let uniform = groups.iter().all(CollectiveGroupRow::well_formed)
-            && mixed_calls(groups.iter().flat_map(CollectiveGroupRow::calls)).is_empty();
-        if !uniform {
-            return self.job_collective_stats_by_call(job).await;
-        }
+        // Process groups read call by call: those with a mixed call (every
+        // one, should an answer come malformed).
+        let by_call: BTreeSet<&str> = if groups.iter().all(CollectiveGroupRow::well_formed) {
+            mixed_calls(groups.iter().flat_map(CollectiveGroupRow::calls))
+                .into_iter()
+                .map(|(pg, _)| pg)
+                .collect()
+        } else {
+            groups.iter().map(|g| g.process_group.as_str()).collect()
+        };
         let summaries: Vec<GroupSummary<'_>> = groups
             .iter()
+            .filter(|g| !by_call.contains(g.process_group.as_str()))
             .filter_map(CollectiveGroupRow::summary)
             .collect();
-        Ok(job_collective_stats_of_groups(&summaries))
+        let mut out = job_collective_stats_of_groups(&summaries);
+        if !by_call.is_empty() {
+            let pgs: Vec<&str> = by_call.into_iter().collect();
+            out.extend(self.job_collective_stats_by_call(job, &pgs).await?);
+            // Groups never span process groups: both parts are whole groups.
+            out.sort_by(|a, b| {
+                (&a.process_group, a.op, &a.dtype, a.size_bucket).cmp(&(
+                    &b.process_group,
+                    b.op,
+                    &b.dtype,
+                    b.size_bucket,
+                ))
+            });
+        }
+        Ok(out)
     }
 
-    /// Job-wide statistics from each call's durations plus the rows of the
-    /// mixed calls.
+    /// Job-wide statistics of the process groups `pgs` from each call's
+    /// durations plus the rows of the mixed calls.
     async fn job_collective_stats_by_call(
         &self,
         job: &str,
+        pgs: &[&str],
     ) -> Result<Vec<CollectiveStats>, StoreError> {
         let calls: Vec<CollectiveCallRow> = self
             .read(JOB_COLLECTIVE_CALLS_SQL)
             .bind(job)
+            .bind(pgs)
             .fetch_all()
             .await
             .map_err(StoreError::query("job collective calls"))?;
