@@ -19,6 +19,7 @@
 
 pub mod matching;
 pub mod stats;
+pub mod summary;
 
 use std::fmt;
 use std::str::FromStr;

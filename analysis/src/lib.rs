@@ -70,6 +70,7 @@ pub use collectives::matching::{match_collectives, MatchedCollective, Participan
 pub use collectives::stats::{
     collective_stats, job_collective_stats, rank_collective_stats, CollectiveStats, UniformMatch,
 };
+pub use collectives::summary::{job_collective_stats_of_groups, CallSummary, GroupSummary};
 pub use collectives::{
     algbw_gbps, busbw_factor, busbw_gbps, nccl_tests_bytes, size_bucket, CollOp, CollectiveObs,
     SizeBucket, UnknownCollOp,

@@ -24,8 +24,9 @@
 //!   then the loss all-reduce; 4.9 M rows), arrival jitter and the
 //!   stragglers' late arrivals included, so the cross-rank matching has
 //!   waits to find. `GET /api/v1/jobs/{job}/collectives` is job-wide: it
-//!   aggregates every row per call in ClickHouse and reads the calls'
-//!   durations ([`COLLECTIVES_REPS`] warm requests).
+//!   aggregates every row per call in ClickHouse, which also computes each
+//!   statistics group's percentiles, and reads per-call sums
+//!   ([`COLLECTIVES_REPS`] warm requests).
 //!
 //! The stragglers route reads `straggler_verdicts FINAL` and
 //! `straggler_gains FINAL` of the job (no breakdowns: every version's gain
@@ -112,7 +113,7 @@ pub struct QueryRun {
     /// Collective rows of that job.
     #[serde(default)]
     pub collective_rows: u64,
-    /// The route's SQL alone (`job_collective_calls.sql`, fetched as
+    /// The route's SQL alone (`job_collective_groups.sql`, fetched as
     /// RowBinary, not decoded).
     #[serde(default)]
     pub sql_collectives_16k_ms: Vec<f64>,
@@ -243,7 +244,7 @@ pub async fn run(ctx: &Ctx, reps: usize) -> Result<QueryRun, BenchError> {
     collector.stop();
     let collectives_sql = format!(
         "{} FORMAT RowBinary",
-        bind(JOB_COLLECTIVE_CALLS_SQL, &[&quote(job_b)])
+        bind(JOB_COLLECTIVE_GROUPS_SQL, &[&quote(job_b)])
     );
     for _ in 0..COLLECTIVES_REPS {
         let t = std::time::Instant::now();
@@ -291,8 +292,8 @@ pub async fn run(ctx: &Ctx, reps: usize) -> Result<QueryRun, BenchError> {
 /// The collector's own query files.
 const BREAKDOWN_SQL: &str = include_str!("../../collector/queries/breakdown.sql");
 const STRAGGLERS_SQL: &str = include_str!("../../collector/queries/stragglers.sql");
-const JOB_COLLECTIVE_CALLS_SQL: &str =
-    include_str!("../../collector/queries/job_collective_calls.sql");
+const JOB_COLLECTIVE_GROUPS_SQL: &str =
+    include_str!("../../collector/queries/job_collective_groups.sql");
 
 fn quote(s: &str) -> String {
     format!("'{}'", s.replace('\\', "\\\\").replace('\'', "\\'"))

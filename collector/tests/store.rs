@@ -1400,3 +1400,6 @@ async fn gpu_activities_read_by_name_hash_equal_the_named_read() {
     assert_eq!(first, [names[1], names[2], names[3], names[0]]);
     assert!(store.gpu_ops("no-such-job").await.unwrap().is_empty());
 }
+
+#[path = "store/collectives.rs"]
+mod collectives;

@@ -31,6 +31,7 @@
 //! `p50 <= p99 <= max duration`; results do not depend on input order.
 
 use super::matching::{match_collectives, MatchedCollective};
+use super::summary::CallSummary;
 use super::{algbw_gbps, busbw_factor, size_bucket, CollOp, CollectiveObs, SizeBucket};
 use crate::stats::percentile_nearest_rank_unsorted;
 
@@ -192,14 +193,12 @@ impl<'a> Groups<'a> {
     /// of `u`'s observations, per rank: `duration_ns` is the rank's own.
     fn add_uniform_of_rank(
         &mut self,
-        u: &UniformMatch<'a>,
+        u: &CallSummary<'a>,
         rank: u32,
         duration_ns: u64,
         m_idx: usize,
     ) {
-        let Some(&transfer_ns) = u.durations_ns.iter().min() else {
-            return;
-        };
+        let transfer_ns = u.min_duration_ns;
         let key: KeyRef<'a> = (
             u.process_group,
             u.op,
@@ -246,7 +245,7 @@ pub fn job_collective_stats(
 ) -> Vec<CollectiveStats> {
     let matched = match_collectives(rest);
     let mut groups = Groups::default();
-    for (m_idx, call) in in_call_order(uniform, |u| u, &matched)
+    for (m_idx, call) in in_call_order(uniform, |u| (u.process_group, u.seq), &matched)
         .into_iter()
         .enumerate()
     {
@@ -261,17 +260,17 @@ pub fn job_collective_stats(
 /// Per-rank statistics of `rank` alone: the same, to the bit, as the rows
 /// of `rank` in `collective_stats(all observations, true)`, under the
 /// precondition of [`job_collective_stats`]. `uniform` pairs each uniform
-/// call `rank` took part in with the rank's own duration in it; the calls'
-/// durations give the transfer time of each. Lets a store read one rank's
-/// rows and the calls' durations instead of every row.
+/// call `rank` took part in (summarized: its minimum duration is its
+/// transfer time) with the rank's own duration in it. Lets a store read one
+/// rank's rows and a summary per call instead of every row.
 pub fn rank_collective_stats(
     rank: u32,
-    uniform: &[(UniformMatch<'_>, u64)],
+    uniform: &[(CallSummary<'_>, u64)],
     rest: &[CollectiveObs],
 ) -> Vec<CollectiveStats> {
     let matched = match_collectives(rest);
     let mut groups = Groups::default();
-    for (m_idx, call) in in_call_order(uniform, |u| &u.0, &matched)
+    for (m_idx, call) in in_call_order(uniform, |u| (u.0.process_group, u.0.seq), &matched)
         .into_iter()
         .enumerate()
     {
@@ -293,13 +292,9 @@ enum Call<'c, T> {
 /// the same order. `matched` is sorted so already.
 fn in_call_order<'c, 'u: 'c, T>(
     uniform: &'c [T],
-    call: impl Fn(&T) -> &UniformMatch<'u>,
+    key: impl Fn(&T) -> (&'u str, u64),
     matched: &'c [MatchedCollective],
 ) -> Vec<Call<'c, T>> {
-    let key = |t: &T| {
-        let u = call(t);
-        (u.process_group, u.seq)
-    };
     let mut order: Vec<&T> = uniform.iter().collect();
     order.sort_unstable_by(|a, b| key(a).cmp(&key(b)));
     let mut out = Vec::with_capacity(order.len() + matched.len());

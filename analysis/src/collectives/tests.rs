@@ -2,6 +2,7 @@ use super::matching::match_collectives;
 use super::stats::{
     collective_stats, job_collective_stats, rank_collective_stats, CollectiveStats, UniformMatch,
 };
+use super::summary::CallSummary;
 use super::*;
 use crate::test_rng::Rng;
 
@@ -109,7 +110,7 @@ fn size_buckets() {
     }
 }
 
-fn obs(rank: u32, seq: u64, start_ns: u64, end_ns: u64) -> CollectiveObs {
+pub(super) fn obs(rank: u32, seq: u64, start_ns: u64, end_ns: u64) -> CollectiveObs {
     CollectiveObs {
         rank,
         process_group: "0".into(),
@@ -289,9 +290,9 @@ fn property_stats_invariants_and_order_independence() {
 /// key and have distinct ranks becomes a [`UniformMatch`], the others stay
 /// rows.
 /// Uniform calls come with their durations, also by rank.
-type UniformCall = (CollectiveObs, Vec<u64>, std::collections::HashMap<u32, u64>);
+pub(super) type UniformCall = (CollectiveObs, Vec<u64>, std::collections::HashMap<u32, u64>);
 
-fn split_uniform(input: &[CollectiveObs]) -> (Vec<UniformCall>, Vec<CollectiveObs>) {
+pub(super) fn split_uniform(input: &[CollectiveObs]) -> (Vec<UniformCall>, Vec<CollectiveObs>) {
     use std::collections::{BTreeMap, BTreeSet};
     let mut calls: BTreeMap<(String, u64), Vec<&CollectiveObs>> = BTreeMap::new();
     for o in input {
@@ -383,10 +384,10 @@ fn property_uniform_matches_give_the_row_statistics_to_the_bit() {
         // Per rank: the rank's own duration in each uniform call it joined.
         let per_rank = collective_stats(&input, true);
         for rank in 0..6u32 {
-            let joined: Vec<(UniformMatch<'_>, u64)> = uniform
+            let joined: Vec<(CallSummary<'_>, u64)> = uniform
                 .iter()
                 .zip(matches.iter().rev())
-                .filter_map(|((_, _, by_rank), m)| by_rank.get(&rank).map(|&d| (m.clone(), d)))
+                .filter_map(|((_, _, by_rank), m)| Some((m.summary()?, *by_rank.get(&rank)?)))
                 .collect();
             let want: Vec<CollectiveStats> = per_rank
                 .iter()

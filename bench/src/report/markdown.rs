@@ -451,9 +451,10 @@ fn query(s: &mut String, d: &Details) {
          all-gather, a reduce-scatter and the loss all-reduce, with arrival jitter and the \
          stragglers arriving late): {} rows in {:.1} s, {} verdict versions for {} verdicts. \
          The collectives route is job-wide: ClickHouse aggregates every collective of the job \
-         per call (process group, seq) into its ranks' durations, and the collector computes \
-         the statistics from those; the rows of calls whose ranks disagree or repeat would \
-         also be read (none here) ({} warm requests). Round trip of the \
+         per call (process group, seq) and computes each statistics group's nearest-rank \
+         percentiles, and the collector computes the rest from per-call sums; a job with calls \
+         whose ranks disagree or repeat would be read call by call with those calls' rows \
+         (none here) ({} warm requests). Round trip of the \
          HTTP API on a kept-alive connection: *cold* is the first request of each route after \
          the load (a fresh collector, nothing read yet), then {} warm requests per route after \
          two uncounted ones; the \

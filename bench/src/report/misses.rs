@@ -217,10 +217,10 @@ fn why(name: &str, d: &Details) -> String {
             )
         }
         "query_collectives_16384x100_ms" => format!(
-            "The route aggregates all {} collectives of the job per call in ClickHouse and \
-             reads each call's durations (exact nearest-rank percentiles need every one): that \
-             SQL alone takes {:.0} ms at the median; the rest is the collector decoding the \
-             durations and grouping them.",
+            "The route aggregates all {} collectives of the job per call in ClickHouse, which \
+             also computes each group's exact nearest-rank percentiles, so only per-call sums \
+             travel: that SQL alone takes {:.0} ms at the median; the rest is the collector \
+             (ClickHouse client, statistics, JSON).",
             human(Some(d.query.collective_rows as f64)),
             median(&d.query.sql_collectives_16k_ms)
         ),

@@ -8,24 +8,21 @@
 //! step breakdowns and verdicts were computed live and are only read. SQL in
 //! `collector/queries/`, arguments bound with `?`.
 
-use std::collections::{HashMap, HashSet};
-
 use clickhouse::Row;
 use rankscope_analysis::{
-    breakdown, classify_kernel, job_collective_stats, rank_collective_stats, Breakdown, CollOp,
-    CollectiveObs, GpuEvent, GpuEventKind, KernelClass, UniformMatch,
+    breakdown, classify_kernel, Breakdown, CollOp, CollectiveObs, GpuEvent, GpuEventKind,
+    KernelClass,
 };
 use serde::{Deserialize, Serialize};
 
 use super::sql::{query_file, QueryFile};
 use super::{Store, StoreError};
 
+mod collectives;
+
 const BREAKDOWN_SQL: QueryFile = query_file!("breakdown");
 const RANK_GPU_EVENTS_SQL: QueryFile = query_file!("rank_gpu_events");
 const RANK_KERNEL_NAMES_SQL: QueryFile = query_file!("rank_kernel_names");
-const JOB_COLLECTIVE_CALLS_SQL: QueryFile = query_file!("job_collective_calls");
-const JOB_COLLECTIVES_MIXED_SQL: QueryFile = query_file!("job_collectives_mixed");
-const RANK_COLLECTIVES_SQL: QueryFile = query_file!("rank_collectives");
 const STRAGGLERS_SQL: QueryFile = query_file!("stragglers");
 const STEP_PEERS_SQL: QueryFile = query_file!("step_peers");
 const STEP_WAITS_OF_SQL: QueryFile = query_file!("step_waits_of");
@@ -151,53 +148,6 @@ impl CollectiveReadRow {
             end_ns: self.end_ns,
         })
     }
-}
-
-/// One row of `job_collective_calls.sql`.
-#[derive(Debug, Row, Deserialize)]
-struct CollectiveCallRow {
-    process_group: String,
-    seq: u64,
-    op_name: String,
-    dtype_name: String,
-    bytes: u64,
-    group_size: u32,
-    calls: u64,
-    ranks: u64,
-    durations_ns: Vec<u64>,
-}
-
-/// The uniform calls of `calls` as [`UniformMatch`]es, and the
-/// (process_group, seq) of the others. A call is uniform when it has one
-/// row (its ranks agree on op, dtype, bytes and group size) and no rank
-/// reported it twice.
-fn split_calls(calls: &[CollectiveCallRow]) -> (Vec<UniformMatch<'_>>, HashSet<(&str, u64)>) {
-    let mut rows_of: HashMap<(&str, u64), u32> = HashMap::with_capacity(calls.len());
-    for c in calls {
-        *rows_of.entry((&c.process_group, c.seq)).or_default() += 1;
-    }
-    let mut uniform = Vec::with_capacity(calls.len());
-    let mut mixed = HashSet::new();
-    for c in calls {
-        if rows_of[&(c.process_group.as_str(), c.seq)] != 1 || c.calls != c.ranks {
-            mixed.insert((c.process_group.as_str(), c.seq));
-            continue;
-        }
-        // An op this build does not know is left out, as
-        // `CollectiveReadRow::into_obs` leaves its rows out.
-        if let Ok(op) = c.op_name.parse::<CollOp>() {
-            uniform.push(UniformMatch {
-                process_group: &c.process_group,
-                seq: c.seq,
-                op,
-                dtype: &c.dtype_name,
-                bytes: c.bytes,
-                group_size: c.group_size,
-                durations_ns: &c.durations_ns,
-            });
-        }
-    }
-    (uniform, mixed)
 }
 
 /// A straggler verdict, latest version.
@@ -348,81 +298,6 @@ impl Store {
             out.push(summary(rank, node, &events));
         }
         Ok(out)
-    }
-
-    /// Collective statistics of the job (of one rank when `rank` is given),
-    /// with wait / transfer from matching across all ranks.
-    ///
-    /// ClickHouse aggregates each call first (`job_collective_calls.sql`):
-    /// a uniform call arrives as its durations, and only the rows of the
-    /// other calls are read (`job_collectives_mixed.sql`), plus, per rank,
-    /// that rank's rows (`rank_collectives.sql`). `job_collective_stats` /
-    /// `rank_collective_stats` then give the numbers `collective_stats`
-    /// gives over every row, to the bit.
-    pub async fn collective_stats(
-        &self,
-        job: &str,
-        rank: Option<u32>,
-    ) -> Result<Vec<rankscope_analysis::CollectiveStats>, StoreError> {
-        let own = async {
-            match rank {
-                Some(r) => self
-                    .read(RANK_COLLECTIVES_SQL)
-                    .bind(job)
-                    .bind(r)
-                    .fetch_all::<CollectiveReadRow>()
-                    .await
-                    .map(Some)
-                    .map_err(StoreError::query("rank collectives")),
-                None => Ok(None),
-            }
-        };
-        let calls = async {
-            self.read(JOB_COLLECTIVE_CALLS_SQL)
-                .bind(job)
-                .fetch_all::<CollectiveCallRow>()
-                .await
-                .map_err(StoreError::query("job collective calls"))
-        };
-        let (own, calls) = tokio::join!(own, calls);
-        let (own, calls) = (own?, calls?);
-        let (uniform, mixed) = split_calls(&calls);
-        let mut rest: Vec<CollectiveObs> = Vec::new();
-        if !mixed.is_empty() {
-            let rows: Vec<CollectiveReadRow> = self
-                .read(JOB_COLLECTIVES_MIXED_SQL)
-                .bind(job)
-                .bind(job)
-                .fetch_all()
-                .await
-                .map_err(StoreError::query("job collectives, mixed calls"))?;
-            // Only the calls found mixed above: one that became mixed since
-            // (rows stored in between) was already counted as uniform.
-            rest = rows
-                .into_iter()
-                .filter(|r| mixed.contains(&(r.process_group.as_str(), r.seq)))
-                .filter_map(CollectiveReadRow::into_obs)
-                .collect();
-        }
-        let (Some(rank), Some(own)) = (rank, own) else {
-            return Ok(job_collective_stats(&uniform, &rest));
-        };
-        // The rank's duration in each uniform call (one row each: uniform).
-        let mine: HashMap<(&str, u64), u64> = own
-            .iter()
-            .map(|r| {
-                let d = r.end_ns.saturating_sub(r.start_ns);
-                ((r.process_group.as_str(), r.seq), d)
-            })
-            .collect();
-        let joined: Vec<(UniformMatch<'_>, u64)> = uniform
-            .into_iter()
-            .filter_map(|u| {
-                let d = *mine.get(&(u.process_group, u.seq))?;
-                Some((u, d))
-            })
-            .collect();
-        Ok(rank_collective_stats(rank, &joined, &rest))
     }
 
     /// Latest version of every straggler verdict of the job.
