@@ -417,7 +417,7 @@ async fn run_straggler(ctx: &Ctx, args: &Args, d: &mut Details) -> anyhow::Resul
             .await?;
         }
         c.stop();
-        ctx.ch.query(&format!("DROP DATABASE IF EXISTS {db}"))?;
+        e2e::drop_after(&ctx.ch, &db);
         if tuned {
             d.straggler_tuned = trials;
         } else {
@@ -486,7 +486,7 @@ async fn run_straggler_e2e(ctx: &Ctx, args: &Args, d: &mut Details) -> anyhow::R
     load_agent.stop();
     agent.stop();
     c.stop();
-    ctx.ch.query(&format!("DROP DATABASE IF EXISTS {db}"))?;
+    e2e::drop_after(&ctx.ch, db);
     d.straggler_agent_loaded = loaded?;
     Ok(())
 }

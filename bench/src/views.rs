@@ -347,7 +347,7 @@ pub async fn run(ctx: &Ctx, reps: usize) -> Result<ViewsRun, BenchError> {
         out.routes.push(run);
     }
     drop(collector);
-    ctx.ch.query(&format!("DROP DATABASE IF EXISTS {db}"))?;
+    crate::e2e::drop_after(&ctx.ch, &db);
     Ok(out)
 }
 
