@@ -10,7 +10,9 @@
 //! `ranks`) instead: each unit's exposure counted in SQL
 //! ([`FleetFacts::exposure`]), and only the placements of the window's
 //! verdicts and hang suspects, so what travels to the collector follows the
-//! number of units and verdicts, not of placements. `--by gpu` while NVML
+//! number of units and verdicts, not of placements. Both come from one
+//! grouping of the rollup's rows (`fleet_units.sql`, with the verdict jobs'
+//! world sizes by node): the cold answer's cost is that one pass. `--by gpu` while NVML
 //! samples name GPUs falls back to the whole read ([`Store::fleet_facts`]).
 
 use clickhouse::Row;
@@ -18,15 +20,15 @@ use serde::Deserialize;
 
 use super::sql::{query_file, QueryFile};
 use super::{Store, StoreError};
-use crate::fleet::By;
+
+mod units;
 
 const PLACEMENTS_SQL: QueryFile = query_file!("fleet_placements");
 const RANK_GPUS_SQL: QueryFile = query_file!("fleet_rank_gpus");
 const VERDICTS_SQL: QueryFile = query_file!("fleet_verdicts");
 const EVIDENCE_SQL: QueryFile = query_file!("fleet_evidence");
 const HANGS_SQL: QueryFile = query_file!("fleet_hangs");
-const EXPOSURE_SQL: QueryFile = query_file!("fleet_exposure");
-const FLAGGED_SQL: QueryFile = query_file!("fleet_flagged_placements");
+const UNITS_SQL: QueryFile = query_file!("fleet_units");
 const WORLDS_SQL: QueryFile = query_file!("fleet_job_worlds");
 const HAS_SAMPLES_SQL: QueryFile = query_file!("fleet_has_samples");
 
@@ -105,17 +107,6 @@ pub struct FleetExposure {
     pub rank_ns: u64,
 }
 
-/// A flagged placement's unit, from the rollup.
-#[derive(Debug, Clone, PartialEq, Row, Deserialize)]
-struct UnitPlacement {
-    job_id: String,
-    rank: u32,
-    node: String,
-    unit: String,
-    first_ns: u64,
-    last_ns: u64,
-}
-
 /// A job's world size (highest rank seen + 1).
 #[derive(Debug, Clone, PartialEq, Row, Deserialize)]
 pub struct FleetWorld {
@@ -181,116 +172,6 @@ impl Store {
     }
 }
 
-impl Store {
-    /// The fleet view's facts since `since_ns` for one grouping, from the
-    /// rollup (see the module docs); `by = gpu` while NVML samples in the
-    /// window name GPUs reads [`Store::fleet_facts`] with samples.
-    pub async fn fleet_facts_by(&self, since_ns: u64, by: By) -> Result<FleetFacts, StoreError> {
-        // `by = gpu`: whether NVML samples name GPUs in the window, probed
-        // side by side with the rollup's reads (their answer is dropped in
-        // the rare case that samples exist).
-        let has_samples = async {
-            if by != By::Gpu {
-                return Ok(false);
-            }
-            let has: Vec<Count> = timed(
-                HAS_SAMPLES_SQL.name,
-                self.read(HAS_SAMPLES_SQL).bind(since_ns).fetch_all(),
-            )
-            .await?;
-            Ok(has.first().is_some_and(|c| c.n > 0))
-        };
-        let kind = match by {
-            By::Node => "node",
-            By::Gpu => "gpu",
-            By::Link => "link",
-        };
-        let month = month_start(since_ns);
-        // Independent reads, run side by side (ClickHouse 18.16 runs each
-        // GROUP BY on few threads).
-        let exposure = timed(
-            EXPOSURE_SQL.name,
-            self.read(EXPOSURE_SQL)
-                .bind(since_ns)
-                .bind(kind)
-                .bind(month)
-                .bind(since_ns)
-                .fetch_all::<FleetExposure>(),
-        );
-        let flagged = timed(
-            FLAGGED_SQL.name,
-            self.read(FLAGGED_SQL)
-                .bind(kind)
-                .bind(month)
-                .bind(since_ns)
-                .bind(since_ns)
-                .bind(since_ns)
-                .bind(since_ns)
-                .bind(since_ns)
-                .fetch_all::<UnitPlacement>(),
-        );
-        let worlds = timed(
-            WORLDS_SQL.name,
-            self.read(WORLDS_SQL)
-                .bind(month)
-                .bind(since_ns)
-                .bind(since_ns)
-                .fetch_all::<FleetWorld>(),
-        );
-        let (has_samples, exposure, flagged, worlds, mut facts) = tokio::try_join!(
-            has_samples,
-            exposure,
-            flagged,
-            worlds,
-            self.fleet_facts_without_placements(since_ns)
-        )?;
-        if has_samples {
-            return self.fleet_facts(since_ns, true).await;
-        }
-        let placements = flagged
-            .into_iter()
-            .map(|p| {
-                let (gpu_label, link_label) = match by {
-                    By::Node => (String::new(), String::new()),
-                    By::Gpu => (p.unit, String::new()),
-                    By::Link => (String::new(), p.unit),
-                };
-                FleetPlacement {
-                    job_id: p.job_id,
-                    rank: p.rank,
-                    node: p.node,
-                    gpu_label,
-                    link_label,
-                    first_ns: p.first_ns,
-                    last_ns: p.last_ns,
-                }
-            })
-            .collect();
-        facts.placements = placements;
-        facts.exposure = Some(exposure);
-        facts.worlds = worlds;
-        Ok(facts)
-    }
-
-    /// Verdicts, evidence and hang suspects since `since_ns`.
-    async fn fleet_facts_without_placements(
-        &self,
-        since_ns: u64,
-    ) -> Result<FleetFacts, StoreError> {
-        let (verdicts, evidence, hangs) = tokio::try_join!(
-            all(self, VERDICTS_SQL, since_ns),
-            all(self, EVIDENCE_SQL, since_ns),
-            all(self, HANGS_SQL, since_ns)
-        )?;
-        Ok(FleetFacts {
-            verdicts,
-            evidence,
-            hangs,
-            ..FleetFacts::default()
-        })
-    }
-}
-
 /// Every row of `file` bound to `since_ns`, timed ([`timed`]).
 async fn all<T>(store: &Store, file: QueryFile, since_ns: u64) -> Result<Vec<T>, StoreError>
 where
@@ -327,12 +208,14 @@ pub fn month_start(ns: u64) -> u32 {
 
 #[cfg(test)]
 mod tests {
+    use super::*;
+
     #[test]
     fn month_start_is_the_first_of_the_utc_month() {
-        assert_eq!(super::month_start(0), 19700101);
+        assert_eq!(month_start(0), 19700101);
         // 2023-11-14T22:13:20Z
-        assert_eq!(super::month_start(1_700_000_000_000_000_000), 20231101);
+        assert_eq!(month_start(1_700_000_000_000_000_000), 20231101);
         // 2024-02-29T23:59:59Z, a leap day.
-        assert_eq!(super::month_start(1_709_251_199_000_000_000), 20240201);
+        assert_eq!(month_start(1_709_251_199_000_000_000), 20240201);
     }
 }
