@@ -342,7 +342,10 @@ pub async fn run(ctx: &Ctx, reps: usize) -> Result<ViewsRun, BenchError> {
         routes: Vec::new(),
     };
     let full = {
-        let url = format!("{}/api/v1/jobs/{JOB}/overview?exact=true", collector.http_url);
+        let url = format!(
+            "{}/api/v1/jobs/{JOB}/overview?exact=true",
+            collector.http_url
+        );
         let r = ctx.http.get_ok(&url).await?;
         out.overview_full_ms = r.elapsed.as_secs_f64() * 1e3;
         let v = r.json()?;

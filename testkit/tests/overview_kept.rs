@@ -85,7 +85,11 @@ async fn kept_figures_equal_the_stored_rows_answer_for_imported_sets() {
     import_files(&stack, &[set.join("sampled_rank-1.json.gz")], "later").await;
     let after = stack.api_get("/api/v1/jobs/later/overview").await;
     assert_eq!(after["figures_from"], "stored_rows", "{after}");
-    assert_eq!(after["overview"].as_array().map(Vec::len), Some(2), "{after}");
+    assert_eq!(
+        after["overview"].as_array().map(Vec::len),
+        Some(2),
+        "{after}"
+    );
     let (exact, plain) = exact_then_plain(&stack, "later").await;
     // The answer after the import was cached; the exact one equals it.
     same_figures("later, both ranks", &exact, &after);

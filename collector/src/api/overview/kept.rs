@@ -123,7 +123,9 @@ pub(super) async fn figures(
                     return Ok(rows);
                 }
             }
-            Err(e) => tracing::warn!(job, error = %e, "kept overview figures unread; computing them"),
+            Err(e) => {
+                tracing::warn!(job, error = %e, "kept overview figures unread; computing them")
+            }
         }
     }
     let rows = from_stored_rows(st, job, rank).await?;
@@ -178,7 +180,13 @@ mod tests {
         let back = from_kept(&to_kept(&o, &inputs(5), 1)).expect("readable");
         assert_eq!(back.summary, o.summary);
         assert_eq!(
-            (back.rank, back.steps, back.span_from, back.roles_us, back.step_us),
+            (
+                back.rank,
+                back.steps,
+                back.span_from,
+                back.roles_us,
+                back.step_us
+            ),
             (o.rank, o.steps, o.span_from, o.roles_us, o.step_us)
         );
         assert_eq!(back.kernels, o.kernels);
