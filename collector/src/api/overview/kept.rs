@@ -115,18 +115,27 @@ pub(super) async fn figures(
     rank: Option<u32>,
     exact: bool,
 ) -> Result<Vec<RankOverview>, ApiError> {
-    let inputs = st.store.overview_inputs(job).await?;
-    if !exact {
-        match st.store.kept_overviews(job).await {
-            Ok(kept) => {
-                if let Some(rows) = usable(&kept, &inputs, rank) {
-                    return Ok(rows);
-                }
-            }
-            Err(e) => {
-                tracing::warn!(job, error = %e, "kept overview figures unread; computing them")
+    // Both reads side by side (the kept rows are few; the inputs' read
+    // scans the input tables).
+    let kept = async {
+        if exact {
+            None
+        } else {
+            Some(st.store.kept_overviews(job).await)
+        }
+    };
+    let (inputs, kept) = tokio::join!(st.store.overview_inputs(job), kept);
+    let inputs = inputs?;
+    match kept {
+        Some(Ok(kept)) => {
+            if let Some(rows) = usable(&kept, &inputs, rank) {
+                return Ok(rows);
             }
         }
+        Some(Err(e)) => {
+            tracing::warn!(job, error = %e, "kept overview figures unread; computing them")
+        }
+        None => {}
     }
     let rows = from_stored_rows(st, job, rank).await?;
     let now = crate::store::now_ns();
