@@ -20,6 +20,14 @@
 //! ahead). Per rank, as one trace each would give: [`OPERATORS`] operator
 //! rows (`operator_stats`), their memory rows (kind `op`), a peak, a
 //! 100-point curve (`sample`) and 100 allocation events (`event`).
+//!
+//! The overview's per-rank figures: after the load the collector computes
+//! the overview once from every stored row (`overview?exact=true`, timed as
+//! [`ViewsRun::overview_full_ms`]) and keeps them in `overview_ranks` (its
+//! own code, `api::overview::kept`, as for any job); the cold request is the
+//! first one its in-memory cache cannot answer, served from those rows
+//! (checked: `figures_from` is `kept` and every figure equals the full
+//! computation's).
 
 use std::time::Instant;
 
@@ -79,6 +87,12 @@ pub struct ViewsRun {
     /// Rows written, all tables.
     pub rows: u64,
     pub load_s: f64,
+    /// The overview computed from every stored row (`?exact=true`) right
+    /// after the load: the collector keeps its per-rank figures
+    /// (`overview_ranks`, migration 0018), which the routes' cold request
+    /// then reads (module doc).
+    #[serde(default)]
+    pub overview_full_ms: f64,
     pub routes: Vec<RouteRun>,
 }
 
@@ -324,7 +338,19 @@ pub async fn run(ctx: &Ctx, reps: usize) -> Result<ViewsRun, BenchError> {
         steps: STEPS,
         rows,
         load_s: started.elapsed().as_secs_f64(),
+        overview_full_ms: 0.0,
         routes: Vec::new(),
+    };
+    let full = {
+        let url = format!(
+            "{}/api/v1/jobs/{JOB}/overview?exact=true",
+            collector.http_url
+        );
+        let r = ctx.http.get_ok(&url).await?;
+        out.overview_full_ms = r.elapsed.as_secs_f64() * 1e3;
+        let v = r.json()?;
+        check("overview", &v)?;
+        v
     };
     for (view, path) in ROUTES {
         let url = format!("{}/api/v1/jobs/{JOB}{path}", collector.http_url);
@@ -339,7 +365,11 @@ pub async fn run(ctx: &Ctx, reps: usize) -> Result<ViewsRun, BenchError> {
             if i == 0 {
                 run.cold_ms = ms;
                 run.response_bytes = r.body.len();
-                check(view, &r.json()?)?;
+                let v = r.json()?;
+                check(view, &v)?;
+                if view == "overview" {
+                    check_kept(&v, &full)?;
+                }
             } else {
                 run.warm_ms.push(ms);
             }
@@ -349,6 +379,25 @@ pub async fn run(ctx: &Ctx, reps: usize) -> Result<ViewsRun, BenchError> {
     drop(collector);
     crate::e2e::drop_after(&ctx.ch, &db);
     Ok(out)
+}
+
+/// The cold overview came from the kept figures and equals the full
+/// computation's.
+fn check_kept(v: &serde_json::Value, full: &serde_json::Value) -> Result<(), BenchError> {
+    if v["figures_from"] != "kept" {
+        return Err(BenchError::Check(format!(
+            "the cold overview's figures_from is {}, want \"kept\"",
+            v["figures_from"]
+        )));
+    }
+    for k in ["overview", "job_wide"] {
+        if v[k] != full[k] {
+            return Err(BenchError::Check(format!(
+                "the kept overview's {k} differs from the full computation's"
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// The answer covers the whole job.

@@ -34,6 +34,7 @@ pub mod goodput;
 pub mod gpu_ops;
 mod migrate;
 pub mod native;
+pub mod overview_kept;
 pub mod owners;
 pub mod per_step;
 pub mod plugin;

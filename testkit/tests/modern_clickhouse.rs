@@ -45,6 +45,10 @@ const JOB_ROUTES: &[&str] = &[
     "collectives/steps",
     "overview",
     "advice",
+    // Computes from the stored rows and keeps them (overview_ranks); the
+    // rank filter's first request then reads the kept rows.
+    "overview?exact=true",
+    "overview?rank=0",
     "annotations",
     "kernels?by=kernel",
     "kernels?by=category",

@@ -88,7 +88,7 @@ pub(super) async fn advice(
     Path(job): Path<String>,
     Query(q): Query<RankQuery>,
 ) -> Result<Json<Value>, ApiError> {
-    let rows = overviews(&st, &job, q.rank).await?;
+    let rows = overviews(&st, &job, q.rank, q.exact.unwrap_or(false)).await?;
     let mut out = Vec::new();
     let loader = |o: &RankOverview| share(o.roles_us[5], o.step_us);
     threshold_rule(

@@ -17,9 +17,13 @@
 //! null and their time is in `other_us` (a note says so).
 //!
 //! The per-rank figures are kept per (job, rank filter) while the job's
-//! input tables are unchanged ([`cache`]), for this route and `advice`.
+//! input tables are unchanged ([`cache`]), for this route and `advice`, and
+//! per rank in ClickHouse ([`kept`], migration 0018) for cold requests;
+//! `?exact=true` computes them from the stored rows whatever is kept. The
+//! answer's `figures_from` says which (`kept` or `stored_rows`).
 
 pub mod cache;
+pub mod kept;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -39,6 +43,8 @@ use super::{ApiError, ApiState};
 #[serde(deny_unknown_fields)]
 pub struct RankQuery {
     pub(super) rank: Option<u32>,
+    /// Compute from the stored rows, not from the kept figures ([`kept`]).
+    pub(super) exact: Option<bool>,
 }
 
 /// The figures of one rank.
@@ -54,6 +60,9 @@ pub struct RankOverview {
     pub step_us: f64,
     /// What `advice` reads of the rank's kernels.
     pub kernels: KernelCounts,
+    /// Read from a kept row ([`kept`]) rather than computed from the
+    /// stored rows.
+    pub from_kept: bool,
 }
 
 /// A rank's kernel time and launches as `advice` weighs them.
@@ -124,32 +133,45 @@ pub(super) fn rank_overview(r: &PluginRank, dataloader: &[(u64, u64)]) -> RankOv
         roles_us,
         step_us: per_step(e.saturating_sub(s)),
         kernels: kernel_counts(r),
+        from_kept: false,
     }
 }
 
 /// Every rank's overview (errors as the GPU views), computed again only
-/// when the job's inputs changed since the kept one ([`cache`]).
+/// when the job's inputs changed since the kept one ([`cache`], then
+/// [`kept`]); with `exact`, computed from the stored rows (no cache).
 pub(super) async fn overviews(
     st: &ApiState,
     job: &str,
     rank: Option<u32>,
+    exact: bool,
 ) -> Result<Arc<Vec<RankOverview>>, ApiError> {
+    if exact {
+        return Ok(Arc::new(kept::figures(st, job, rank, true).await?));
+    }
     // Read before the figures: a write during the computation changes the
     // next request's inputs.
     let inputs = st.store.view_inputs(job).await?;
     if let Some(rows) = st.overviews.get(job, rank, &inputs) {
         return Ok(rows);
     }
-    let ranks = plugin_ranks(st, job, rank).await?;
-    let loaders: HashMap<u32, Vec<(u64, u64)>> = st.store.dataloader_spans(job).await?;
-    let rows: Arc<Vec<RankOverview>> = Arc::new(
-        ranks
-            .iter()
-            .map(|r| rank_overview(r, loaders.get(&r.rank()).map_or(&[], Vec::as_slice)))
-            .collect(),
-    );
+    let rows = Arc::new(kept::figures(st, job, rank, false).await?);
     st.overviews.put(job, rank, inputs, Arc::clone(&rows));
     Ok(rows)
+}
+
+/// Every rank's overview computed from the job's stored rows (module doc).
+pub(super) async fn from_stored_rows(
+    st: &ApiState,
+    job: &str,
+    rank: Option<u32>,
+) -> Result<Vec<RankOverview>, ApiError> {
+    let ranks = plugin_ranks(st, job, rank).await?;
+    let loaders: HashMap<u32, Vec<(u64, u64)>> = st.store.dataloader_spans(job).await?;
+    Ok(ranks
+        .iter()
+        .map(|r| rank_overview(r, loaders.get(&r.rank()).map_or(&[], Vec::as_slice)))
+        .collect())
 }
 
 /// Min / median / max of `(rank, value)` and the rank farthest from the
@@ -237,12 +259,14 @@ pub(super) async fn overview(
     Path(job): Path<String>,
     Query(q): Query<RankQuery>,
 ) -> Result<Json<Value>, ApiError> {
-    let rows = overviews(&st, &job, q.rank).await?;
+    let rows = overviews(&st, &job, q.rank, q.exact.unwrap_or(false)).await?;
     let ranks: Vec<Value> = rows.iter().map(overview_row).collect();
+    let from_kept = rows.iter().all(|o| o.from_kept);
     Ok(Json(json!({
         "job": job,
         "overview": ranks,
         "job_wide": job_spread(&rows),
+        "figures_from": if from_kept { kept::FROM_KEPT } else { kept::FROM_ROWS },
         "notes": [
             "cpu_exec_us is null: CPU operators are not stored; their time is in other_us",
             "runtime_us counts only the launch calls of stored GPU activities",

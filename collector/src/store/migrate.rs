@@ -126,6 +126,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "0017_straggler_gains",
         sql: include_str!("../../schema/0017_straggler_gains.sql"),
     },
+    Migration {
+        version: 18,
+        name: "0018_overview_ranks",
+        sql: include_str!("../../schema/0018_overview_ranks.sql"),
+    },
 ];
 
 /// Version of the migration whose rollup is filled from existing rows right
@@ -391,6 +396,7 @@ mod tests {
             (15, "0015_job_owners", "fnv1a64:49c457df14c43943"),
             (16, "0016_gpu_errors", "fnv1a64:eec204356dac2ccf"),
             (17, "0017_straggler_gains", "fnv1a64:4683a2d15524a5e1"),
+            (18, "0018_overview_ranks", "fnv1a64:b08cc098b6c59718"),
         ];
         let actual: Vec<(u32, &str, String)> = MIGRATIONS
             .iter()
@@ -406,7 +412,7 @@ mod tests {
     #[test]
     fn versions_are_dense_and_match_names() {
         let versions: Vec<u32> = MIGRATIONS.iter().map(|m| m.version).collect();
-        let expected: Vec<u32> = (1..=17).collect();
+        let expected: Vec<u32> = (1..=18).collect();
         assert_eq!(versions, expected);
         for m in MIGRATIONS {
             assert!(

@@ -129,6 +129,7 @@ mod tests {
             roles_us: [0.0; 8],
             step_us: 1.0,
             kernels: Default::default(),
+            from_kept: false,
         }])
     }
 

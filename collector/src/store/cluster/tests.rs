@@ -114,6 +114,10 @@ const SCHEMA: &[(&str, &[Expect])] = &[
         "0017_straggler_gains",
         &[Create("straggler_gains", JOB, "ReplacingMergeTree")],
     ),
+    (
+        "0018_overview_ranks",
+        &[Create("overview_ranks", JOB, "ReplacingMergeTree")],
+    ),
 ];
 
 fn schema() -> ClusterSchema {
