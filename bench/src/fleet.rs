@@ -181,6 +181,6 @@ pub async fn run(ctx: &Ctx, nodes: u64, days: u64, reps: usize) -> Result<FleetR
         }
     }
     drop(collector);
-    crate::e2e::drop_after(&ctx.ch, &db);
+    crate::e2e::drop_after(&ctx.ch, db);
     Ok(out)
 }

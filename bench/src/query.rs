@@ -285,7 +285,7 @@ pub async fn run(ctx: &Ctx, reps: usize) -> Result<QueryRun, BenchError> {
             out.sql_stragglers_ms.push(s);
         }
     }
-    crate::e2e::drop_after(&ctx.ch, &db);
+    crate::e2e::drop_after(&ctx.ch, db);
     Ok(out)
 }
 

@@ -245,9 +245,12 @@ fn why(name: &str, d: &Details) -> String {
              serves the per-rank figures kept since the first (`api::overview::cache`). The \
              first request reads every GPU activity of the job into the collector ({} per \
              rank and step: {} rows, as many launch calls and the kernels' launch figures) and \
-             computes each rank's figures there; the answer is one row per rank. Meeting the \
-             cold goal needs the per-rank sums kept per rank as activities are stored (or \
-             computed where the rows are), not a faster read.",
+             computes each rank's figures there; the answer is one row per rank. The figures \
+             it computes are kept in ClickHouse (`overview_ranks`), so a restarted collector or \
+             another replica reads one row per rank (`overview_1024x100_kept_ms`); the first \
+             request after a job's rows change still computes from every row. Meeting the cold \
+             goal needs the per-rank sums kept as activities are stored (the live path per \
+             step, imports per file), not a faster read.",
             crate::views::KERNELS_PER_STEP,
             human(Some(
                 (d.views.ranks * d.views.steps * crate::views::KERNELS_PER_STEP) as f64

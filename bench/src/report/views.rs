@@ -58,6 +58,16 @@ fn single_job(d: &Details) -> String {
             r.response_bytes / 1024
         );
     }
+    if v.overview_kept_ms > 0.0 {
+        let _ = writeln!(
+            s,
+            "\nThe overview's cold request computed every rank's figures from the stored rows \
+             and the collector kept them (`overview_ranks`); restarted on the same database, its \
+             first overview request read those instead: **{:.0} ms** \
+             (`overview_1024x100_kept_ms`, the same figures, checked).",
+            v.overview_kept_ms
+        );
+    }
     s.push('\n');
     s
 }
