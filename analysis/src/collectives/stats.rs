@@ -74,6 +74,13 @@ pub struct CollectiveStats {
     pub transfer_ns_total: u64,
 }
 
+impl CollectiveStats {
+    /// The order of job-wide statistics: process group, op, dtype, size.
+    pub fn sort_key(&self) -> (&str, CollOp, &str, SizeBucket) {
+        (&self.process_group, self.op, &self.dtype, self.size_bucket)
+    }
+}
+
 /// One collective call as a database can aggregate it per `(process_group,
 /// seq)` without sending its rows: every participant reported the same op,
 /// dtype, bytes and group size, and each rank reported it once (so

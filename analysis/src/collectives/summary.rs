@@ -72,14 +72,7 @@ pub struct GroupSummary<'a> {
 /// statistics key. Groups without calls are left out.
 pub fn job_collective_stats_of_groups(groups: &[GroupSummary<'_>]) -> Vec<CollectiveStats> {
     let mut out: Vec<CollectiveStats> = groups.iter().filter_map(group_stats).collect();
-    out.sort_unstable_by(|a, b| {
-        (&a.process_group, a.op, &a.dtype, a.size_bucket).cmp(&(
-            &b.process_group,
-            b.op,
-            &b.dtype,
-            b.size_bucket,
-        ))
-    });
+    out.sort_unstable_by(|a, b| a.sort_key().cmp(&b.sort_key()));
     out
 }
 

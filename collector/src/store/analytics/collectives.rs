@@ -204,14 +204,7 @@ impl Store {
             let pgs: Vec<&str> = by_call.into_iter().collect();
             out.extend(self.job_collective_stats_by_call(job, &pgs).await?);
             // Groups never span process groups: both parts are whole groups.
-            out.sort_by(|a, b| {
-                (&a.process_group, a.op, &a.dtype, a.size_bucket).cmp(&(
-                    &b.process_group,
-                    b.op,
-                    &b.dtype,
-                    b.size_bucket,
-                ))
-            });
+            out.sort_by(|a, b| a.sort_key().cmp(&b.sort_key()));
         }
         Ok(out)
     }
