@@ -132,6 +132,37 @@ fn not_json_and_not_a_trace() {
     assert!(matches!(fail(&missing, &opts()).problem, Problem::Io(_)));
 }
 
+/// A real Kineto trace of an idle window (an H200 job whose steps ended
+/// before its on-demand trace began: 53 metadata events and one instant):
+/// the error says the trace holds no activity, not that the file is not a
+/// trace.
+#[test]
+fn a_profilers_trace_without_activity() {
+    let p = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/h200-idle-window.pt.trace.json.gz");
+    let mut o = opts();
+    o.rank_override = Some(0);
+    o.world_size_override = Some(1);
+    let e = fail(&p, &o);
+    assert!(
+        matches!(e.problem, Problem::NoActivity { events: 54 }),
+        "{e}"
+    );
+    assert!(e.to_string().contains("holds no activity"), "{e}");
+    // The same events without the profiler's top-level keys: not a trace.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let bare = write(
+        dir.path(),
+        "bare.json",
+        trace(&[r#"{"ph": "M", "name": "process_name", "pid": 1, "args": {"name": "python3"}}"#])
+            .as_bytes(),
+    );
+    assert!(
+        matches!(fail(&bare, &opts()).problem, Problem::NotKinetoTrace(_)),
+        "bare"
+    );
+}
+
 #[test]
 fn missing_or_bad_distributed_info() {
     let dir = tempfile::tempdir().expect("tempdir");

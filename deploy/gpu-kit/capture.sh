@@ -43,6 +43,8 @@ started=$(date +%s)
 # Temporary files of Python and the tools stay in OUT_DIR too.
 export TMPDIR="$OUT/run" XDG_CACHE_HOME="$OUT/cache" XDG_RUNTIME_DIR="$OUT/run"
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
+# NCCL says in the job's log why it refuses a job (e.g. two ranks on one GPU).
+export NCCL_DEBUG=${NCCL_DEBUG:-WARN}
 
 # --- the rankscope Python package: the kit's abi3 wheel, unpacked (no pip, no network)
 wheel=$(ls "$KIT"/wheels/rankscope-*.whl 2>/dev/null | head -1)

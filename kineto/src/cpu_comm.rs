@@ -17,7 +17,10 @@
 //! - a call that contains an `nccl:*` annotation or an NCCL kernel's launch
 //!   (by time, on any thread of the trace), or whose (or a nested op's)
 //!   `External id` is an NCCL kernel's, is an NCCL collective: its kernel is
-//!   the collective (see `nccl`), the call yields nothing;
+//!   the collective (see `nccl`), the call yields nothing; except a call
+//!   of a 1-rank NCCL group (`Group size` 1) with no NCCL kernel: NCCL
+//!   runs none for a 1-rank communicator (its all-reduce is a device copy,
+//!   seen on an H200 with NCCL 2.28.9), so the call is the collective;
 //! - the `gloo:*` annotation of a call is, per op, the first one not yet
 //!   taken that starts at or after the call (gloo runs a process group's
 //!   work in call order) and whose input has the call's element count when
@@ -104,7 +107,10 @@ struct Open {
     call: Call,
     pid: u64,
     tid: u64,
-    nccl: bool,
+    /// It (or an op in it) has an NCCL kernel's `External id`.
+    nccl_kernel: bool,
+    /// It contains an `nccl:*` annotation.
+    nccl_annotated: bool,
 }
 
 /// The host collective calls of a trace (see the module doc), by start.
@@ -123,8 +129,8 @@ pub(crate) fn calls(
             .last_mut()
             .filter(|o| o.pid == h.pid && o.tid == h.tid && h.end <= o.call.end);
         if let Some(o) = inside {
-            o.nccl |=
-                h.kind == HostKind::NcclAnnotation || h.ext.is_some_and(|e| nccl_ext.contains(&e));
+            o.nccl_annotated |= h.kind == HostKind::NcclAnnotation;
+            o.nccl_kernel |= h.ext.is_some_and(|e| nccl_ext.contains(&e));
             if let Some(m) = &h.meta {
                 // The nested record_param_comms knows more than the op.
                 let mut m = m.clone();
@@ -156,12 +162,17 @@ pub(crate) fn calls(
             },
             pid: h.pid,
             tid: h.tid,
-            nccl: h.ext.is_some_and(|e| nccl_ext.contains(&e)),
+            nccl_kernel: h.ext.is_some_and(|e| nccl_ext.contains(&e)),
+            nccl_annotated: false,
         });
     }
     let mut calls: Vec<Call> = open
         .into_iter()
-        .filter(|o| !o.nccl && !launches_within(nccl_launches, o.call.start, o.call.end))
+        .filter(|o| {
+            !o.nccl_kernel
+                && !launches_within(nccl_launches, o.call.start, o.call.end)
+                && (!o.nccl_annotated || o.call.meta.group_size == Some(1))
+        })
         .map(|o| o.call)
         .collect();
     calls.sort_by_key(|c| (c.start, c.ordinal));

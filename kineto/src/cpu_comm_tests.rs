@@ -109,6 +109,45 @@ fn calls_that_launched_nccl_kernels_are_not_host_collectives() {
 }
 
 #[test]
+fn a_one_rank_nccl_call_without_a_kernel_is_a_host_collective() {
+    // NCCL launches no kernel for a 1-rank communicator (H200, NCCL 2.28.9:
+    // `nccl:all_reduce` around a Memcpy DtoD): the call is the collective.
+    let one_rank = |ordinal, start, end, group_size| {
+        let mut r = rec(HostKind::ParamComms, ordinal, start, end, 7, None);
+        r.meta = Some(CommMeta {
+            collective_name: Some("allreduce".into()),
+            in_nelems: Some(16),
+            out_nelems: Some(16),
+            group_size: Some(group_size),
+            dtype: Some("Float".into()),
+            pg_name: Some("0".into()),
+            pg_ranks: Some(vec![0]),
+        });
+        r
+    };
+    let host = vec![
+        rec(HostKind::C10d, 1, 100, 200, 7, Some(Op::AllReduce)),
+        one_rank(2, 110, 190, 1),
+        rec(HostKind::NcclAnnotation, 3, 120, 180, 7, None),
+        // A 2-rank group's call whose kernel fell outside the trace: not
+        // a host collective (its kernel is the collective).
+        rec(HostKind::C10d, 4, 300, 400, 7, Some(Op::AllReduce)),
+        one_rank(5, 310, 390, 2),
+        rec(HostKind::NcclAnnotation, 6, 320, 380, 7, None),
+        // A 1-rank call whose kernel is in the trace (launched inside it).
+        rec(HostKind::C10d, 7, 500, 600, 7, Some(Op::AllReduce)),
+        one_rank(8, 510, 590, 1),
+        rec(HostKind::NcclAnnotation, 9, 520, 580, 7, None),
+    ];
+    let calls = calls(host, &[550], &HashSet::new());
+    let got: Vec<(u64, Op, Option<u32>)> = calls
+        .iter()
+        .map(|c| (c.ordinal, c.op, c.meta.group_size))
+        .collect();
+    assert_eq!(got, [(1, Op::AllReduce, Some(1))]);
+}
+
+#[test]
 fn gloo_work_goes_to_the_first_call_of_its_op_in_order() {
     let host = vec![
         // Work from a call before the trace: no call, dropped.

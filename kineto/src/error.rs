@@ -67,6 +67,16 @@ pub enum Problem {
     /// `distributedInfo` is present but unusable.
     #[error("bad distributedInfo: {0}")]
     BadDistributedInfo(String),
+    /// A profiler's trace (it has `baseTimeNanoseconds` or
+    /// `deviceProperties`) whose events are all metadata and markers: the
+    /// profiler traced a window with no activity (seen from a real H200 job
+    /// whose steps ended before Kineto's on-demand trace began).
+    #[error(
+        "the trace holds no activity: its {events} events are metadata and markers, none a \
+         complete (\"ph\": \"X\") event (the profiler traced an idle window, e.g. the job's \
+         steps ended before the trace began)"
+    )]
+    NoActivity { events: u64 },
     /// Every complete event lacks a usable `ts` or `dur`.
     #[error(
         "no event has a usable ts and dur ({skipped} complete events lack them, \

@@ -484,6 +484,15 @@ fn check_events(meta: &TopMeta, scan: &Scan) -> Result<(), Problem> {
     if meta.event_count == 0 {
         return Err(Problem::EmptyTrace);
     }
+    if scan.usable == 0
+        && scan.stats.skipped_bad_events == 0
+        && (meta.base_time_ns.is_some() || !meta.devices.is_empty())
+    {
+        // A profiler's own top-level keys, but not one complete event.
+        return Err(Problem::NoActivity {
+            events: meta.event_count,
+        });
+    }
     if scan.usable == 0 && scan.stats.skipped_bad_events == 0 {
         // Not one complete event: an array or object of something else.
         return Err(Problem::NotKinetoTrace(format!(

@@ -10,17 +10,21 @@ device_count>), else on CPU. Collectives (--backend):
 The script prints one line "collectives: <backend> (<why>)" from rank 0, and
 rank 0 writes it with the device and versions as JSON to --info.
 
---await-trace DIR waits (at most --await-trace-s) after the last step until
-Kineto has written this process's on-demand trace under DIR: Kineto finishes
-a trace on its own thread, and a process that exits before it has written the
-file dies in Kineto's exit handlers (SIGSEGV or "malloc(): unsorted double
-linked list corrupted", seen with torch 2.x on CPU when a 60-step job ended
-~8 s after the agent's config reached it).
+--await-trace DIR trains on after the last planned step until every rank's
+on-demand Kineto trace is written under DIR (at most --await-trace-s; the
+steps done are in --info). Kineto starts an iteration-based trace at a step
+after its config arrives (it polls the agent every few seconds), so a short
+job could end first and get an empty trace (seen on an H200: the 1-rank NCCL
+job's 120 steps took ~3 s). And a process that exits while Kineto is still
+writing its trace dies in Kineto's exit handlers (SIGSEGV or "malloc():
+unsorted double linked list corrupted", seen with torch 2.x on CPU).
 
 --slow-rank R plants a compute straggler: rank R runs its hidden layer
 --slow-factor x 8 more times per forward (extra matmuls on its device).
 Sizes (--width, --batch) default to what makes compute dominate on the device.
 """
+
+from __future__ import annotations
 
 import argparse
 import datetime
@@ -72,16 +76,26 @@ def pick_backend(want: str, cuda: bool, device: torch.device):
     return None, "gloo", why if not ok else "NCCL failed on another rank"
 
 
+def trace_file(trace_dir: str) -> str | None:
+    """This process's finished trace file under trace_dir, if written yet."""
+    pattern = os.path.join(trace_dir, "**", f"*-{os.getpid()}_*.json*")
+    done = [p for p in glob.glob(pattern, recursive=True) if not p.endswith(".tmp")]
+    return done[0] if done else None
+
+
+def trace_written(trace_dir: str) -> bool:
+    return trace_file(trace_dir) is not None
+
+
 def await_trace(trace_dir: str, timeout_s: float) -> str:
     """Wait until this process's trace file (the agent names it ...-<pid>.json,
     Kineto writes ...-<pid>_<pid>.json.tmp and renames it; the agent may have
     gzipped it into a job folder already) exists under trace_dir."""
-    pattern = os.path.join(trace_dir, "**", f"*-{os.getpid()}_*.json*")
     deadline = time.monotonic() + timeout_s
     while True:
-        done = [p for p in glob.glob(pattern, recursive=True) if not p.endswith(".tmp")]
+        done = trace_file(trace_dir)
         if done:
-            return f"written ({os.path.basename(done[0])})"
+            return f"written ({os.path.basename(done)})"
         if time.monotonic() >= deadline:
             return f"none after {timeout_s:.0f} s"
         time.sleep(0.2)
@@ -123,23 +137,45 @@ def main() -> None:
     g = torch.Generator().manual_seed(rank)
     x = torch.randn(a.batch, 256, generator=g).to(device)
     y = torch.randn(a.batch, 16, generator=g).to(device)
-    for _ in range(a.steps):
+
+    def step() -> None:
         time.sleep(a.step_ms / 1000)  # input wait (a data loader)
         opt.zero_grad()
         loss = torch.nn.functional.mse_loss(model(x), y)
         loss.backward()
         opt.step()
+
+    for _ in range(a.steps):
+        step()
+    steps = a.steps
+    if a.await_trace:
+        # Kineto starts an iteration-based trace at a step after its config
+        # arrives (it polls the daemon every few seconds): a job whose steps
+        # are all done by then would get an empty trace. Train on until every
+        # rank's trace is written (all ranks agree each step: DDP needs the
+        # same number of steps everywhere), at most --await-trace-s.
+        # The flag goes through the default group: NCCL's (1-rank job) takes
+        # only CUDA tensors, gloo's either.
+        flag_device = device if a.backend == "nccl" and cuda else torch.device("cpu")
+        deadline = time.monotonic() + a.await_trace_s
+        while True:
+            done = torch.tensor([int(trace_written(a.await_trace))], device=flag_device)
+            dist.all_reduce(done, op=dist.ReduceOp.MIN)
+            if done.item() == 1 or time.monotonic() >= deadline:
+                break
+            step()
+            steps += 1
     if cuda:
         torch.cuda.synchronize(device)
     if a.await_trace:
-        print(f"trace: rank {rank} {await_trace(a.await_trace, a.await_trace_s)}", flush=True)
+        print(f"trace: rank {rank} {await_trace(a.await_trace, 5.0)}", flush=True)
     if rank == 0 and a.info:
         info = {
             "collectives": backend,
             "why": why,
             "device": torch.cuda.get_device_name(device) if cuda else "cpu",
             "world_size": dist.get_world_size(),
-            "steps": a.steps,
+            "steps": steps,
             "slow_rank": a.slow_rank,
             "torch": torch.__version__,
             "cuda": torch.version.cuda,
