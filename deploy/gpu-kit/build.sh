@@ -5,6 +5,7 @@
 #   wheels/rankscope-*.whl              the Python package, abi3 (CPython >= 3.9)
 #   workloads/ddp_gpu.py                the training job (plain torch)
 #   capture.sh KIT_VERSION
+#   agent-cost.sh nvml-cost.py          the agent's CPU cost on real NVML
 # Usage: build.sh [--debug | --prebuilt] KIT_DIR VENV
 #   --debug: the debug binaries and a debug wheel (quicker; a CPU capture
 #   here); without it release builds (`make gpu-kit`).
@@ -38,8 +39,8 @@ if [ $build = 1 ]; then
     ls "$KIT"/wheels/rankscope-*abi3*.whl >/dev/null || { echo "build.sh: no abi3 wheel was built" >&2; exit 1; }
 fi
 cp deploy/gpu-kit/workloads/*.py "$KIT/workloads/"
-cp deploy/gpu-kit/capture.sh "$KIT/capture.sh"
-chmod +x "$KIT/capture.sh"
+cp deploy/gpu-kit/capture.sh deploy/gpu-kit/agent-cost.sh deploy/gpu-kit/nvml-cost.py "$KIT/"
+chmod +x "$KIT/capture.sh" "$KIT/agent-cost.sh"
 kind=$profile; [ $build = 0 ] && kind=prebuilt
 echo "rankscope $(git describe --always --dirty 2>/dev/null || echo unknown) $kind built $(date -u +%Y-%m-%dT%H:%M:%SZ)" >"$KIT/KIT_VERSION"
 tar -czf "$KIT.tar.gz" -C "$(dirname "$KIT")" "$(basename "$KIT")"

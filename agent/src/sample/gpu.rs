@@ -13,7 +13,12 @@
 //!   interval (`*_new`: increase of the ECC and PCIe replay totals) need two
 //!   ticks: the first sample of a GPU leaves them unset;
 //! * `nvmlDeviceGetPcieThroughput` blocks ~20 ms per call on real drivers,
-//!   so without GPM it is read at most about once a second.
+//!   so without GPM it is read at most about once a second; so are the
+//!   cumulative error counters (ECC, PCIe replays) and the enforced power
+//!   limit, which the other ticks repeat ([`SlowReads`]): on an H200
+//!   (driver 580.159.04, `deploy/gpu-kit/nvml-cost.py`)
+//!   `nvmlDeviceGetPcieReplayCounter` took 177 us of CPU per call, the
+//!   other per-tick reads 1.6-52 us each.
 
 mod read;
 
@@ -61,6 +66,17 @@ struct Info {
     mem_clock_max_mhz: Option<u32>,
 }
 
+/// The reads of a slow tick (every `pcie_every`-th, about once a second),
+/// repeated by the ticks between: they change rarely or are cumulative
+/// (an error shows in the `*_new` counts of the next slow tick).
+#[derive(Debug, Default, Clone, Copy)]
+struct SlowReads {
+    power_limit_w: Option<f32>,
+    ecc_corrected_total: Option<u64>,
+    ecc_uncorrected_total: Option<u64>,
+    pcie_replays_total: Option<u64>,
+}
+
 /// Per-GPU state between ticks.
 #[derive(Default)]
 struct DeviceState<'n> {
@@ -77,6 +93,9 @@ struct DeviceState<'n> {
     /// ECC corrected, ECC uncorrected and PCIe replay totals of the last
     /// sample that read the GPU.
     totals: Option<[Option<u64>; 3]>,
+    /// The last slow tick's reads; `None` until the first, and after the
+    /// GPU could not be read.
+    slow: Option<SlowReads>,
     /// Last reported state (for logging transitions).
     state: i32,
 }
@@ -86,7 +105,8 @@ pub struct GpuSampler<'n> {
     nvml: &'n Nvml,
     devices: BTreeMap<u32, DeviceState<'n>>,
     events: Option<EventSet<'n>>,
-    /// Read the blocking PCIe counters every `pcie_every` ticks.
+    /// A slow tick (the blocking PCIe counters, [`SlowReads`]) every
+    /// `pcie_every` ticks.
     pcie_every: u64,
     tick: u64,
     count_failed: bool,
@@ -125,10 +145,10 @@ impl<'n> GpuSampler<'n> {
         self.devices.retain(|i, _| *i < count);
         self.drain_xids();
         // Every `pcie_every`-th tick, starting with the first.
-        let read_pcie = self.tick == 0;
+        let slow = self.tick == 0;
         self.tick = (self.tick + 1) % self.pcie_every;
         (0..count)
-            .map(|i| self.sample_device(i, now_ns, read_pcie, errors))
+            .map(|i| self.sample_device(i, now_ns, slow, errors))
             .collect()
     }
 
@@ -136,7 +156,7 @@ impl<'n> GpuSampler<'n> {
         &mut self,
         index: u32,
         now_ns: u64,
-        read_pcie: bool,
+        slow: bool,
         errors: &AtomicU64,
     ) -> proto::GpuSample {
         let nvml = self.nvml;
@@ -157,7 +177,7 @@ impl<'n> GpuSampler<'n> {
             if st.info.is_none() {
                 st.info = Some(self.first_look(&dev, &mut st, errors)?);
             }
-            read_all(nvml, &dev, &mut st, &mut s, now_ns, read_pcie, errors)
+            read_all(nvml, &dev, &mut st, &mut s, now_ns, slow, errors)
         });
         if let Some(info) = &st.info {
             s.name.clone_from(&info.name);
@@ -183,9 +203,10 @@ impl<'n> GpuSampler<'n> {
                 error: e.to_string(),
                 ..Default::default()
             };
-            // Rates restart when the GPU comes back.
+            // Rates restart when the GPU comes back, and it is read whole.
             st.gpm_prev = None;
             st.nvlink_prev = None;
+            st.slow = None;
         }
         if st.xid_supported {
             s.xid_errors = Some(std::mem::take(&mut st.xids));

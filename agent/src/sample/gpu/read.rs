@@ -15,7 +15,7 @@ use nvml_wrapper::structs::device::FieldId;
 use nvml_wrapper::{Device, Nvml};
 use rankscope_proto::v1 as proto;
 
-use super::{throttle_names, DeviceState};
+use super::{throttle_names, DeviceState, SlowReads};
 
 /// NVML field ids of the cumulative NVLink data counters (KiB).
 const NVLINK_TX_KIB: u32 = 138;
@@ -96,7 +96,7 @@ pub(super) fn read_all<'n>(
     st: &mut DeviceState<'n>,
     s: &mut proto::GpuSample,
     now_ns: u64,
-    read_pcie: bool,
+    slow: bool,
     errors: &AtomicU64,
 ) -> Result<(), NvmlError> {
     if let Some(u) = read(st, Metric::Util, errors, || dev.utilization_rates())? {
@@ -109,10 +109,6 @@ pub(super) fn read_all<'n>(
     }
     let mw = |v: u32| v as f32 / 1000.0;
     s.power_w = read(st, Metric::Power, errors, || dev.power_usage())?.map(mw);
-    s.power_limit_w = read(st, Metric::PowerLimit, errors, || {
-        dev.enforced_power_limit()
-    })?
-    .map(mw);
     s.temp_c = read(st, Metric::Temp, errors, || {
         dev.temperature(TemperatureSensor::Gpu)
     })?
@@ -127,16 +123,14 @@ pub(super) fn read_all<'n>(
         s.throttle_mask = Some(r.bits());
         s.throttle_reasons = throttle_names(r.bits());
     }
-    s.ecc_corrected_total = read(st, Metric::Ecc, errors, || {
-        dev.total_ecc_errors(MemoryError::Corrected, EccCounter::Volatile)
-    })?;
-    if s.ecc_corrected_total.is_some() {
-        s.ecc_uncorrected_total = read(st, Metric::Ecc, errors, || {
-            dev.total_ecc_errors(MemoryError::Uncorrected, EccCounter::Volatile)
-        })?;
+    if slow || st.slow.is_none() {
+        st.slow = Some(read_slow(dev, st, errors)?);
     }
-    s.pcie_replays_total =
-        read(st, Metric::PcieReplay, errors, || dev.pcie_replay_counter())?.map(u64::from);
+    let slow_reads = st.slow.unwrap_or_default();
+    s.power_limit_w = slow_reads.power_limit_w;
+    s.ecc_corrected_total = slow_reads.ecc_corrected_total;
+    s.ecc_uncorrected_total = slow_reads.ecc_uncorrected_total;
+    s.pcie_replays_total = slow_reads.pcie_replays_total;
     if let Some(ps) = read(st, Metric::Processes, errors, || {
         dev.running_compute_processes()
     })? {
@@ -153,7 +147,7 @@ pub(super) fn read_all<'n>(
     }
     if st.gpm_supported {
         read_gpm(nvml, dev, st, s, errors);
-    } else if read_pcie {
+    } else if slow {
         let kib = |v: u32| u64::from(v) * 1024;
         s.pcie_tx_bytes_per_s = read(st, Metric::Pcie, errors, || {
             dev.pcie_throughput(PcieUtilCounter::Send)
@@ -168,6 +162,35 @@ pub(super) fn read_all<'n>(
         read_nvlink(dev, st, s, now_ns, errors)?;
     }
     Ok(())
+}
+
+/// The reads of a slow tick (see [`SlowReads`]).
+fn read_slow(
+    dev: &Device<'_>,
+    st: &mut DeviceState<'_>,
+    errors: &AtomicU64,
+) -> Result<SlowReads, NvmlError> {
+    let power_limit_w = read(st, Metric::PowerLimit, errors, || {
+        dev.enforced_power_limit()
+    })?
+    .map(|v| v as f32 / 1000.0);
+    let ecc_corrected_total = read(st, Metric::Ecc, errors, || {
+        dev.total_ecc_errors(MemoryError::Corrected, EccCounter::Volatile)
+    })?;
+    let ecc_uncorrected_total = match ecc_corrected_total {
+        Some(_) => read(st, Metric::Ecc, errors, || {
+            dev.total_ecc_errors(MemoryError::Uncorrected, EccCounter::Volatile)
+        })?,
+        None => None,
+    };
+    let pcie_replays_total =
+        read(st, Metric::PcieReplay, errors, || dev.pcie_replay_counter())?.map(u64::from);
+    Ok(SlowReads {
+        power_limit_w,
+        ecc_corrected_total,
+        ecc_uncorrected_total,
+        pcie_replays_total,
+    })
 }
 
 /// NVLink rates from the cumulative KiB counters (field values).

@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# The agent's own CPU cost on this node's real NVML (issue 38, goal 3):
+# rankscope-agent with a dump sink and no jobs, sampling every GPU at each
+# interval for SECONDS, its CPU time read from /proc. Usage:
+#   agent-cost.sh OUT_DIR [SECONDS] [INTERVALS_MS...]   (default 30 s; 100 1000)
+# AGENT=PATH measures another agent binary. Prints one line per interval: gpus, samples, CPU seconds, % of one core.
+set -u
+OUT=${1:?usage: agent-cost.sh OUT_DIR [SECONDS] [INTERVALS_MS...]}
+SECS=${2:-30}
+if [ $# -ge 2 ]; then shift 2; else shift $#; fi
+INTERVALS=("$@")
+[ ${#INTERVALS[@]} -eq 0 ] && INTERVALS=(100 1000)
+KIT=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+mkdir -p "$OUT" || exit 2
+OUT=$(cd "$OUT" && pwd)
+tck=$(getconf CLK_TCK)
+for ms in "${INTERVALS[@]}"; do
+    d="$OUT/cost-$ms"
+    rm -rf "$d"; mkdir -p "$d/run" "$d/dump"
+    cat >"$d/agent.toml" <<TOML
+listen_addr = "127.0.0.1:0"
+metrics_listen_addr = ""
+unix_socket_path = "$d/run/agent.sock"
+agent_id = "cost"
+node = "cost-node"
+gpu_sample_interval_ms = $ms
+host_sample_interval_ms = 1000
+TOML
+    RUST_LOG=warn "${AGENT:-$KIT/bin/rankscope-agent}" --config "$d/agent.toml" --dump-dir "$d/dump" 2>"$d/agent.log" &
+    pid=$!
+    for _ in $(seq 100); do [ -S "$d/run/agent.sock" ] && break; sleep 0.1; done
+    # Start-up (NVML init, first ticks) is not the steady cost: measure after it.
+    sleep 2
+    read -r u0 s0 < <(awk '{print $14, $15}' "/proc/$pid/stat")
+    t0=$(date +%s.%N)
+    sleep "$SECS"
+    read -r u1 s1 < <(awk '{print $14, $15}' "/proc/$pid/stat")
+    t1=$(date +%s.%N)
+    kill -TERM "$pid"; wait "$pid"
+    awk -v u="$((u1 - u0))" -v s="$((s1 - s0))" -v tck="$tck" -v t0="$t0" -v t1="$t1" -v ms="$ms" \
+        -v gpus="$(grep -c . <(nvidia-smi -L 2>/dev/null))" -v batches="$(ls "$d/dump" | wc -l)" \
+        'BEGIN { cpu = (u + s) / tck; wall = t1 - t0;
+                 printf "interval %5d ms: gpus %d, %.1f s, cpu %.3f s (user %.3f, sys %.3f), %.3f %% of one core, %d batches\n",
+                        ms, gpus, wall, cpu, u / tck, s / tck, 100 * cpu / wall, batches }' | tee -a "$OUT/agent-cost.txt"
+done
