@@ -117,19 +117,20 @@ pub(super) async fn load_ranks(
     rank: Option<u32>,
     exact: bool,
 ) -> Result<Vec<RankOps>, ApiError> {
-    let mut all = st.store.gpu_ops(job).await?;
-    if exact {
-        all = all.into_iter().map(RankOps::exact).collect();
+    let all: Vec<RankOps> = if exact {
+        let ops = st.store.gpu_ops(job).await?;
+        ops.into_iter().map(RankOps::exact).collect()
     } else {
-        let windows = st.store.hta_windows(job).await?;
-        all = all
-            .into_iter()
+        // Independent reads: side by side.
+        let (ops, windows) = tokio::join!(st.store.gpu_ops(job), st.store.hta_windows(job));
+        let windows = windows?;
+        ops?.into_iter()
             .map(|r| {
                 let w = windows.get(&r.rank).copied().unwrap_or_default();
                 r.hta_loaded(w)
             })
-            .collect();
-    }
+            .collect()
+    };
     if all.is_empty() {
         st.require_job(job, true).await?;
     }

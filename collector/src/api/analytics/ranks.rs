@@ -74,22 +74,27 @@ pub(in crate::api) async fn ranks(
     Path(job): Path<String>,
     Query(q): Query<RanksQuery>,
 ) -> Result<Json<serde_json::Value>, ApiError> {
-    let rows = st.store.rank_summaries(&job).await?;
-    st.require_job(&job, rows.is_empty()).await?;
-    let hta: std::collections::HashMap<u32, Breakdown> = if q.exact.unwrap_or(false) {
-        Default::default()
-    } else {
-        super::super::gpu::load_ranks(&st, &job, None, false)
-            .await?
-            .iter()
-            .map(|r| {
-                (
-                    r.rank,
-                    rankscope_analysis::hta_temporal::hta_breakdown(&r.hta_gpu_ops()),
-                )
-            })
-            .collect()
+    // The summaries and HTA's loading of the activities are independent
+    // reads: side by side.
+    let hta_ranks = async {
+        if q.exact.unwrap_or(false) {
+            Ok(Vec::new())
+        } else {
+            super::super::gpu::load_ranks(&st, &job, None, false).await
+        }
     };
+    let (rows, hta_ranks) = tokio::join!(st.store.rank_summaries(&job), hta_ranks);
+    let rows = rows?;
+    st.require_job(&job, rows.is_empty()).await?;
+    let hta: std::collections::HashMap<u32, Breakdown> = hta_ranks?
+        .iter()
+        .map(|r| {
+            (
+                r.rank,
+                rankscope_analysis::hta_temporal::hta_breakdown(&r.hta_gpu_ops()),
+            )
+        })
+        .collect();
     let exact = q.exact.unwrap_or(false);
     let out: Vec<RankOut> = rows
         .into_iter()
