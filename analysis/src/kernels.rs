@@ -294,7 +294,13 @@ fn fold_others(
     let mut folded: Vec<KernelRow> = Vec::new();
     let mut folded_durs: Vec<i64> = Vec::new();
     for (i, (r, durs)) in rows.into_iter().enumerate() {
-        if cumsum[i] > q || i >= num_kernels {
+        // HTA 0.5.0 keeps `keep_idx = sum < 0` ("always false", its comment
+        // says) out of the folding: a name whose calls sum below zero after
+        // HTA's inward rounding (sub-microsecond kernels) stays a row of
+        // its own even past `num_kernels` (seen on an H200 trace:
+        // FillFunctor at -4 us, scal_kernel at -1 us).
+        let keep = r.sum_ns < 0;
+        if !keep && (cumsum[i] > q || i >= num_kernels) {
             folded.push(r);
             folded_durs.extend(durs);
         } else {

@@ -102,3 +102,22 @@ fn table_folds_the_tail_into_others_as_hta() {
     assert_eq!((rows[0].calls, rows[0].max_ns, rows[0].min_ns), (2, 20, 10));
     assert!((rows[0].stddev_ns - 50f64.sqrt()).abs() < 1e-9);
 }
+
+#[test]
+fn a_name_summing_below_zero_is_never_folded_as_in_hta() {
+    // HTA 0.5.0's `keep_idx = sum < 0`: 12 names, the last one's calls
+    // rounded below zero (end before start), past num_kernels: its own row.
+    let names = [
+        "k00", "k01", "k02", "k03", "k04", "k05", "k06", "k07", "k08", "k09", "k10",
+    ];
+    let mut ops: Vec<GpuOp<'_>> = (0..11u64)
+        .map(|i| op(names[i as usize], i * 100, i * 100 + 12 - i))
+        .collect();
+    ops.push(op("neg", 5_000, 4_996));
+    let rows = kernel_table(&ops, 0.8, 10);
+    let names: Vec<&str> = rows.iter().map(|r| r.name.as_str()).collect();
+    assert!(names.contains(&"neg"), "{names:?}");
+    assert_eq!(names.last(), Some(&"others"), "{names:?}");
+    let neg = rows.iter().find(|r| r.name == "neg").unwrap();
+    assert_eq!((neg.sum_ns, neg.hta.max_ns, neg.hta.min_ns), (-4, -4, -4));
+}

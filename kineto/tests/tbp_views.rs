@@ -356,6 +356,19 @@ fn negative_queue_ops_equal_the_plugin() {
 }
 
 #[test]
+fn h200_sets_ops_equal_the_plugin() {
+    // The GPU capture kit's run on an H200 (torch 2.11, CUDA 13.0, CUPTI
+    // 13.0.1): on-demand (daemon) traces, no ProfilerStep annotation.
+    for r in 0..4 {
+        check(
+            "gpukit_ddp_4rank_h200",
+            &format!("rank{r}.local-1-r{r}-{}_{}.json.gz", 627 + r, 627 + r),
+        );
+    }
+    check("gpukit_nccl1_h200", "rank0.local-2-r0-719_719.json.gz");
+}
+
+#[test]
 fn cpu_memory_stack_set_ops_memory_table_and_peaks_equal_the_plugin() {
     // A real torch 2.15 CPU DDP job (profile_memory=True, with_stack=True).
     check("cpu_memory_stack_2rank", "rank0.pt.trace.json.gz");

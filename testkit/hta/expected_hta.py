@@ -28,6 +28,8 @@ import pandas as pd
 HERE = os.path.dirname(os.path.abspath(__file__))
 FIXTURES = os.path.normpath(os.path.join(HERE, "../../cli/tests/fixtures/kineto"))
 SETS = [
+    "gpukit_ddp_4rank_h200",
+    "gpukit_nccl1_h200",
     "param_dlrm_8rank_v100",
     "hta_df_index_resolver_rank1_v100",
     "hta_trace_filter_2rank_sm80",

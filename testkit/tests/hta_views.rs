@@ -48,7 +48,7 @@ fn f(v: &Value) -> f64 {
 }
 
 /// Every vendored set, in the order they are checked.
-const SETS: [&str; 7] = [
+const SETS: [&str; 9] = [
     "hta_df_index_resolver_rank1_v100",
     "hta_nccl_parser_rank0_a100",
     "hta_negative_queue_rank0_a100",
@@ -56,6 +56,8 @@ const SETS: [&str; 7] = [
     "param_dlrm_8rank_v100",
     "tracelens_b200_eager_rank0",
     "tracelens_mi300_resnet_rank0",
+    "gpukit_ddp_4rank_h200",
+    "gpukit_nccl1_h200",
 ];
 
 /// Kernel types, the kernel table, idle time, queue length, the temporal

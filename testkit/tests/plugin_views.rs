@@ -45,7 +45,7 @@ fn f(v: &Value) -> f64 {
     v.as_f64().unwrap_or(f64::NAN)
 }
 
-const SETS: [&str; 7] = [
+const SETS: [&str; 9] = [
     "hta_df_index_resolver_rank1_v100",
     "hta_nccl_parser_rank0_a100",
     "hta_negative_queue_rank0_a100",
@@ -53,6 +53,8 @@ const SETS: [&str; 7] = [
     "param_dlrm_8rank_v100",
     "tracelens_b200_eager_rank0",
     "tracelens_mi300_resnet_rank0",
+    "gpukit_ddp_4rank_h200",
+    "gpukit_nccl1_h200",
 ];
 
 /// Relative tolerance: rankscope works in integer ns, the plugin in the

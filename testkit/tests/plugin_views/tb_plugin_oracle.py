@@ -36,6 +36,8 @@ SETS = [
     "hta_negative_queue_rank0_a100",
     "tracelens_b200_eager_rank0",
     "tracelens_mi300_resnet_rank0",
+    "gpukit_ddp_4rank_h200",
+    "gpukit_nccl1_h200",
 ]
 
 
