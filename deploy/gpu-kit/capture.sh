@@ -69,7 +69,7 @@ fi
     echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
     echo "kit: $(cat "$KIT/KIT_VERSION" 2>/dev/null || echo unknown)"
     echo "host: $(uname -srm)"
-    echo "cpus: $(nproc)"
+    echo "cpus: $(getconf _NPROCESSORS_ONLN)"  # nproc would print OMP_NUM_THREADS (1, set above)
     [ -r /etc/os-release ] && echo "os: $(. /etc/os-release && echo "$PRETTY_NAME")"
     echo "python: $("$PYTHON" -c 'import sys; print(sys.version.split()[0])' 2>&1)"
     "$PYTHON" - <<'EOF' 2>&1
