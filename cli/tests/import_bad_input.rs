@@ -163,6 +163,41 @@ fn a_profilers_trace_without_activity() {
     );
 }
 
+/// rankscope-agent's daemon traces (real ones, from the H200 capture) carry
+/// no distributedInfo; the agent names them `<trace>-r<rank>-<pid>...`:
+/// with the job's --world-size each file is its named rank; without it
+/// rank 0 is a single-process profile and another rank is an error that
+/// says what to pass.
+#[test]
+fn agent_named_daemon_traces_take_their_rank_from_the_name() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../testkit/fixtures/gpu-capture/h200-2026-11-27/traces/gpukit-ddp");
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .expect("capture traces")
+        .map(|e| e.expect("entry").path())
+        .collect();
+    files.sort();
+    assert_eq!(files.len(), 4, "{files:?}");
+    let mut o = opts();
+    o.world_size_override = Some(4);
+    let ranks: Vec<(u32, u32)> = files
+        .iter()
+        .map(|f| {
+            let r = import::import_to_memory(f, &o).expect("import");
+            (r.identity.rank, r.identity.world_size)
+        })
+        .collect();
+    assert_eq!(ranks, [(0, 4), (1, 4), (2, 4), (3, 4)]);
+    let r0 = import::import_to_memory(&files[0], &opts()).expect("rank 0 alone");
+    assert_eq!((r0.identity.rank, r0.identity.world_size), (0, 1));
+    let e = fail(&files[1], &opts());
+    assert!(
+        matches!(e.problem, Problem::NamedRankNeedsWorldSize(1)),
+        "{e}"
+    );
+    assert!(e.to_string().contains("--world-size"), "{e}");
+}
+
 #[test]
 fn missing_or_bad_distributed_info() {
     let dir = tempfile::tempdir().expect("tempdir");

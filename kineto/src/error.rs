@@ -57,6 +57,14 @@ pub enum Problem {
          pass --rank and --world-size to import it anyway"
     )]
     MissingDistributedInfo,
+    /// No `distributedInfo`, a rank in the file name (rankscope-agent's
+    /// daemon trace naming or `rank<N>`) other than 0, and no world size.
+    #[error(
+        "no distributedInfo in the trace, and its file name says rank {0} (rankscope-agent's \
+         <trace>-r<rank>-<pid> naming or rank<N>): pass --world-size (the job's) to import it \
+         as that rank, or --rank and --world-size"
+    )]
+    NamedRankNeedsWorldSize(u32),
     /// A format that records no rank (PaddlePaddle, ONNX Runtime) and no
     /// rank or world size from the caller or the file name.
     #[error(

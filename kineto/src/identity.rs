@@ -105,18 +105,25 @@ pub(crate) fn identity(
         owned.rank_override = Some(rank);
         owned.world_size_override = Some(world);
     } else if dist.is_none() {
-        // A single-process Kineto trace (no distributedInfo): rank 0 of 1
-        // with a note, or rank 0 of --world-size.
-        match (owned.rank_override, owned.world_size_override) {
-            (Some(_), None) => return Err(Problem::MissingDistributedInfo),
-            (None, w) => {
-                owned.rank_override = Some(0);
+        // A Kineto trace without distributedInfo: an on-demand (daemon)
+        // trace, which the agent names with its rank, or a single-process
+        // profile: the name's rank of --world-size, else rank 0 of 1 with
+        // a note, or rank 0 of --world-size.
+        let named = path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .and_then(|n| agent_rank_in_name(n).or_else(|| rank_in_name(n)));
+        match (owned.rank_override, owned.world_size_override, named) {
+            (Some(_), None, _) => return Err(Problem::MissingDistributedInfo),
+            (None, None, Some(r)) if r > 0 => return Err(Problem::NamedRankNeedsWorldSize(r)),
+            (None, w, named) => {
+                owned.rank_override = Some(if w.is_some() { named.unwrap_or(0) } else { 0 });
                 if w.is_none() {
                     owned.world_size_override = Some(1);
                     note = Some(SINGLE_PROCESS_NOTE);
                 }
             }
-            (Some(_), Some(_)) => {}
+            (Some(_), Some(_), _) => {}
         }
     }
     let opts = &owned;
@@ -212,6 +219,20 @@ pub(crate) fn identity(
 /// file name: PaddlePaddle names its files after the worker
 /// (`export_chrome_tracing(dir, worker_name="rank3")` writes
 /// `rank3_time_<date>.paddle_trace.json`).
+/// The rank rankscope-agent puts into the name of a daemon-mode trace it
+/// requested: `<trace id>-r<rank>-<pid>.json`, which libkineto writes as
+/// `...-<pid>_<pid>.json` (agent/src/kineto/registry.rs); the last
+/// `-r<digits>-<digit>` of the name.
+pub(crate) fn agent_rank_in_name(name: &str) -> Option<u32> {
+    name.rmatch_indices("-r").find_map(|(i, _)| {
+        let rest = &name[i + 2..];
+        let end = rest.find(|c: char| !c.is_ascii_digit())?;
+        let after = &rest[end..];
+        (end > 0 && after.starts_with('-') && after[1..].starts_with(|c: char| c.is_ascii_digit()))
+            .then(|| rest[..end].parse().ok())?
+    })
+}
+
 pub(crate) fn rank_in_name(name: &str) -> Option<u32> {
     let lower = name.to_ascii_lowercase();
     lower.match_indices("rank").find_map(|(i, _)| {
@@ -233,6 +254,10 @@ mod tests {
         assert_eq!(rank_in_name("job_RANK-12.json"), Some(12));
         assert_eq!(rank_in_name("ranking_rank_1.json"), Some(1));
         assert_eq!(rank_in_name("host_xpid_42.paddle_trace.json"), None);
+        assert_eq!(agent_rank_in_name("local-1-r3-630_630.json.gz"), Some(3));
+        assert_eq!(agent_rank_in_name("t-9f2-r12-77.json"), Some(12));
+        assert_eq!(agent_rank_in_name("run-r2-final.json"), None);
+        assert_eq!(agent_rank_in_name("worker0_step_12.pt.trace.json"), None);
     }
     use crate::scan::StepMark;
 
