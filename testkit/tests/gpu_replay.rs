@@ -130,9 +130,9 @@ async fn replay_dump(stack: &Stack, dir: &Path) -> rankscope_agent::dump::Replay
 
 /// Imports each trace file of `dir` as job `job`: (file, rows) per file
 /// imported, and the files that hold no timed event at all.
-/// A daemon-mode trace has no `distributedInfo`: the rank is in the name
-/// the agent gave the file (`<trace>-r<rank>-<pid>...`), the world size in
-/// the job's facts.
+/// A daemon-mode trace has no `distributedInfo`: the importer takes the
+/// rank from the name the agent gave the file (`<trace>-r<rank>-<pid>...`),
+/// the world size comes from the job's facts.
 async fn import_traces(
     stack: &Stack,
     dir: &Path,
@@ -147,14 +147,8 @@ async fn import_traces(
     };
     let (mut imported, mut empty) = (Vec::new(), Vec::new());
     for f in files {
-        let name = f.file_name().unwrap().to_string_lossy().into_owned();
-        let rank = name
-            .split('-')
-            .find_map(|p| p.strip_prefix('r').and_then(|r| r.parse::<u32>().ok()))
-            .unwrap_or_else(|| panic!("{name}: no -r<rank>- in the name"));
         let mut opts = import::ImportOptions::new(job);
-        opts.rank_override = Some(rank);
-        opts.world_size_override = world_size;
+        opts.world_size_override = Some(world_size.unwrap_or(1));
         match send::import_and_send(vec![f.clone()], &opts, &send).await {
             Ok(reports) => imported.push((f, reports.iter().map(|r| r.rows).sum())),
             Err(e)
