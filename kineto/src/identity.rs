@@ -4,9 +4,12 @@
 //! scan saw. Out: a `RankIdentity` (and a note to report, if any), or a
 //! [`Problem`] when rank and world size are inconsistent. Overrides win over
 //! `distributedInfo`; without `distributedInfo` (what `torch.profiler`
-//! writes for a job that is not distributed) the trace is rank 0 of 1 with
-//! a note, or `--world-size` alone places it as rank 0 of that world; a
-//! `--rank` needs `--world-size` there. Labels: `source`,
+//! writes for a job that is not distributed, and every on-demand daemon
+//! trace) the trace is rank 0 of 1 with a note, or `--world-size` alone
+//! places it as the file name's rank (rankscope-agent's
+//! `<trace>-r<rank>-<pid>` naming, or `rank<N>`), else rank 0, of that
+//! world; a named rank other than 0 needs `--world-size`, and so does a
+//! `--rank`. Labels: `source`,
 //! `trace_file`, `gpu`, `backend`, `nccl_version` and, for HTA's loading
 //! rules, `hta_last_step_end_ns` ([`hta_last_step_end`]).
 
