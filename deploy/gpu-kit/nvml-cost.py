@@ -110,7 +110,7 @@ def main() -> None:
         wall = (time.perf_counter() - w0) / n * 1e6
         total_cpu += cpu
         print(f"{name:38s} cpu {cpu:8.1f} us  wall {wall:8.1f} us")
-    print(f"{"all of the above, per tick":38s} cpu {total_cpu:8.1f} us  ({n} calls each)")
+    print(f"{'all of the above, per tick':38s} cpu {total_cpu:8.1f} us  ({n} calls each)")
 
 
 if __name__ == "__main__":
