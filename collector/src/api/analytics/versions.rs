@@ -20,7 +20,9 @@ pub(super) async fn straggler_versions(
     job: &str,
 ) -> Result<(Vec<crate::stream::live::Version>, Vec<EvidenceReadRow>), ApiError> {
     if let Some(m) = st.live.memory_of(job, crate::service::now_ns()) {
-        st.require_job(job, m.versions.is_empty()).await?;
+        if !m.stored {
+            require_job(st, job, m.versions.is_empty()).await?;
+        }
         let mut versions = m.versions;
         versions.sort_by_key(|v| (v.row.first_step, v.row.rank));
         return Ok((versions, m.evidence));
@@ -40,6 +42,15 @@ pub(super) async fn straggler_versions(
     st.live.verify(job, &snap, &rows, &evidence);
     let mut versions = crate::stream::live::merge(rows, snap.versions);
     crate::stream::live::fill_stored(&mut versions, gains?);
-    st.require_job(job, versions.is_empty()).await?;
+    require_job(st, job, versions.is_empty()).await?;
     Ok((versions, evidence))
+}
+
+/// `ApiState::require_job`, noting in the live registry a job found stored.
+async fn require_job(st: &ApiState, job: &str, empty: bool) -> Result<(), ApiError> {
+    st.require_job(job, empty).await?;
+    if empty {
+        st.live.found_stored(job);
+    }
+    Ok(())
 }

@@ -36,6 +36,8 @@ use crate::store::telemetry::EvidenceReadRow;
 pub(super) struct Held {
     /// Memory holds every stored version and evidence row of the job.
     verified: bool,
+    /// The job's rows were found stored ([`LiveVerdicts::found_stored`]).
+    stored: bool,
     /// (rank, first_step) -> (updated_ns, latest evidence).
     evidence: HashMap<(u32, u64), (u64, EvidenceReadRow)>,
 }
@@ -45,6 +47,9 @@ pub(super) struct Held {
 pub struct Memory {
     pub versions: Vec<Version>,
     pub evidence: Vec<EvidenceReadRow>,
+    /// The job's rows were found stored while the stream held it (the
+    /// route's `job_exists` need not be asked again).
+    pub stored: bool,
 }
 
 /// The state of memory a verification compares against (see
@@ -162,7 +167,16 @@ impl LiveVerdicts {
         Some(Memory {
             versions,
             evidence: held.evidence.values().map(|(_, e)| e.clone()).collect(),
+            stored: held.stored,
         })
+    }
+
+    /// The store answered that `job`'s rows exist (`Store::job_exists`),
+    /// which stays true while the stream holds the job.
+    pub fn found_stored(&self, job: &str) {
+        if let Some(h) = self.lock().held_jobs.get_mut(job) {
+            h.stored = true;
+        }
     }
 }
 

@@ -70,6 +70,10 @@ fn a_held_job_with_nothing_stored_is_answered_from_memory() {
     assert!(verify(&live, "a", &[], &[], t));
     let m = live.memory_of("a", t).expect("verified");
     assert!(m.versions.is_empty() && m.evidence.is_empty());
+    // Whether the job's rows are stored is asked until the store says so.
+    assert!(!m.stored);
+    live.found_stored("a");
+    assert!(live.memory_of("a", t).unwrap().stored);
     // Versions and evidence raised later are in the answer: the newest
     // version per verdict, the latest evidence (a later row on a tie).
     live.record(&version("a", 7, 3, t + 1), Some(Some(4.0)), t + 1);
@@ -133,6 +137,18 @@ fn forgetting_pruning_or_dropping_clears_the_mark() {
     assert!(live.memory_of("a", t).is_none());
     live.begin("a");
     assert!(live.memory_of("a", t).is_none());
+    live.found_stored("a");
+    assert!(verify(&live, "a", &[], &[], t));
+    live.end("a");
+    live.found_stored("a");
+    live.begin("a");
+    assert!(verify(&live, "a", &[], &[], t));
+    assert!(
+        !live.memory_of("a", t).unwrap().stored,
+        "asked again once taken up again"
+    );
+    live.end("a");
+    live.begin("a");
     // A change between the memory read and the mark: no mark.
     let snap = live.snapshot("a", t);
     live.end("a");
