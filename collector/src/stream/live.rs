@@ -9,6 +9,9 @@
 //! INSERT (`writer.results_flush_interval_ms`), which under ingest load
 //! waits behind the raw events' commit.
 //!
+//! Once a stored read found nothing memory lacks while the stream holds the
+//! job, the route answers from memory alone ([`complete`]).
+//!
 //! The merge keeps, per (rank, first_step), the version with the highest
 //! `updated_ns`: what `straggler_verdicts FINAL` (ReplacingMergeTree by
 //! `updated_ns`) gives once the live version is stored, so an answer never
