@@ -118,7 +118,13 @@ fn stored_rows_memory_lacks_keep_the_stored_read() {
     ));
     // Stored evidence of a verdict memory holds no evidence of.
     let ev = read_row(&evidence("a", 7, 3, "stored", t));
-    assert!(!verify(&live, "a", &[stored(&v)], &[ev.clone()], t));
+    assert!(!verify(
+        &live,
+        "a",
+        &[stored(&v)],
+        std::slice::from_ref(&ev),
+        t
+    ));
     assert!(live.memory_of("a", t).is_none());
     // What is stored is held: verified.
     live.record_evidence(&evidence("a", 7, 3, "held", t));
