@@ -86,7 +86,11 @@ impl JobGauges {
                     slowdown: 1.0,
                     ..Default::default()
                 });
-            g.node = node.to_owned();
+            // Per rank and step (16,384 per step of a large job, between its
+            // last StepEnd and its verdict): the node only when it changed.
+            if g.node != node {
+                g.node = node.to_owned();
+            }
             g.step = step;
             g.step_time_s = step_time_ns as f64 / NS;
             g.compute_s = compute_ns as f64 / NS;

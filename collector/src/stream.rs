@@ -420,6 +420,7 @@ impl Stream {
                     Control::Restore(snap) => self.restore(vec![*snap], now_ns()),
                     Control::Release { job, sessions, gone } => {
                         if self.jobs.remove(&job).is_some() {
+                            self.outputs.live.end(&job);
                             self.outputs.gauges.forget(&job);
                             if gone {
                                 self.outputs.alert(crate::alert::AlertInput::JobGone { job: job.clone() });
@@ -489,6 +490,7 @@ impl Stream {
                 gpu: Vec::new(),
                 memory: Vec::new(),
             });
+            self.outputs.live.begin(&snap.job);
             self.jobs.insert(
                 snap.job,
                 JobEntry {
@@ -520,15 +522,18 @@ impl Stream {
             }
             for group in input.groups {
                 let job = group.job.clone();
-                let entry = self.jobs.entry(job.clone()).or_insert_with(|| JobEntry {
-                    assembler: JobAssembler::new(group.world_size, self.policy, self.limits),
-                    last_input_ns: now,
-                    first_seen: HashMap::new(),
-                    spans: evidence::StepSpans::default(),
-                    partial_steps_counted: 0,
-                    recent: recent::RecentSteps::new(RECENT_STEPS),
-                    gaps: HashMap::new(),
-                    gap_windows: outside::GapWindows::default(),
+                let entry = self.jobs.entry(job.clone()).or_insert_with(|| {
+                    self.outputs.live.begin(&job);
+                    JobEntry {
+                        assembler: JobAssembler::new(group.world_size, self.policy, self.limits),
+                        last_input_ns: now,
+                        first_seen: HashMap::new(),
+                        spans: evidence::StepSpans::default(),
+                        partial_steps_counted: 0,
+                        recent: recent::RecentSteps::new(RECENT_STEPS),
+                        gaps: HashMap::new(),
+                        gap_windows: outside::GapWindows::default(),
+                    }
                 });
                 entry.last_input_ns = now;
                 let mut out = JobOutput::default();
@@ -580,6 +585,7 @@ impl Stream {
             let keep =
                 e.assembler.pending_steps() > 0 || now.saturating_sub(e.last_input_ns) < idle_ns;
             if !keep {
+                outputs.live.end(job);
                 outputs.gauges.forget(job);
                 outputs.alert(crate::alert::AlertInput::JobGone { job: job.clone() });
             }
@@ -772,6 +778,7 @@ fn collect(
         {
             metrics.verdict_evidence.fetch_add(1, Relaxed);
             hardware = row.evidence.clone();
+            outputs.live.record_evidence(&row);
             rows.telemetry.evidence.push(row);
         }
         let gap = entry.gaps.get(&v.rank).copied();
@@ -784,6 +791,7 @@ fn collect(
         {
             metrics.verdict_evidence.fetch_add(1, Relaxed);
             hardware = row.evidence.clone();
+            outputs.live.record_evidence(&row);
             rows.telemetry.evidence.push(row);
         }
         if let Some(id) = auto_trace {

@@ -13,6 +13,7 @@ use serde::{Deserialize, Serialize};
 use super::{ApiError, ApiState};
 
 mod ranks;
+mod versions;
 use crate::store::analytics::StepBreakdownRow;
 use crate::store::telemetry::{EvidenceReadRow, StepGpu};
 pub(super) use ranks::{ranks, RanksQuery};
@@ -244,21 +245,8 @@ pub(super) async fn stragglers(
     State(st): State<ApiState>,
     Path(job): Path<String>,
 ) -> Result<Json<serde_json::Value>, ApiError> {
-    // The verdicts, their stored gains and evidence are independent reads:
-    // concurrent.
-    let (rows, gains, evidence) = tokio::join!(
-        st.store.stragglers(&job),
-        st.store.straggler_gains(&job),
-        st.store.straggler_evidence(&job)
-    );
-    // Versions raised but perhaps not stored yet: answered at once, with
-    // their gains when the stream computed them from memory; stored
-    // versions with the gain the stream stored with them (migration 0017).
-    let mut versions =
-        crate::stream::live::merge(rows?, st.live.of(&job, crate::service::now_ns()));
-    crate::stream::live::fill_stored(&mut versions, gains?);
-    st.require_job(&job, versions.is_empty()).await?;
-    let mut evidence: std::collections::HashMap<(u32, u64), EvidenceReadRow> = evidence?
+    let (versions, evidence) = versions::straggler_versions(&st, &job).await?;
+    let mut evidence: std::collections::HashMap<(u32, u64), EvidenceReadRow> = evidence
         .into_iter()
         .map(|e| ((e.rank, e.first_step), e))
         .collect();

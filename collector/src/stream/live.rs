@@ -9,6 +9,9 @@
 //! INSERT (`writer.results_flush_interval_ms`), which under ingest load
 //! waits behind the raw events' commit.
 //!
+//! Once a stored read found nothing memory lacks while the stream holds the
+//! job, the route answers from memory alone ([`complete`]).
+//!
 //! The merge keeps, per (rank, first_step), the version with the highest
 //! `updated_ns`: what `straggler_verdicts FINAL` (ReplacingMergeTree by
 //! `updated_ns`) gives once the live version is stored, so an answer never
@@ -26,6 +29,8 @@
 //! [`MAX_VERSIONS`] are held (beyond, new ones are not held and
 //! `rankscope_collector_stream_live_verdicts_dropped_total` counts them:
 //! they are served once stored).
+
+pub mod complete;
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -52,6 +57,10 @@ struct State {
     jobs: HashMap<String, HashMap<(u32, u64), Version>>,
     held: usize,
     last_prune_ns: u64,
+    /// The jobs the stream holds (`complete`).
+    held_jobs: HashMap<String, complete::Held>,
+    /// Bumped whenever a job's `complete` mark may be cleared.
+    epoch: u64,
 }
 
 /// A verdict version and what is known of its what-if gain.
@@ -78,14 +87,30 @@ impl LiveVerdicts {
             st.last_prune_ns = now_ns;
             let oldest = now_ns.saturating_sub(HORIZON_NS);
             let mut held = 0;
-            st.jobs.retain(|_, versions| {
+            let mut pruned = Vec::new();
+            st.jobs.retain(|job, versions| {
+                let before = versions.len();
                 versions.retain(|_, v| v.row.updated_ns >= oldest);
+                if versions.len() != before {
+                    pruned.push(job.clone());
+                }
                 held += versions.len();
                 !versions.is_empty()
             });
             st.held = held;
+            let State {
+                held_jobs, epoch, ..
+            } = &mut *st;
+            complete::clear(held_jobs, epoch, pruned.iter().map(String::as_str));
+            complete::prune_evidence(held_jobs, epoch, oldest);
         }
-        let State { jobs, held, .. } = &mut *st;
+        let State {
+            jobs,
+            held,
+            held_jobs,
+            epoch,
+            ..
+        } = &mut *st;
         let versions = jobs.entry(row.job_id.clone()).or_default();
         let key = (row.rank, row.first_step);
         let version = || Version {
@@ -103,6 +128,7 @@ impl LiveVerdicts {
                 if versions.is_empty() {
                     jobs.remove(&row.job_id);
                 }
+                complete::clear(held_jobs, epoch, [row.job_id.as_str()]);
                 return false;
             }
         }
