@@ -119,13 +119,12 @@ pub(crate) fn identity(
         match (owned.rank_override, owned.world_size_override, named) {
             (Some(_), None, _) => return Err(Problem::MissingDistributedInfo),
             (None, None, Some(r)) if r > 0 => return Err(Problem::NamedRankNeedsWorldSize(r)),
-            (None, w, named) => {
-                owned.rank_override = Some(if w.is_some() { named.unwrap_or(0) } else { 0 });
-                if w.is_none() {
-                    owned.world_size_override = Some(1);
-                    note = Some(SINGLE_PROCESS_NOTE);
-                }
+            (None, None, _) => {
+                owned.rank_override = Some(0);
+                owned.world_size_override = Some(1);
+                note = Some(SINGLE_PROCESS_NOTE);
             }
+            (None, Some(_), named) => owned.rank_override = Some(named.unwrap_or(0)),
             (Some(_), Some(_), _) => {}
         }
     }
