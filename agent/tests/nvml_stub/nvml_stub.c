@@ -43,7 +43,9 @@
  *   lost 1                        every call on the GPU returns GPU_IS_LOST (15)
  *   error <code>                  every call on the GPU returns <code>
  *
- * Every entry point counts its calls; nvmlStubCalls() returns the total.
+ * Every entry point counts its calls; nvmlStubCalls() returns the total and
+ * nvmlStubCallsOf("nvmlDeviceGetPcieReplayCounter") those of one entry point
+ * (tests assert how often the agent makes a costly read).
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -126,9 +128,39 @@ static off_t loaded_size = -1;
 static struct timespec t0;
 static unsigned long long calls;
 
+/* Calls per entry point, by name (__func__ of the entry point). */
+#define MAX_FNS 96
+static struct { const char *name; unsigned long long n; } fn_calls[MAX_FNS];
+static unsigned fn_count;
+static pthread_mutex_t fn_lock = PTHREAD_MUTEX_INITIALIZER;
+
 unsigned long long nvmlStubCalls(void) { return __atomic_load_n(&calls, __ATOMIC_RELAXED); }
 
-#define COUNT() __atomic_add_fetch(&calls, 1, __ATOMIC_RELAXED)
+/* The slot of `name`, added when `add`; fn_count when absent. Under fn_lock. */
+static unsigned fn_slot(const char *name, int add) {
+    unsigned i = 0;
+    while (i < fn_count && fn_calls[i].name != name && strcmp(fn_calls[i].name, name) != 0) i++;
+    if (i == fn_count && add && fn_count < MAX_FNS) fn_calls[fn_count++].name = name;
+    return i;
+}
+
+static void count_call(const char *name) {
+    __atomic_add_fetch(&calls, 1, __ATOMIC_RELAXED);
+    pthread_mutex_lock(&fn_lock);
+    unsigned i = fn_slot(name, 1);
+    if (i < fn_count) fn_calls[i].n++;
+    pthread_mutex_unlock(&fn_lock);
+}
+
+unsigned long long nvmlStubCallsOf(const char *name) {
+    pthread_mutex_lock(&fn_lock);
+    unsigned i = fn_slot(name, 0);
+    unsigned long long n = i < fn_count ? fn_calls[i].n : 0;
+    pthread_mutex_unlock(&fn_lock);
+    return n;
+}
+
+#define COUNT() count_call(__func__)
 
 static void defaults(struct gpu *g, unsigned i) {
     memset(g, 0, sizeof *g);
@@ -265,8 +297,8 @@ static void reload(void) {
 typedef struct gpu *dev_t_;
 
 /* Checks the handle and the GPU's injected error; returns the error or OK. */
-static int enter(dev_t_ d, unsigned what) {
-    COUNT();
+static int enter(const char *fn, dev_t_ d, unsigned what) {
+    count_call(fn);
     if (!initialized) return ERR_UNINITIALIZED;
     if (d == NULL || d < gpus || d >= gpus + MAX_GPUS) return ERR_INVALID_ARGUMENT;
     if (d->error) return d->error;
@@ -274,7 +306,7 @@ static int enter(dev_t_ d, unsigned what) {
     return OK;
 }
 
-#define ENTER(d, what) do { int e_ = enter((d), (what)); if (e_) return e_; } while (0)
+#define ENTER(d, what) do { int e_ = enter(__func__, (d), (what)); if (e_) return e_; } while (0)
 
 int nvmlInit_v2(void) {
     COUNT();

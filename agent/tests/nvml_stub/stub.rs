@@ -70,6 +70,22 @@ impl Stub {
         self.lib.to_string_lossy().into_owned()
     }
 
+    /// Calls the agent made of the entry point `function` of this copy
+    /// (`nvmlStubCallsOf`). The agent loads the copy by the same path, so
+    /// the dynamic linker hands out the same instance and its counters.
+    pub fn calls_of(&self, function: &str) -> u64 {
+        let name = std::ffi::CString::new(function).expect("a C name");
+        // SAFETY: the stand-in is our own C library, whose initialisers
+        // only set statics; `nvmlStubCallsOf` takes a NUL-terminated name
+        // and returns a count.
+        unsafe {
+            let lib = libloading::Library::new(&self.lib).expect("load the stand-in");
+            let calls_of: libloading::Symbol<unsafe extern "C" fn(*const std::ffi::c_char) -> u64> =
+                lib.get(b"nvmlStubCallsOf\0").expect("nvmlStubCallsOf");
+            calls_of(name.as_ptr())
+        }
+    }
+
     /// Replaces the configuration; the stub re-reads it at its next tick.
     pub fn set(&self, config: &str) {
         let v = self.version.fetch_add(1, Ordering::SeqCst);

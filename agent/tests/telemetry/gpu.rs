@@ -491,3 +491,46 @@ async fn gpus_are_mapped_to_ranks_by_pid_then_local_rank() {
     assert!(after.ranks.is_empty(), "{:?}", after.ranks);
     agent.shutdown().await;
 }
+
+/// The costly reads (the PCIe replay counter took 177 us of CPU per call on
+/// an H200, bench/RESULTS-gpu.md; the ECC totals; the enforced power limit)
+/// are made on the once-a-second tick only, and every sample between
+/// carries the last values read.
+#[tokio::test]
+async fn costly_reads_are_made_once_a_second_not_every_tick() {
+    let stub = Stub::new("device_count 1\ngpu 0 pcie_replays 5\ngpu 0 ecc_corrected 2");
+    let (collector, agent) = gpu_agent(&stub).await; // 100 ms: a slow tick in 10
+    let st = &collector.state;
+    support::wait_until("25 samples of GPU 0", || gpu_samples(st).len() >= 25).await;
+    // Read while the agent runs: it holds the same instance of the copy.
+    let ticks = stub.calls_of("nvmlDeviceGetUtilizationRates");
+    let replays = stub.calls_of("nvmlDeviceGetPcieReplayCounter");
+    let ecc = stub.calls_of("nvmlDeviceGetTotalEccErrors");
+    let limit = stub.calls_of("nvmlDeviceGetEnforcedPowerLimit");
+    assert!(ticks >= 25, "{ticks} ticks read the utilisation");
+    // Slow ticks: the first and every 10th after it (+1: the sampler may be
+    // between its reads of one tick).
+    let slow_most = ticks.div_ceil(10) + 1;
+    assert!(
+        (2..=slow_most).contains(&replays),
+        "PCIe replay counter read {replays} times in {ticks} ticks (at most {slow_most})"
+    );
+    assert!(
+        (2..=slow_most).contains(&limit),
+        "power limit read {limit} times in {ticks} ticks"
+    );
+    assert!(
+        (4..=2 * slow_most).contains(&ecc),
+        "ECC totals (corrected + uncorrected) read {ecc} times in {ticks} ticks"
+    );
+    let samples = gpu_samples(st);
+    for s in &samples {
+        assert_eq!(
+            (s.pcie_replays_total, s.ecc_corrected_total, s.power_limit_w),
+            (Some(5), Some(2), Some(700.0)),
+            "sample at {} repeats the slow tick's values",
+            s.ts_ns
+        );
+    }
+    agent.shutdown().await;
+}
