@@ -162,8 +162,6 @@ pub struct PlanIter {
     shape: JobShape,
     steps: u64,
     next_step: u64,
-    /// The first step this run sends: its first collective names the group.
-    first_step: u64,
     carry: Vec<RankCarry>,
     seq: u64,
     /// Per rank, the clock shift of its node (`--node-clock-offset`); empty: none.
@@ -177,14 +175,7 @@ impl Iterator for PlanIter {
         if self.next_step >= self.steps {
             return None;
         }
-        let names_group = self.next_step == self.first_step;
-        let plan = step::simulate_step(
-            &self.shape,
-            self.next_step,
-            names_group,
-            &mut self.carry,
-            &mut self.seq,
-        );
+        let plan = step::simulate_step(&self.shape, self.next_step, &mut self.carry, &mut self.seq);
         self.next_step += 1;
         let mut plan = plan;
         for (r, d) in plan.ranks.iter_mut().zip(&self.shifts) {
@@ -221,7 +212,6 @@ pub fn plan_iter(cfg: &SimConfig) -> PlanIter {
         shape: JobShape::new(cfg),
         steps: cfg.first_step.saturating_add(cfg.steps),
         next_step: cfg.first_step,
-        first_step: cfg.first_step,
         carry: vec![carry; cfg.ranks as usize],
         seq: FIRST_SEQ + cfg.first_step.saturating_mul(collectives_per_step),
         shifts: super::clock::shifts(cfg),

@@ -95,8 +95,6 @@ struct StepSim<'a> {
     /// Jitter of the shared transfers (same for every rank).
     net_rng: StdRng,
     seq: &'a mut u64,
-    group_ranks: Vec<u32>,
-    first_collective: bool,
 }
 
 impl StepSim<'_> {
@@ -130,17 +128,8 @@ impl StepSim<'_> {
             seq: *self.seq,
         };
         *self.seq += 1;
-        // group_ranks travels with the first collective of the stream
-        // (events.proto: "sent at least with the first collective of a
-        // group"); at 16,384 ranks a copy per step was 64 KiB per rank.
-        let first = std::mem::take(&mut self.first_collective);
         for (lane, &arrival) in self.lanes.iter_mut().zip(arrival_ns) {
-            let ranks = if first {
-                self.group_ranks.clone()
-            } else {
-                Vec::new()
-            };
-            lane.collective(&spec, ranks, arrival, end_ns);
+            lane.collective(&spec, arrival, end_ns);
         }
         end_ns
     }
@@ -153,12 +142,10 @@ impl StepSim<'_> {
     }
 }
 
-/// Simulates step `step` for every rank; `names_group`: its first
-/// collective carries the group's ranks (the stream's first step).
+/// Simulates step `step` for every rank.
 pub(super) fn simulate_step(
     shape: &JobShape,
     step: u64,
-    names_group: bool,
     carry: &mut [RankCarry],
     seq: &mut u64,
 ) -> StepPlan {
@@ -186,8 +173,6 @@ pub(super) fn simulate_step(
         lanes,
         net_rng: StdRng::seed_from_u64(mix_seed(&[shape.seed, step, u64::MAX])),
         seq,
-        group_ranks: (0..shape.ranks).collect(),
-        first_collective: names_group,
     };
     sim.host();
     sim.forward();
