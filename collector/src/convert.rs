@@ -339,21 +339,6 @@ fn span_row(cx: &Ctx<'_>, s: &proto::Span) -> SpanRow {
     }
 }
 
-/// The group's ranks as stored: empty for the whole job in rank order (a
-/// group of `world_size` ranks can only be the world; events.proto allows
-/// the empty list for it), else as sent. A 16,384-rank job's world group
-/// would otherwise cost 64 KiB per collective row.
-fn stored_group_ranks(ranks: &[u32], group_size: u32, world_size: u32) -> Vec<u32> {
-    let whole_world = group_size == world_size
-        && ranks.len() == world_size as usize
-        && ranks.iter().enumerate().all(|(i, r)| *r as usize == i);
-    if whole_world {
-        Vec::new()
-    } else {
-        ranks.to_vec()
-    }
-}
-
 fn collective_row(cx: &Ctx<'_>, c: &proto::Collective) -> CollectiveRow {
     // Unknown dtypes are stored as 'unspecified' rather than rejected: the
     // element type is descriptive, bytes are what the statistics use.
@@ -365,7 +350,11 @@ fn collective_row(cx: &Ctx<'_>, c: &proto::Collective) -> CollectiveRow {
         node: cx.node.clone(),
         op: enum8(c.op),
         process_group: cx.name(c.process_group_id),
-        group_ranks: stored_group_ranks(&c.group_ranks, c.group_size, cx.id.world_size),
+        group_ranks: rankscope_proto::group_ranks_or_world(
+            &c.group_ranks,
+            c.group_size,
+            cx.id.world_size,
+        ),
         group_size: c.group_size,
         dtype: enum8(dtype),
         count: c.count,

@@ -162,23 +162,6 @@ fn name_table_finds_dense_and_sparse_ids_and_nothing_else() {
 }
 
 #[test]
-fn the_world_groups_rank_list_is_not_stored_per_row() {
-    assert_eq!(stored_group_ranks(&[0, 1, 2, 3], 4, 4), Vec::<u32>::new());
-    assert_eq!(stored_group_ranks(&[], 4, 4), Vec::<u32>::new());
-    assert_eq!(
-        stored_group_ranks(&[1, 3], 2, 4),
-        vec![1, 3],
-        "a subgroup is kept"
-    );
-    assert_eq!(
-        stored_group_ranks(&[3, 2, 1, 0], 4, 4),
-        vec![3, 2, 1, 0],
-        "a world group in another order is kept"
-    );
-    assert_eq!(stored_group_ranks(&[0, 1], 2, 8), vec![0, 1]);
-}
-
-#[test]
 fn event_row_vectors_are_reserved_for_exactly_their_rows() {
     let mut traced = group(1);
     traced.events.push(ev(Kind::Kernel(proto::Kernel {

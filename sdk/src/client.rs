@@ -197,24 +197,6 @@ pub struct Client {
     closed: AtomicBool,
 }
 
-/// The group's ranks as sent: empty for the whole job in rank order
-/// (events.proto allows the empty list for the world, and the collector
-/// stores the world as empty), else as given. The world group's list is
-/// `world_size` ranks, sent once per rank: a 16,384-rank job's ranks would
-/// otherwise send 268 M rank numbers (about 0.5 GB of protobuf) to the
-/// collector as the job starts. O(group size), once per group per rank
-/// (the hooks send the list with a group's first collective only).
-fn wire_group_ranks(ranks: &[u32], group_size: u32, world_size: u32) -> Vec<u32> {
-    let whole_world = group_size == world_size
-        && ranks.len() == world_size as usize
-        && ranks.iter().enumerate().all(|(i, r)| *r as usize == i);
-    if whole_world {
-        Vec::new()
-    } else {
-        ranks.to_vec()
-    }
-}
-
 impl Client {
     /// Resolves the identity and the agent address and starts the sender
     /// thread. Connecting happens in the background: a missing agent is not
@@ -423,7 +405,11 @@ impl Client {
         self.enqueue(Kind::Collective(proto::Collective {
             op: c.op as i32,
             process_group_id,
-            group_ranks: wire_group_ranks(&c.group_ranks, c.group_size, self.identity.world_size),
+            group_ranks: rankscope_proto::group_ranks_or_world(
+                &c.group_ranks,
+                c.group_size,
+                self.identity.world_size,
+            ),
             group_size: c.group_size,
             dtype: c.dtype as i32,
             count: c.count,
@@ -567,32 +553,5 @@ impl Drop for Client {
     fn drop(&mut self) {
         // Best effort, short: a dropped client still tells the agent it ended.
         self.shutdown(Duration::from_millis(200));
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::wire_group_ranks;
-
-    #[test]
-    fn the_world_group_travels_as_the_empty_list_others_as_given() {
-        let world: Vec<u32> = (0..16).collect();
-        assert!(wire_group_ranks(&world, 16, 16).is_empty(), "the world");
-        // Not the world: a subgroup, the world's ranks in another order, a
-        // list that disagrees with the group size, a job of another size.
-        let cases: [(&[u32], u32, u32); 4] = [
-            (&[0, 2, 4, 6], 4, 16),
-            (&[1, 0, 2, 3], 4, 4),
-            (&[0, 1, 2], 4, 3),
-            (&[0, 1, 2, 3], 4, 8),
-        ];
-        for (ranks, size, world_size) in cases {
-            assert_eq!(
-                wire_group_ranks(ranks, size, world_size),
-                ranks,
-                "{ranks:?} of size {size} in a world of {world_size}"
-            );
-        }
-        assert!(wire_group_ranks(&[], 16, 16).is_empty(), "already empty");
     }
 }

@@ -165,7 +165,7 @@ impl Lane {
     /// Records a collective on the NCCL stream (a `Collective` event plus its
     /// NCCL kernel) and marks the stream busy until `end_ns`. The group is
     /// the world, sent as the empty `group_ranks` as the rank SDK sends it
-    /// (`sdk::client::wire_group_ranks`; events.proto allows it): naming it
+    /// (`rankscope_proto::group_ranks_or_world`; events.proto allows it): naming it
     /// would cost 16,384 rank numbers per rank stream at 16k ranks.
     pub fn collective(&mut self, spec: &CollectiveSpec, start_ns: u64, end_ns: u64) {
         self.push(proto::event::Kind::Collective(proto::Collective {
