@@ -38,8 +38,9 @@ TOML
     # Start-up (NVML init, first ticks) is not the steady cost: measure after it.
     sim=
     if [ "$REALTIME" = 1 ]; then
-        # 1,318.4 events/s, 2,688 events a step (8 ranks x 336): the run outlasts the window.
-        steps=$(( (SECS + 10) * 1318 / 2688 + 1 ))
+        # 1,318.4 events/s, 2,688 events a step (8 ranks x 336): the run
+        # outlasts the 2 s start and the window by 2 s.
+        steps=$(( (SECS + 4) * 1318 / 2688 + 1 ))
         "$CLI" simulate --format json --agent "http://127.0.0.1:$port" --job "cost-realtime-$ms" \
             --ranks 8 --layers 12 --steps "$steps" --rate 1318.4 >"$d/simulate.json" 2>"$d/simulate.log" &
         sim=$!

@@ -14,6 +14,10 @@
 //! Then capture.sh runs the CPU variant (60 steps): every step is reported
 //! `ran` or `SKIPPED` with the reason, the dump holds batches, the agent's
 //! local trigger captured traces, and the job's facts name gloo.
+//!
+//! And the kit's `agent-cost.sh REALTIME=1` (the agent's CPU while 8
+//! simulated ranks stream into it): one line per interval, every simulated
+//! event accepted.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -172,4 +176,47 @@ fn the_kit_fits_and_its_capture_runs_the_cpu_variant_saying_what_it_skipped() {
         !out.join("py").exists() && !out.join("run").exists(),
         "scratch left in the capture"
     );
+}
+
+#[test]
+fn agent_cost_measures_the_agent_with_eight_simulated_ranks_streaming_into_it() {
+    let tmp = tempfile::tempdir().unwrap();
+    let kit = tmp.path().join("gpu-kit");
+    build_kit(&kit);
+    // A port of its own (the script's default is fixed).
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let out = tmp.path().join("cost");
+    let run = Command::new(kit.join("agent-cost.sh"))
+        .arg(&out)
+        .args(["1", "100"])
+        .env("REALTIME", "1")
+        .env("PORT", port.to_string())
+        .output()
+        .expect("agent-cost.sh runs");
+    let said = String::from_utf8_lossy(&run.stdout);
+    assert!(
+        run.status.success(),
+        "agent-cost.sh failed:\n{said}{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    assert!(!said.contains("simulate failed"), "{said}");
+    let lines = std::fs::read_to_string(out.join("agent-cost.txt")).unwrap();
+    let line = lines.lines().next().unwrap_or_default();
+    assert!(
+        line.starts_with("realtime 8 ranks, interval   100 ms: gpus 0, ")
+            && line.contains("% of one core"),
+        "{lines}"
+    );
+    let sim: serde_json::Value = serde_json::from_slice(
+        &std::fs::read(out.join("cost-100/simulate.json")).expect("the simulation's summary"),
+    )
+    .unwrap();
+    let (sent, accepted) = (sim["events_sent"].as_u64(), sim["accepted"].as_u64());
+    assert!(sent.is_some_and(|n| n > 0) && sent == accepted, "{sim}");
+    assert_eq!(sim["ranks"], 8, "{sim}");
+    assert_eq!(sim["dropped"], 0, "{sim}");
 }
