@@ -7,6 +7,9 @@
 # REALTIME=1: also 8 simulated ranks stream into the agent meanwhile, paced at
 # the bench's per-node rate (bench/src/idle.rs: 1,318.4 events/s, 12 layers),
 # the shape of `agent_cpu_pct_8_ranks_realtime` on this node's real NVML.
+# KINETO_DAEMON_NAME: the abstract socket of the agent's Kineto endpoint
+# (default dynolog, as a node's agent; another name where an agent or
+# Dynolog already holds it).
 set -u
 OUT=${1:?usage: agent-cost.sh OUT_DIR [SECONDS] [INTERVALS_MS...]}
 SECS=${2:-30}
@@ -30,6 +33,7 @@ unix_socket_path = "$d/run/agent.sock"
 agent_id = "cost"
 node = "cost-node"
 gpu_sample_interval_ms = $ms
+kineto_daemon_name = "${KINETO_DAEMON_NAME:-dynolog}"
 host_sample_interval_ms = 1000
 TOML
     RUST_LOG=warn "${AGENT:-$KIT/bin/rankscope-agent}" --config "$d/agent.toml" --dump-dir "$d/dump" 2>"$d/agent.log" &

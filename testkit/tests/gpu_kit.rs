@@ -195,6 +195,9 @@ fn agent_cost_measures_the_agent_with_eight_simulated_ranks_streaming_into_it() 
         .args(["1", "100"])
         .env("REALTIME", "1")
         .env("PORT", port.to_string())
+        // Not the default `dynolog`: the capture test's agent beside it
+        // serves its traced jobs there.
+        .env("KINETO_DAEMON_NAME", format!("rankscope-cost-{port}"))
         .output()
         .expect("agent-cost.sh runs");
     let said = String::from_utf8_lossy(&run.stdout);
@@ -204,6 +207,8 @@ fn agent_cost_measures_the_agent_with_eight_simulated_ranks_streaming_into_it() 
         String::from_utf8_lossy(&run.stderr)
     );
     assert!(!said.contains("simulate failed"), "{said}");
+    let log = std::fs::read_to_string(out.join("cost-100/agent.log")).unwrap_or_default();
+    assert!(!log.contains("endpoint off"), "{log}");
     let lines = std::fs::read_to_string(out.join("agent-cost.txt")).unwrap();
     let line = lines.lines().next().unwrap_or_default();
     assert!(
