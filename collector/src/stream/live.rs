@@ -220,7 +220,14 @@ pub fn fill_stored(versions: &mut [Version], stored: Vec<StoredGainRow>) {
 mod tests {
     use super::*;
 
-    fn version(job: &str, rank: u32, first_step: u64, active: bool, updated_ns: u64) -> VerdictRow {
+    /// A verdict version (also `complete`'s tests' helper).
+    pub(super) fn version(
+        job: &str,
+        rank: u32,
+        first_step: u64,
+        active: bool,
+        updated_ns: u64,
+    ) -> VerdictRow {
         VerdictRow {
             job_id: job.into(),
             rank,

@@ -2,21 +2,9 @@ use super::super::{LiveVerdicts, HORIZON_NS, MAX_VERSIONS};
 use super::*;
 use crate::store::VerdictRow;
 
+/// An active verdict version (`live`'s tests' helper).
 fn version(job: &str, rank: u32, first_step: u64, updated_ns: u64) -> VerdictRow {
-    VerdictRow {
-        job_id: job.into(),
-        rank,
-        node: "n".into(),
-        first_step,
-        last_step: first_step + 2,
-        steps_flagged: 3,
-        slowdown: 1.5,
-        score: 9.0,
-        cause: "compute".into(),
-        active: 1,
-        first_seen_ns: 1,
-        updated_ns,
-    }
+    super::super::tests::version(job, rank, first_step, true, updated_ns)
 }
 
 fn evidence(job: &str, rank: u32, first_step: u64, text: &str, updated_ns: u64) -> EvidenceRow {
