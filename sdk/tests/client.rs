@@ -299,3 +299,63 @@ async fn the_c_abi_streams_from_a_c_program() {
     assert_eq!(agent.metrics().accepted_events, 12);
     agent.shutdown().await;
 }
+
+/// The world group's ranks travel as the empty list
+/// (`rankscope_proto::group_ranks_or_world`), a subgroup's as given: what
+/// the agent received, read back from its dump folder.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_world_groups_ranks_travel_as_the_empty_list() {
+    use rankscope_proto::prost::Message as _;
+    use rankscope_proto::v1 as proto;
+
+    let dir = tempfile::tempdir().unwrap();
+    let dump = dir.path().join("dump");
+    let agent = rankscope_agent::start(rankscope_agent::Config {
+        dump_dir: dump.to_string_lossy().into_owned(),
+        shutdown_flush_timeout_ms: 10_000,
+        ..agent_config(dir.path())
+    })
+    .await
+    .unwrap();
+    let tcp = format!("http://{}", agent.tcp_addr);
+    tokio::task::spawn_blocking(move || {
+        let c = Client::start(options(tcp, 0, 1024)).unwrap();
+        for (seq, (pg, size, ranks)) in [("0", 4, vec![0, 1, 2, 3]), ("even", 2, vec![0, 2])]
+            .into_iter()
+            .enumerate()
+        {
+            c.collective(&CollectiveRecord {
+                op: event::collective_op("all_reduce").unwrap(),
+                process_group: pg.into(),
+                seq: seq as u64,
+                group_size: size,
+                group_ranks: ranks,
+                bytes: 4,
+                start_ns: 10,
+                end_ns: 20,
+                device: -1,
+                ..Default::default()
+            })
+            .unwrap();
+        }
+        assert!(c.flush(WAIT), "flush: {:?}", c.stats());
+        c.shutdown(WAIT);
+    })
+    .await
+    .unwrap();
+    agent.shutdown().await;
+    let mut sent: Vec<(u32, Vec<u32>)> = Vec::new();
+    for f in std::fs::read_dir(&dump).unwrap() {
+        let batch = proto::AgentBatch::decode(&*std::fs::read(f.unwrap().path()).unwrap())
+            .expect("a dump file is an encoded AgentBatch");
+        for g in &batch.ranks {
+            for e in &g.events {
+                if let Some(proto::event::Kind::Collective(c)) = &e.kind {
+                    sent.push((c.group_size, c.group_ranks.clone()));
+                }
+            }
+        }
+    }
+    sent.sort();
+    assert_eq!(sent, [(2, vec![0, 2]), (4, vec![])]);
+}
