@@ -36,9 +36,16 @@ if [ -z "${RANKSCOPE_TEST_NETNS:-}" ]; then
   # Build outside the namespace: a fresh machine downloads crates here.
   t0=$SECONDS
   echo "== build (sdk C library, every test binary)"
+  # Disk: the build writes ~100 test binaries; incremental compilation would
+  # add gigabytes of per-crate caches that a one-shot build never reads again
+  # (CI ran out of disk there once). A developer's own CARGO_INCREMENTAL wins.
+  export CARGO_INCREMENTAL=${CARGO_INCREMENTAL:-0}
+  target_dir=${CARGO_TARGET_DIR:-target}
+  mkdir -p "$target_dir"
+  echo "free disk before the build: $(df -h --output=avail "$target_dir" | tail -1 | tr -d ' ') at $target_dir"
   $CARGO build --locked -p rankscope-sdk --lib || exit 1
   RANKSCOPE_VENV=$VENV $CARGO test --workspace --locked --exclude rankscope-python --no-run || exit 1
-  echo "build: $((SECONDS - t0)) s" >"$log_dir/phases"
+  echo "build: $((SECONDS - t0)) s (free disk after it: $(df -h --output=avail "$target_dir" | tail -1 | tr -d " "))" >"$log_dir/phases"
   export RANKSCOPE_TEST_LOG_DIR=$log_dir
   if [ "$(id -u)" = 0 ] && unshare -n true 2>/dev/null; then
     exec env RANKSCOPE_TEST_NETNS=root unshare -n "$0" "$@"
