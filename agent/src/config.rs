@@ -136,11 +136,14 @@ pub struct Config {
     /// How often NVML initialisation is retried after it failed (a driver
     /// loaded after the agent started is picked up); 0: never, else >= 100.
     pub nvml_retry_interval_ms: u64,
-    /// Threads of the agent's async runtime (the NVML sampler has its own).
-    /// 1 runs everything on one thread: the least CPU at a node's usual event
-    /// rates (no cross-thread wake-ups), at a lower peak relay rate
-    /// (bench/RESULTS-agent-telemetry.md). The default, 2, keeps the agent off
-    /// most of a many-core node's CPUs while relaying at full speed.
+    /// Threads of the agent's async runtime (the NVML sampler and the Kineto
+    /// endpoint have their own). The default, 1, runs it on one thread: a
+    /// multi-thread runtime hands its I/O driver to another worker at every
+    /// rank message (a futex wake-up and two context switches each), which
+    /// cost ~20 % more CPU at a node's usual event rates, and one thread
+    /// still relays the bench's full-speed job (~1 M events/s) as fast as two
+    /// (bench/RESULTS-alternations.md, 2026-11-27). More threads are for
+    /// nodes whose ranks send far more than that.
     pub worker_threads: usize,
     /// Abstract Unix socket on which the agent serves libkineto's daemon
     /// protocol (what Dynolog serves; processes started with
@@ -219,7 +222,7 @@ impl Default for Config {
             host_sample_interval_ms: 1000,
             nvml_library_path: String::new(),
             nvml_retry_interval_ms: 30_000,
-            worker_threads: 2,
+            worker_threads: 1,
             kineto_daemon_name: "dynolog".to_owned(),
             trace_dir: default_unix_socket_path()
                 .with_file_name("traces")

@@ -9,9 +9,10 @@
 //! Out: replies to the polling processes, and [`TraceUpdate`]s — delivered,
 //! captured, failed with the reason — for the collector.
 //!
-//! Threads: one blocking thread owns the socket (100 ms receive timeout to
-//! notice shutdown), answers each datagram at once (libkineto waits about
-//! 90 ms for a reply) and every 250 ms looks at delivered traces' files
+//! Threads: one blocking thread owns the socket (a 250 ms receive timeout,
+//! its only wake-up when no process polls; [`KinetoDaemon::stop`] wakes it
+//! with an empty datagram), answers each datagram at once (libkineto waits
+//! about 90 ms for a reply) and every 250 ms looks at delivered traces' files
 //! (a file must keep its size for 1 s and parse as JSON before it counts as
 //! captured; reading a large one delays replies, and libkineto simply polls
 //! again). It shares the [`Registry`] with the agent (requests in, states
@@ -100,6 +101,14 @@ fn now_ns() -> u64 {
         .map_or(0, |d| d.as_nanos() as u64)
 }
 
+/// libkineto's address for `name`: the name plus its terminating NUL
+/// (`sizeof(sa_family_t) + name.size() + 2` in Dynolog's Endpoint.h).
+fn abstract_addr(name: &str) -> std::io::Result<SocketAddr> {
+    let mut abstract_name = name.as_bytes().to_vec();
+    abstract_name.push(0);
+    SocketAddr::from_abstract_name(&abstract_name)
+}
+
 fn lock(r: &Mutex<Registry>) -> std::sync::MutexGuard<'_, Registry> {
     r.lock().unwrap_or_else(|e| e.into_inner())
 }
@@ -124,12 +133,7 @@ impl KinetoDaemon {
             tracing::warn!(dir = %config.trace_dir.display(), error = %e, "kineto daemon endpoint off: cannot create the trace directory");
             return daemon;
         }
-        // libkineto's address is the name plus its terminating NUL
-        // (`sizeof(sa_family_t) + name.size() + 2` in Dynolog's Endpoint.h).
-        let mut abstract_name = config.name.clone().into_bytes();
-        abstract_name.push(0);
-        let socket = SocketAddr::from_abstract_name(&abstract_name)
-            .and_then(|addr| UnixDatagram::bind_addr(&addr));
+        let socket = abstract_addr(&config.name).and_then(|addr| UnixDatagram::bind_addr(&addr));
         let socket = match socket {
             Ok(s) => s,
             Err(e) => {
@@ -137,7 +141,7 @@ impl KinetoDaemon {
                 return daemon;
             }
         };
-        if let Err(e) = socket.set_read_timeout(Some(Duration::from_millis(100))) {
+        if let Err(e) = socket.set_read_timeout(Some(WATCH_INTERVAL)) {
             tracing::warn!(error = %e, "kineto daemon endpoint off: cannot set a receive timeout");
             return daemon;
         }
@@ -205,12 +209,14 @@ impl KinetoDaemon {
         }
     }
 
-    /// Stops the socket thread (within its 100 ms receive timeout) and
-    /// frees the name. Idempotent.
+    /// Stops the socket thread and frees the name. Idempotent.
     pub fn stop(&self) {
         self.stop.store(true, Relaxed);
         let t = self.thread.lock().ok().and_then(|mut t| t.take());
         if let Some(t) = t {
+            // Wake its receive now (else it notices within WATCH_INTERVAL).
+            let _ = abstract_addr(&self.config.name)
+                .and_then(|addr| UnixDatagram::unbound().and_then(|s| s.send_to_addr(&[], &addr)));
             let _ = t.join();
         }
     }
@@ -436,6 +442,8 @@ fn serve(
             }
         }
         let (n, src) = match socket.recv_from(&mut buf) {
+            // The wake-up of `stop` (or a datagram that came with it).
+            Ok(_) if stop.load(Relaxed) => break,
             Ok(x) => x,
             Err(e)
                 if matches!(

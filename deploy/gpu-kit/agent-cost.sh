@@ -7,6 +7,8 @@
 # REALTIME=1: also 8 simulated ranks stream into the agent meanwhile, paced at
 # the bench's per-node rate (bench/src/idle.rs: 1,318.4 events/s, 12 layers),
 # the shape of `agent_cpu_pct_8_ranks_realtime` on this node's real NVML.
+# WORKER_THREADS=N: the agent's worker_threads (default: the agent's own, 1),
+# to compare runtimes on the node's real NVML.
 # KINETO_DAEMON_NAME: the abstract socket of the agent's Kineto endpoint
 # (default dynolog, as a node's agent; another name where an agent or
 # Dynolog already holds it).
@@ -35,6 +37,7 @@ node = "cost-node"
 gpu_sample_interval_ms = $ms
 kineto_daemon_name = "${KINETO_DAEMON_NAME:-dynolog}"
 host_sample_interval_ms = 1000
+${WORKER_THREADS:+worker_threads = $WORKER_THREADS}
 TOML
     RUST_LOG=warn "${AGENT:-$KIT/bin/rankscope-agent}" --config "$d/agent.toml" --dump-dir "$d/dump" 2>"$d/agent.log" &
     pid=$!
@@ -57,7 +60,7 @@ TOML
     t1=$(date +%s.%N)
     [ -n "$sim" ] && { wait "$sim" || echo "simulate failed: $(tail -3 "$d/simulate.log")"; }
     kill -TERM "$pid"; wait "$pid"
-    awk -v u="$((u1 - u0))" -v s="$((s1 - s0))" -v tck="$tck" -v t0="$t0" -v t1="$t1" -v ms="$ms" -v mode="$([ "$REALTIME" = 1 ] && echo 'realtime 8 ranks, ')" \
+    awk -v u="$((u1 - u0))" -v s="$((s1 - s0))" -v tck="$tck" -v t0="$t0" -v t1="$t1" -v ms="$ms" -v mode="$([ "$REALTIME" = 1 ] && echo 'realtime 8 ranks, ')${WORKER_THREADS:+worker_threads $WORKER_THREADS, }" \
         -v gpus="$(grep -c . <(nvidia-smi -L 2>/dev/null))" -v batches="$(ls "$d/dump" | wc -l)" \
         'BEGIN { cpu = (u + s) / tck; wall = t1 - t0;
                  printf "%sinterval %5d ms: gpus %d, %.1f s, cpu %.3f s (user %.3f, sys %.3f), %.3f %% of one core, %d batches\n",
