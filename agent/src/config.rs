@@ -502,6 +502,9 @@ mod tests {
         assert_eq!(c.gpu_sample_interval_ms, 1000);
         assert_eq!(c.host_sample_interval_ms, 1000);
         assert_eq!(c.nvml_library(), "libnvidia-ml.so.1");
+        // The example says the default: one runtime thread.
+        assert_eq!(c.worker_threads, 1);
+        assert_eq!(c.worker_threads, Config::default().worker_threads);
     }
 
     #[test]
