@@ -213,7 +213,8 @@ fn agent_cost_measures_the_agent_with_eight_simulated_ranks_streaming_into_it() 
     let line = lines.lines().next().unwrap_or_default();
     assert!(
         line.starts_with("realtime 8 ranks, interval   100 ms: gpus 0, ")
-            && line.contains("% of one core"),
+            && line.contains("% of one core")
+            && line.contains(", threads "),
         "{lines}"
     );
     let sim: serde_json::Value = serde_json::from_slice(
