@@ -140,7 +140,8 @@ pub struct Config {
     /// endpoint have their own). The default, 1, runs it on one thread: a
     /// multi-thread runtime hands its I/O driver to another worker at every
     /// rank message (a futex wake-up and two context switches each), which
-    /// cost ~20 % more CPU at a node's usual event rates, and one thread
+    /// cost ~12 % more of the agent's CPU at a node's usual event rates
+    /// (0.66 vs 0.59 % of a core in the bench's realtime case), and one thread
     /// still relays the bench's full-speed job (~1 M events/s) as fast as two
     /// (bench/RESULTS-alternations.md, 2026-11-27). More threads are for
     /// nodes whose ranks send far more than that.

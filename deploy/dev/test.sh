@@ -42,10 +42,10 @@ if [ -z "${RANKSCOPE_TEST_NETNS:-}" ]; then
   export CARGO_INCREMENTAL=${CARGO_INCREMENTAL:-0}
   target_dir=${CARGO_TARGET_DIR:-target}
   mkdir -p "$target_dir"
-  echo "free disk before the build: $(df -h --output=avail "$target_dir" | tail -1 | tr -d ' ') at $target_dir"
   # A fresh build of the test binaries takes about 5 GB; say so before a
   # compiler dies of it mid-build with an I/O error.
   free_kib=$(df -k --output=avail "$target_dir" | tail -1 | tr -d ' ')
+  echo "free disk before the build: $((${free_kib:-0} / 1024 / 1024)) GB at $target_dir"
   if [ "${free_kib:-0}" -lt $((6 * 1024 * 1024)) ]; then
     echo "warning: less than 6 GB free at $target_dir; a fresh test build needs about 5 GB (README \"Tests\")" >&2
   fi
