@@ -69,7 +69,7 @@ chdb:
 	test -x $(CHDB_VENV)/bin/python || python3 -m venv $(CHDB_VENV); \
 	$(CHDB_VENV)/bin/python -c 'import chdb' 2>/dev/null || \
 		{ echo "installing chdb (ClickHouse 26.x) into $(CHDB_VENV) (once)"; \
-		  $(CHDB_VENV)/bin/pip install -q --disable-pip-version-check 'chdb>=4.4,<5'; }
+		  $(CHDB_VENV)/bin/pip install -q --disable-pip-version-check --no-cache-dir 'chdb>=4.4,<5'; }
 
 ## The trace producers the import tests run (kineto/tests/producers.rs): PyPI
 ## paddlepaddle (CPU), onnxruntime and onnx in their own venv
@@ -85,7 +85,7 @@ producers: py
 		"$$($(PRODUCERS_VENV)/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/_rankscope_torch.pth"; \
 	$(PRODUCERS_VENV)/bin/python -c 'import paddle, onnxruntime, onnx, torch' 2>/dev/null || \
 		{ echo "installing paddlepaddle onnxruntime onnx into $(PRODUCERS_VENV) (once)"; \
-		  $(PRODUCERS_VENV)/bin/pip install -q --disable-pip-version-check 'paddlepaddle>=3,<4' onnxruntime onnx; }
+		  $(PRODUCERS_VENV)/bin/pip install -q --disable-pip-version-check --no-cache-dir 'paddlepaddle>=3,<4' onnxruntime onnx; }
 
 ## Object storage servers for the tests (testkit/tests/objstore.rs): PyPI moto[server]
 ## (S3) and azure-storage-blob (the seeding client) in their own venv
@@ -100,7 +100,7 @@ objstore-servers:
 	test -x $(OBJSTORE_VENV)/bin/python || python3 -m venv $(OBJSTORE_VENV); \
 	test -x $(OBJSTORE_VENV)/bin/moto_server && $(OBJSTORE_VENV)/bin/python -c 'import boto3, azure.storage.blob' 2>/dev/null || \
 		{ echo "installing moto[server], azure-storage-blob into $(OBJSTORE_VENV) (once)"; \
-		  $(OBJSTORE_VENV)/bin/pip install -q --disable-pip-version-check 'moto[server]>=5,<6' 'azure-storage-blob>=12,<13'; }; \
+		  $(OBJSTORE_VENV)/bin/pip install -q --disable-pip-version-check --no-cache-dir 'moto[server]>=5,<6' 'azure-storage-blob>=12,<13'; }; \
 	command -v npm >/dev/null || deploy/dev/clickhouse.sh apt npm; \
 	test -x $(AZURITE_DIR)/node_modules/.bin/azurite-blob || \
 		{ echo "installing azurite into $(AZURITE_DIR) (once)"; mkdir -p $(AZURITE_DIR); \
@@ -162,4 +162,4 @@ gpu-kit: py
 ## committed ones under testkit/fixtures/gpu-capture/).
 gpu-replay: deps
 	@test -n "$(DIR)" || { echo "usage: make gpu-replay DIR=<capture.sh output folder>" >&2; exit 2; }
-	RANKSCOPE_GPU_CAPTURE=$(abspath $(DIR)) $(CARGO) test --locked -p rankscope-testkit --test gpu_replay -- --nocapture
+	RANKSCOPE_GPU_CAPTURE=$(abspath $(DIR)) $(CARGO) test --locked -p rankscope-testkit --test e2e -- gpu_replay:: --nocapture

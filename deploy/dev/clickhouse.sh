@@ -55,6 +55,9 @@ apt_install() { # <package>...
     fi
     $sudo env DEBIAN_FRONTEND=noninteractive apt-get "${wait[@]}" update -q
     $sudo env DEBIAN_FRONTEND=noninteractive apt-get "${wait[@]}" install -y -q "$@"
+    # The downloaded .debs are not needed once installed; `make test` on a
+    # small CI disk needs the room (ClickHouse's packages alone are large).
+    $sudo apt-get "${wait[@]}" clean || true
 }
 
 cmd_install() {

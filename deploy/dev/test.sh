@@ -36,18 +36,18 @@ if [ -z "${RANKSCOPE_TEST_NETNS:-}" ]; then
   # Build outside the namespace: a fresh machine downloads crates here.
   t0=$SECONDS
   echo "== build (sdk C library, every test binary)"
-  # Disk: the build writes ~100 test binaries; incremental compilation would
+  # Disk: the build writes ~50 test binaries; incremental compilation would
   # add gigabytes of per-crate caches that a one-shot build never reads again
   # (CI ran out of disk there once). A developer's own CARGO_INCREMENTAL wins.
   export CARGO_INCREMENTAL=${CARGO_INCREMENTAL:-0}
   target_dir=${CARGO_TARGET_DIR:-target}
   mkdir -p "$target_dir"
-  # A fresh build of the test binaries takes about 5 GB; say so before a
+  # A fresh build of the test binaries takes about 1.5 GB; say so before a
   # compiler dies of it mid-build with an I/O error.
   free_kib=$(df -k --output=avail "$target_dir" | tail -1 | tr -d ' ')
   echo "free disk before the build: $((${free_kib:-0} / 1024 / 1024)) GB at $target_dir"
-  if [ "${free_kib:-0}" -lt $((6 * 1024 * 1024)) ]; then
-    echo "warning: less than 6 GB free at $target_dir; a fresh test build needs about 5 GB (README \"Tests\")" >&2
+  if [ "${free_kib:-0}" -lt $((3 * 1024 * 1024)) ]; then
+    echo "warning: less than 3 GB free at $target_dir; a fresh test build needs about 1.5 GB (README \"Tests\")" >&2
   fi
   $CARGO build --locked -p rankscope-sdk --lib || exit 1
   RANKSCOPE_VENV=$VENV $CARGO test --workspace --locked --exclude rankscope-python --no-run || exit 1
@@ -93,9 +93,29 @@ if ! flock -s -n 8; then echo "another run is building $VENV; waiting for it"; f
 status=0
 t0=$SECONDS
 echo "== cargo test (every binary, failures reported at the end)"
-RANKSCOPE_VENV=$VENV $CARGO test --workspace --locked --exclude rankscope-python --no-fail-fast \
-  2>&1 | tee "$log_dir/cargo.log"
+RANKSCOPE_VENV=$VENV $CARGO test --workspace --locked --exclude rankscope-python \
+  --exclude rankscope-testkit --no-fail-fast 2>&1 | tee "$log_dir/cargo.log"
 cargo_rc=${PIPESTATUS[0]}
+RANKSCOPE_VENV=$VENV $CARGO test --locked -p rankscope-testkit --lib --no-fail-fast \
+  2>&1 | tee -a "$log_dir/cargo.log"
+[ "${PIPESTATUS[0]}" = 0 ] || cargo_rc=1
+# The end-to-end tests are one binary (testkit/tests/e2e.rs says why); each
+# of its modules runs in a process of its own, one after the other, as when
+# they were separate binaries: a module that times real work or serves
+# `@dynolog` has the machine to itself.
+e2e_tests=$(RANKSCOPE_VENV=$VENV $CARGO test --locked -p rankscope-testkit --test e2e -- --list --format terse \
+  2>>"$log_dir/cargo.log" | sed -n 's/: test$//p')
+if [ -z "$e2e_tests" ]; then
+  echo "error: the e2e test binary listed no tests" | tee -a "$log_dir/cargo.log"
+  cargo_rc=1
+fi
+for module in $(printf '%s\n' "$e2e_tests" | sed -n 's/::.*//p' | sort -u); do
+  echo "== e2e::$module" | tee -a "$log_dir/cargo.log"
+  # shellcheck disable=SC2046 # one argument per test name
+  RANKSCOPE_VENV=$VENV $CARGO test --locked -p rankscope-testkit --test e2e -- --exact \
+    $(printf '%s\n' "$e2e_tests" | grep "^$module::") 2>&1 | tee -a "$log_dir/cargo.log"
+  [ "${PIPESTATUS[0]}" = 0 ] || cargo_rc=1
+done
 [ "$cargo_rc" = 0 ] || status=1
 echo "cargo test: $((SECONDS - t0)) s" >>"$log_dir/phases"
 
@@ -118,10 +138,12 @@ echo "pytest: $((SECONDS - t0)) s" >>"$log_dir/phases"
 echo
 echo "== time by phase"
 cat "$log_dir/phases"
-echo "== slowest test binaries (libtest's own time)"
-# Pairs each "Running <target>" / "Doc-tests <crate>" line with the
-# "finished in N s" of its result line.
+echo "== slowest test binaries and e2e modules (libtest's own time)"
+# Pairs each "Running <target>" / "Doc-tests <crate>" / "== e2e::<module>"
+# line with the "finished in N s" of its result line.
 awk '
+  /^== e2e::/ { name = $2; next }
+  /^ *Running .*\/e2e-[0-9a-f]+\)$/ { next }
   /^ *Running / { name = $NF; gsub(/[()]/, "", name); sub(/.*\//, "", name); sub(/-[0-9a-f]+$/, "", name); next }
   /^ *Doc-tests / { name = "doc-tests " $2; next }
   /^test result:/ { for (i = 1; i <= NF; i++) if ($i == "in") { t = $(i + 1); sub(/s$/, "", t) }
@@ -133,7 +155,8 @@ if [ "$status" != 0 ]; then
   echo "== FAILED"
   [ "$cargo_rc" = 0 ] || {
     echo "cargo test (exit $cargo_rc):"
-    grep -E '^test .* FAILED$|^    `.*`$|^error: .*(failed|target)' "$log_dir/cargo.log" | sed 's/^/  /'
+    grep -E '^test .* FAILED$|^    `.*`$|^error: .*(failed|target|no tests)' "$log_dir/cargo.log" | sed 's/^/  /'
+    echo "  (one e2e module again: cargo test -p rankscope-testkit --test e2e -- <module>::)"
   }
   [ "$chdb_rc" = 0 ] || {
     echo "store tests on ClickHouse 26.x (exit $chdb_rc):"

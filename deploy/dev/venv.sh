@@ -38,7 +38,7 @@ if ! flock -n 9; then echo "another run is using or building $VENV; waiting for 
 test -x "$VENV/bin/python" || python3 -m venv "$VENV"
 "$VENV/bin/python" -c 'import torch, pytest, maturin' 2>/dev/null || {
   echo "installing ${PY_DEPS[*]} into $VENV (torch is large; once)"
-  "$VENV/bin/pip" install -q --disable-pip-version-check "${PY_DEPS[@]}"
+  "$VENV/bin/pip" install -q --disable-pip-version-check --no-cache-dir "${PY_DEPS[@]}"
 }
 echo "maturin develop (python/)"
 digest=$(sources)

@@ -2,7 +2,7 @@
 //! posts a straggler alert to a real HTTP receiver, with the sink's
 //! configured `headers`, and the receiver checks path, headers and body.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::time::Duration;

@@ -2,7 +2,7 @@
 //! its ClickHouse, simulated jobs through the agent; OTLP export to a real
 //! OTLP/gRPC metrics receiver; `/metrics` scraped and parsed.
 
-mod common;
+use crate::common;
 
 use std::net::SocketAddr;
 use std::sync::Arc;

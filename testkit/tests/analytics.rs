@@ -2,7 +2,7 @@
 //! assembly name the straggler (and nobody on a balanced job), and the full
 //! pipeline serves breakdown, ranks, collectives and stragglers.
 
-mod common;
+use crate::common;
 
 use common::*;
 use rankscope_analysis::VerdictChange;

@@ -1,7 +1,7 @@
 //! Bearer-token authentication: agents and API clients without the
 //! collector's token are rejected (and counted), with it they work.
 
-mod common;
+use crate::common;
 
 use common::*;
 use rankscope_cli::query::http::HttpClient;

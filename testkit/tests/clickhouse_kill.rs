@@ -8,7 +8,7 @@
 //! full it stops taking messages from the ranks: `rankscope simulate` waits
 //! for acknowledgements (an SDK rank would drop newest and count instead).
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, Instant};
 

@@ -8,7 +8,7 @@
 //! The batches are the simulator's model sent straight to the collector's
 //! gRPC service, one per step, with rank 3's times shifted.
 
-mod common;
+use crate::common;
 
 use common::*;
 use rankscope_cli::simulate::{plan, Straggler};

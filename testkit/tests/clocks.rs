@@ -4,7 +4,7 @@
 //! export puts every node's end of one all-reduce on one clock. The real
 //! 2-node torch job under libfaketime is `clocks_torch.rs`.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::process::Command;

@@ -17,7 +17,7 @@
 //! Needs the venv of `make py` (or `RANKSCOPE_VENV`) and the `rankscope`
 //! and `rankscope-agent` binaries. Run inside `unshare -n`.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

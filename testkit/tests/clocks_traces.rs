@@ -10,7 +10,7 @@
 //! traces (as `rankscope-agent` does after libkineto wrote them), and the
 //! collector's import commands must give both ranks the same first step.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

@@ -6,7 +6,7 @@
 //! detection, a database made for the other mode is refused, and retention drops
 //! expired partitions on every shard.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeSet;
 use std::sync::atomic::Ordering::Relaxed;

@@ -8,7 +8,7 @@
 //! against the ones it saw when the open completed instead of the ones its
 //! first report carried, so the collector never heard of the job.
 
-mod common;
+use crate::common;
 
 use std::pin::Pin;
 use std::process::Command;

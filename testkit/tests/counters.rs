@@ -7,7 +7,7 @@
 //! task that fills a queue in one poll cannot be interrupted by the task that
 //! drains it, so "the queue is full" is a fact of the schedule, not a race.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

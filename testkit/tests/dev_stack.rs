@@ -12,8 +12,6 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
 fn repo() -> PathBuf {
     rankscope_testkit::workspace_root()
 }
@@ -143,7 +141,7 @@ fn private_dirs() -> (tempfile::TempDir, PathBuf) {
 
 #[test]
 fn after_make_up_a_torchrun_job_under_rankscope_run_with_no_flags_is_recorded() {
-    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let _serial = crate::common::SERIAL.blocking_lock();
     let (dir, xdg) = private_dirs();
     let cache = dir.path().join("cache");
     let stack = DevStack::up(dir, &xdg);
@@ -182,7 +180,7 @@ fn after_make_up_a_torchrun_job_under_rankscope_run_with_no_flags_is_recorded() 
 
 #[test]
 fn with_no_agent_each_rank_says_once_where_it_looked_and_trains_on() {
-    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let _serial = crate::common::SERIAL.blocking_lock();
     let (dir, xdg) = private_dirs();
     let out = run_with_no_flags(&xdg, &dir.path().join("cache"));
     assert!(

@@ -2,7 +2,7 @@
 //! opentelemetry-proto service served with tonic by the test), and
 //! `/metrics` on the collector (and the agent) parsed as Prometheus text.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 

@@ -2,7 +2,7 @@
 //! batches, oversized messages, an unreachable collector and ClickHouse going
 //! down. Nothing acknowledged may be lost, nothing malformed is stored.
 
-mod common;
+use crate::common;
 
 use common::proxy::Proxy;
 use common::*;

@@ -16,9 +16,8 @@
 
 // Only some of the DevTools helpers are used here.
 #[allow(dead_code)]
-#[path = "ui/cdp.rs"]
-mod cdp;
-mod common;
+use crate::cdp;
+use crate::common;
 #[path = "fleet/metrics.rs"]
 mod metrics;
 

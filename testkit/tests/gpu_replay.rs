@@ -21,7 +21,7 @@
 //!   collectives are checked);
 //! * every captured trace imports with rows.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 

@@ -5,7 +5,7 @@
 //! Prometheus query names only metrics the running collector and agent
 //! export.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeSet;
 

@@ -5,7 +5,7 @@
 //! (`expected-hta-analyses.json` beside it; `parity`), every set gives every
 //! view without an error, and bad input gets a clear message.
 
-mod common;
+use crate::common;
 #[path = "hta_views/parity.rs"]
 mod parity;
 

@@ -2,7 +2,7 @@
 //! real 8-rank job equals Holistic Trace Analysis' numbers, and a re-import
 //! stores nothing twice.
 
-mod common;
+use crate::common;
 
 use std::path::PathBuf;
 

@@ -6,7 +6,7 @@
 //! Paddle trace and a file of an unknown format fail with errors naming
 //! them and the formats read, and nothing of the other files is lost.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

@@ -3,19 +3,17 @@
 //! no profiler code) is traced on demand through libkineto's IPC fabric.
 //!
 //! Every test here serves libkineto's fixed abstract socket name `dynolog`,
-//! so they run one at a time (a mutex; cargo runs test binaries one after
-//! the other). Another daemon on this machine holding the name (a dynolog,
+//! so they run one at a time (`common::SERIAL`, shared with every module
+//! that serves it). Another daemon on this machine holding the name (a dynolog,
 //! or a `make up` agent) makes them fail with a message saying so.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use rankscope_agent::kineto::{RankTrace, TraceMode, TraceRequest, TraceState};
-
-static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 fn repo() -> PathBuf {
     rankscope_testkit::workspace_root()
@@ -141,7 +139,7 @@ fn wait_exit(child: Child) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_iteration_request_is_delivered_in_kinetos_round_up_form_and_captured() {
-    let _serial = SERIAL.lock().await;
+    let _serial = common::SERIAL.lock().await;
     let dir = tempfile::tempdir().unwrap();
     let a = agent(dir.path()).await;
     a.request_trace(request(
@@ -176,7 +174,7 @@ async fn an_iteration_request_is_delivered_in_kinetos_round_up_form_and_captured
 /// kit's CI failure) and torchrun fails the job.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_job_that_ends_mid_trace_under_rankscope_run_exits_cleanly_with_its_traces() {
-    let _serial = SERIAL.lock().await;
+    let _serial = common::SERIAL.lock().await;
     let dir = tempfile::tempdir().unwrap();
     // The local trigger, as the GPU kit runs it: a trace requested before
     // the ranks start reaches them before their first iteration.
@@ -227,7 +225,7 @@ async fn a_job_that_ends_mid_trace_under_rankscope_run_exits_cleanly_with_its_tr
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_duration_trace_for_one_rank_traces_only_that_rank() {
-    let _serial = SERIAL.lock().await;
+    let _serial = common::SERIAL.lock().await;
     let dir = tempfile::tempdir().unwrap();
     let a = agent(dir.path()).await;
     // Asked once the job trains: a window from a poll during start-up may
@@ -260,7 +258,7 @@ async fn a_duration_trace_for_one_rank_traces_only_that_rank() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_rank_that_exits_before_capturing_is_failed_with_the_reason() {
-    let _serial = SERIAL.lock().await;
+    let _serial = common::SERIAL.lock().await;
     let dir = tempfile::tempdir().unwrap();
     let a = agent(dir.path()).await;
     // A 10-minute trace of a job that ends within seconds.
@@ -291,7 +289,7 @@ async fn a_rank_that_exits_before_capturing_is_failed_with_the_reason() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_second_daemon_on_the_name_runs_without_the_endpoint() {
-    let _serial = SERIAL.lock().await;
+    let _serial = common::SERIAL.lock().await;
     let dir = tempfile::tempdir().unwrap();
     let first = agent(dir.path()).await;
     let dir2 = tempfile::tempdir().unwrap();

@@ -10,7 +10,7 @@
 //! fires for rank 2 only. No GPU is needed: the numbers are what
 //! `torch.cuda.max_memory_allocated` would have returned.
 
-mod common;
+use crate::common;
 
 use std::sync::atomic::Ordering::Relaxed;
 use std::time::Duration;

@@ -8,7 +8,7 @@
 //! peaks but their count; each rank's peak and its step. `rank=R`: all of
 //! that rank's; `full=true`: everything, as before the bound.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeSet;
 

@@ -9,7 +9,7 @@
 //! are left out, and floats computed inside ClickHouse may differ in the last bits
 //! (summation order), so they compare to 1e-9 relative.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;

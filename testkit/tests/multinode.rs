@@ -8,14 +8,13 @@
 //! `rankscope` binary. Serial: each test starts 4 training processes on a
 //! 2-core machine. Run inside `unshare -n` to keep the ports private.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
 
 use common::{eventually, Stack};
 
-static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 const STEPS: u64 = 6;
 
 fn rankscope(cache: &Path) -> Command {
@@ -95,7 +94,7 @@ async fn jobs_when(stack: &Stack, want: usize, ranks: u64) -> Vec<serde_json::Va
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_nodes_of_one_torchrun_launch_are_one_job_without_flags() {
-    let _serial = SERIAL.lock().await;
+    let _serial = common::SERIAL.lock().await;
     let stack = Stack::start().await;
     two_nodes(&stack, [None, None], "mn-one-job").await;
 
@@ -175,7 +174,7 @@ async fn two_nodes_of_one_torchrun_launch_are_one_job_without_flags() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_world_forced_into_two_job_ids_is_warned() {
-    let _serial = SERIAL.lock().await;
+    let _serial = common::SERIAL.lock().await;
     let stack = Stack::start().await;
     two_nodes(&stack, [Some("half-a"), Some("half-b")], "mn-split").await;
 
@@ -232,7 +231,7 @@ async fn a_world_forced_into_two_job_ids_is_warned() {
 /// the SDK resolves its identity before it connects.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn single_node_launches_without_a_rdzv_id_get_fresh_job_ids() {
-    let _serial = SERIAL.lock().await;
+    let _serial = common::SERIAL.lock().await;
     let dir = tempfile::tempdir().expect("tempdir");
     let script = dir.path().join("who.py");
     std::fs::write(

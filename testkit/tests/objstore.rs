@@ -15,7 +15,7 @@
 //! (`GET /bucket?list-type=2`, `HEAD /bucket/object`), which the emulator
 //! answers with 501 Not Implemented or a bucket list.
 
-mod common;
+use crate::common;
 
 #[path = "objstore/archive.rs"]
 mod archive;

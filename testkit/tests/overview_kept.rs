@@ -4,7 +4,7 @@
 //! every stored row (`?exact=true`), for imported trace sets and a live
 //! simulated job; a later write makes the route compute from the rows again.
 
-mod common;
+use crate::common;
 
 use std::path::PathBuf;
 

@@ -5,7 +5,7 @@
 //! every event the agent accepted is stored exactly once and the job's
 //! analytics are complete.
 
-mod common;
+use crate::common;
 
 use common::proxy::Proxy;
 use common::*;

@@ -2,7 +2,7 @@
 //! real servers on real sockets (ClickHouse is a private server started by
 //! the testkit).
 
-mod common;
+use crate::common;
 
 use common::*;
 

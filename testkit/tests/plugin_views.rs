@@ -9,7 +9,7 @@
 
 #[path = "plugin_views/advice.rs"]
 mod advice;
-mod common;
+use crate::common;
 
 use std::collections::HashMap;
 use std::path::PathBuf;

@@ -7,7 +7,7 @@
 //! The collector is the real `rankscope-collector` binary, killed with
 //! SIGKILL; the agent and the simulated ranks run in the test process.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command};

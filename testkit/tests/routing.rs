@@ -16,7 +16,7 @@
 //! Collectors are the real binary where kill -9 is needed, else in this
 //! process; agents run in this process (their own sockets and sessions).
 
-mod common;
+use crate::common;
 #[path = "routing/support.rs"]
 mod support;
 

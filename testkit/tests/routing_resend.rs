@@ -12,7 +12,7 @@
 //! keeps holding the job (and its stale record) for the whole test: the
 //! outcome does not depend on timing.
 
-mod common;
+use crate::common;
 
 use rankscope_proto::v1 as proto;
 

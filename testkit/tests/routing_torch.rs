@@ -8,7 +8,7 @@
 //! Needs the venv of `make py` (or `RANKSCOPE_VENV`) and the `rankscope`
 //! binary; run inside `unshare -n` (ports private).
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};

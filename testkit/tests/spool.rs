@@ -5,7 +5,7 @@
 //! The rank is the Rust SDK (`rankscope-sdk`), which reconnects on its own;
 //! the agent is the real `rankscope-agent` binary, killed with SIGKILL.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command};

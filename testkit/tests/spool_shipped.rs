@@ -16,7 +16,7 @@
 //! is killed with SIGKILL, the collector comes back, a second agent starts
 //! from the same config, and every acknowledged event is stored exactly once.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

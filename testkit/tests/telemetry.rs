@@ -8,9 +8,8 @@
 //! view's hardware evidence, and host-only operation when NVML fails to
 //! initialise.
 
-mod common;
-#[path = "../../agent/tests/nvml_stub/stub.rs"]
-mod stub;
+use crate::common;
+use crate::stub;
 
 use common::*;
 use rankscope_cli::query::analytics::View;

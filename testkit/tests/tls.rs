@@ -9,7 +9,7 @@
 //! SIGHUP, and only after its connection-count assertions: every agent and
 //! collector in this process reloads on it.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering::Relaxed;

@@ -7,7 +7,7 @@
 //! builds. The tests run one at a time: each starts 4 training processes on
 //! a 2-core machine.
 
-mod common;
+use crate::common;
 
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
@@ -15,7 +15,6 @@ use std::time::{Duration, Instant};
 
 use common::{eventually, Stack};
 
-static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 const RANKS: u32 = 4;
 
 fn repo() -> PathBuf {
@@ -167,7 +166,7 @@ async fn slowed_ddp_job(kind: &str) -> (Stack, String, serde_json::Value) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ddp_with_a_slow_compute_rank_is_named_with_cause_compute() {
-    let _serial = SERIAL.lock().await;
+    let _serial = common::SERIAL.lock().await;
     let (stack, job, info) = slowed_ddp_job("compute").await;
     assert_every_step_stored(&stack, &job, 16).await;
     let s = straggler(&stack, &job).await;
@@ -264,7 +263,7 @@ async fn ddp_with_a_slow_compute_rank_is_named_with_cause_compute() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ddp_with_a_slow_input_rank_is_named_with_cause_input() {
-    let _serial = SERIAL.lock().await;
+    let _serial = common::SERIAL.lock().await;
     let (stack, job, _) = slowed_ddp_job("input").await;
     assert_every_step_stored(&stack, &job, 16).await;
     let s = straggler(&stack, &job).await;
@@ -276,7 +275,7 @@ async fn ddp_with_a_slow_input_rank_is_named_with_cause_input() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn plain_torch_distributed_ops_are_recorded_with_op_bytes_and_group_size() {
-    let _serial = SERIAL.lock().await;
+    let _serial = common::SERIAL.lock().await;
     let stack = Stack::start().await;
     let out = stack.dir.path().join("ran.jsonl");
     let child = launch(
@@ -366,7 +365,7 @@ async fn plain_torch_distributed_ops_are_recorded_with_op_bytes_and_group_size()
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn training_goes_on_while_the_agent_is_away_and_the_stream_resumes() {
-    let _serial = SERIAL.lock().await;
+    let _serial = common::SERIAL.lock().await;
     let mut stack = Stack::start().await;
     let job = "ddp-agent-restart";
     let progress = stack.dir.path().join("progress");

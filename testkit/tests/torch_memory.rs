@@ -8,7 +8,7 @@
 //! Needs the Python environment `make py` builds (`RANKSCOPE_VENV`) and the
 //! `rankscope` binary.
 
-mod common;
+use crate::common;
 
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};

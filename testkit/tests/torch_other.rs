@@ -10,13 +10,12 @@
 //! `RANKSCOPE_VENV`) and the `rankscope` binary. The tests run one at a
 //! time: each starts 4 training processes on a 2-core machine.
 
-mod common;
+use crate::common;
 
 use std::process::{Command, Stdio};
 
 use common::Stack;
 
-static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 const RANKS: u32 = 4;
 const STEPS: u64 = 16;
 
@@ -108,7 +107,7 @@ async fn straggler_alerts(stack: &Stack, job: &str) -> Vec<serde_json::Value> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn extra_work_between_backward_and_the_optimizer_is_cause_other_with_the_true_gain() {
-    let _serial = SERIAL.lock().await;
+    let _serial = common::SERIAL.lock().await;
     let stack = Stack::start().await;
 
     // The same job with rank 2 last by a hair (1 ms of extra work a step):

@@ -11,7 +11,7 @@
 //! network namespace of its own (`make test` does) or with no other daemon
 //! holding the name. Needs the Python environment `make py` builds.
 
-mod common;
+use crate::common;
 
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -36,6 +36,7 @@ async fn stack() -> Stack {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_operators_filling_an_other_stragglers_gap_are_named_from_its_trace() {
     use std::os::unix::process::CommandExt;
+    let _serial = common::SERIAL.lock().await;
     let stack = stack().await;
     let job = format!("ddp-other-traced-{}", std::process::id());
     let agent = stack

@@ -6,7 +6,7 @@
 //! `kineto/tests/tbp_views.rs`), job-wide rows carry the median over ranks
 //! and the max with its rank, and bad input gets a clear answer.
 
-mod common;
+use crate::common;
 #[path = "trace_views/events.rs"]
 mod events;
 

@@ -6,10 +6,10 @@
 //! and the collector stores it and marks the rank `imported`.
 //!
 //! These tests serve libkineto's fixed abstract socket name `dynolog`, so
-//! they run one at a time (a mutex; cargo runs test binaries one after the
-//! other). Needs the venv of `make py` and the `rankscope` binary.
+//! they run one at a time (`common::SERIAL`, shared with every module that
+//! serves it). Needs the venv of `make py` and the `rankscope` binary.
 
-mod common;
+use crate::common;
 
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
@@ -17,8 +17,6 @@ use std::time::{Duration, Instant};
 
 use common::kineto_client::FakeClient;
 use common::{Group, Stack};
-
-static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 /// A stack whose agent serves `@dynolog` and writes traces under its dir.
 async fn stack() -> Stack {
@@ -139,7 +137,7 @@ fn job_id(name: &str) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_rank_of_a_plain_torch_job_is_traced_on_the_same_iterations_and_imported() {
-    let _serial = SERIAL.lock().await;
+    let _serial = common::SERIAL.lock().await;
     // Each process picks the request up at its own libkineto poll; both
     // start at the next multiple of the roundup, so they trace the same
     // iterations unless a multiple falls between their polls. 50 iterations
@@ -267,7 +265,7 @@ async fn every_rank_of_a_plain_torch_job_is_traced_on_the_same_iterations_and_im
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_duration_request_for_one_rank_traces_only_that_rank() {
-    let _serial = SERIAL.lock().await;
+    let _serial = common::SERIAL.lock().await;
     let stack = stack().await;
     let job = job_id("traced-one");
     let job = job.as_str();
@@ -322,7 +320,7 @@ async fn a_duration_request_for_one_rank_traces_only_that_rank() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_rank_whose_process_exits_before_capturing_is_failed_with_the_reason() {
-    let _serial = SERIAL.lock().await;
+    let _serial = common::SERIAL.lock().await;
     let stack = stack().await;
     let job = job_id("traced-exit");
     let job = job.as_str();
@@ -369,7 +367,7 @@ async fn a_rank_whose_process_exits_before_capturing_is_failed_with_the_reason()
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_straggler_gets_one_automatic_trace_and_trace_diff_puts_its_extra_compute_first() {
-    let _serial = SERIAL.lock().await;
+    let _serial = common::SERIAL.lock().await;
     let stack = stack_with(|c| {
         c.traces.auto.enabled = true;
         c.traces.auto.iterations = 3;
@@ -506,7 +504,7 @@ fn log_file(config: &str) -> Option<PathBuf> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_truncated_trace_file_fails_its_rank_and_the_other_rank_is_imported() {
-    let _serial = SERIAL.lock().await;
+    let _serial = common::SERIAL.lock().await;
     let stack = stack().await;
     let job = job_id("traced-faults");
     let job = job.as_str();

@@ -11,11 +11,9 @@
 //! Without Chromium the test is skipped with a loud note, and fails under
 //! `CI=true` (`make deps` installs it).
 
-#[path = "ui/cdp.rs"]
-mod cdp;
-mod common;
-#[path = "../../agent/tests/nvml_stub/stub.rs"]
-mod stub;
+use crate::cdp;
+use crate::common;
+use crate::stub;
 
 use std::path::PathBuf;
 use std::time::Duration;

@@ -12,9 +12,8 @@
 
 // This test uses part of the DevTools client.
 #[allow(dead_code)]
-#[path = "ui/cdp.rs"]
-mod cdp;
-mod common;
+use crate::cdp;
+use crate::common;
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};

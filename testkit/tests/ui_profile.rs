@@ -7,9 +7,8 @@
 
 // Shared with ui.rs, which uses the rest of it.
 #[allow(dead_code)]
-#[path = "ui/cdp.rs"]
-mod cdp;
-mod common;
+use crate::cdp;
+use crate::common;
 
 use std::path::PathBuf;
 

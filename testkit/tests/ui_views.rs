@@ -8,9 +8,8 @@
 
 // The browser driver is shared with ui.rs, which uses all of it.
 #[allow(dead_code)]
-#[path = "ui/cdp.rs"]
-mod cdp;
-mod common;
+use crate::cdp;
+use crate::common;
 
 use std::path::PathBuf;
 

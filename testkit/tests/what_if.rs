@@ -2,7 +2,7 @@
 //! simulator's truth: the same seed simulated with and without the slow
 //! rank gives the step time the job would have without it.
 
-mod common;
+use crate::common;
 
 use common::*;
 use rankscope_cli::simulate::{plan, SimConfig, Straggler};

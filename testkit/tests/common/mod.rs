@@ -10,8 +10,15 @@ use std::time::{Duration, Instant};
 use rankscope_proto::v1 as proto;
 use rankscope_testkit::ClickHouse;
 
+/// One test at a time, across modules: tests that start several training
+/// processes on a 2-core machine, or serve libkineto's fixed `@dynolog` name.
+/// `make test` runs each module in its own process anyway; this keeps them
+/// apart when the whole e2e binary runs in one (a panicking holder releases
+/// it: tokio's mutex does not poison).
+pub static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 /// Starts an agent with `cfg` that serves libkineto's fixed `@dynolog` name
-/// (`cfg.kineto_daemon_name`), retrying for 10 s while another test binary's
+/// (`cfg.kineto_daemon_name`), retrying for 10 s while another test process's
 /// agent frees the name as its runtime winds down.
 pub async fn start_dynolog_agent(cfg: rankscope_agent::Config) -> rankscope_agent::AgentHandle {
     let deadline = Instant::now() + Duration::from_secs(10);
@@ -306,7 +313,7 @@ impl Stack {
 
     /// Rows of `job` in `table` now, 0 when ClickHouse cannot answer (for
     /// polling while a fault is injected).
-    #[allow(dead_code)] // not every test binary polls
+    #[allow(dead_code)] // not every test module polls
     pub fn rows_now(&self, table: &str, job: &str) -> u64 {
         self.clickhouse
             .query(&format!(

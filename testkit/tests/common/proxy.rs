@@ -75,7 +75,7 @@ impl Proxy {
     }
 
     /// Drops all traffic silently (`true`) or heals (`false`).
-    #[allow(dead_code)] // not every test binary partitions
+    #[allow(dead_code)] // not every test module partitions
     pub fn set_blackhole(&self, on: bool) {
         self.blackhole.send_replace(on);
     }

@@ -18,7 +18,7 @@ const RELEASE: &str = "rankscope";
 const HEADER: &str =
     "# Generated from deploy/helm/rankscope with its default values (release and\n\
 # namespace \"rankscope\"): change the chart, then regenerate with\n\
-#   UPDATE_EXPECT=1 cargo test -p rankscope-testkit --test deploy\n";
+#   UPDATE_EXPECT=1 cargo test -p rankscope-testkit --test e2e -- deploy::\n";
 
 /// The chart's templates rendered with the default values merged with
 /// `overrides`: file name -> text.
@@ -179,7 +179,7 @@ fn chart_renders_to_the_checked_in_manifests() {
         assert!(
             have == want,
             "deploy/kubernetes/{name} is not the chart's render; run \
-             UPDATE_EXPECT=1 cargo test -p rankscope-testkit --test deploy"
+             UPDATE_EXPECT=1 cargo test -p rankscope-testkit --test e2e -- deploy::"
         );
     }
 }

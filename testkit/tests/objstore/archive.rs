@@ -6,7 +6,8 @@
 //! `rankscope import <that URL>` as a new job gives the same per-rank
 //! breakdown. With `archive_torch`, the only tests here that read provider
 //! variables in-process (the agent runs in the test): each sets them before
-//! its agent starts, one at a time ([`DYNOLOG`]).
+//! its agent starts, one at a time (`common::SERIAL`, held by every test
+//! whose agent serves libkineto's fixed `@dynolog` name).
 
 use std::path::PathBuf;
 use std::process::{Child, Command};
@@ -16,12 +17,8 @@ use rankscope_testkit::objstore::ObjstoreServer;
 
 use crate::common::kineto_client::FakeClient;
 
-/// Held by each test whose agent serves libkineto's fixed `@dynolog` name
-/// and reads the provider variables in-process (this one and
-/// `archive_torch`): one at a time.
-pub(crate) static DYNOLOG: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+use super::{import, seed, text};
 use crate::common::{self, Stack};
-use crate::{import, seed, text};
 
 pub(crate) struct Killed(pub(crate) Child);
 
@@ -76,7 +73,7 @@ pub(crate) async fn breakdown(stack: &Stack, job: &str) -> Vec<serde_json::Value
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_captured_daemon_trace_is_archived_listed_and_imported_back() {
-    let _one = DYNOLOG.lock().await;
+    let _one = common::SERIAL.lock().await;
     let moto = ObjstoreServer::moto(None).unwrap_or_else(|e| panic!("{e}"));
     seed(&["s3", &moto.endpoint, "k", "s", "archive", "x/"]);
     // The in-process agent's credentials and endpoint (set before it starts;

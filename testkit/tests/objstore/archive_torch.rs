@@ -12,12 +12,12 @@ use std::time::{Duration, Instant};
 
 use rankscope_testkit::objstore::ObjstoreServer;
 
-use crate::archive::{breakdown, stack, Killed, DYNOLOG};
-use crate::{import, seed, text};
+use super::archive::{breakdown, stack, Killed};
+use super::{import, seed, text};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_real_torch_jobs_daemon_trace_is_archived_listed_and_imported_back() {
-    let _one = DYNOLOG.lock().await;
+    let _one = crate::common::SERIAL.lock().await;
     let moto = ObjstoreServer::moto(None).unwrap_or_else(|e| panic!("{e}"));
     seed(&["s3", &moto.endpoint, "k", "s", "archive", "x/"]);
     let env = [
