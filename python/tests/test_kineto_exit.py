@@ -27,3 +27,28 @@ def test_the_wait_ends_when_the_file_is_closed_or_the_bound_runs_out(capsys) -> 
 
     assert _kineto_exit.await_trace(30.0, lambda: None)
     assert capsys.readouterr().err == ""
+
+
+def test_each_poll_of_the_wait_steps_libkinetos_iteration_count() -> None:
+    polls: List[Optional[str]] = ["/t/c_1.json.tmp"] * 3 + [None]
+    steps: List[int] = []
+    assert _kineto_exit.await_trace(
+        30.0, lambda: polls.pop(0), poll_s=0.0, step=lambda: steps.append(1)
+    )
+    # The first look decides to wait; each later one that still sees the
+    # file open steps once before sleeping.
+    assert len(steps) == 2
+
+    steps.clear()
+    assert _kineto_exit.await_trace(30.0, lambda: None, step=lambda: steps.append(1))
+    assert steps == []  # nothing open: no step
+
+
+def test_the_exit_step_advances_torchs_step_tracker() -> None:
+    import torch  # the venv of `make py` has it
+
+    tracker = torch.autograd.profiler.KinetoStepTracker
+    before = tracker.current_step()
+    _kineto_exit.kineto_step()
+    _kineto_exit.kineto_step()
+    assert tracker.current_step() == before + 2

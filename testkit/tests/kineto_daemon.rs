@@ -184,7 +184,7 @@ async fn a_job_that_ends_mid_trace_under_rankscope_run_exits_cleanly_with_its_tr
     let mut attempt = 0;
     let (_dir, a) = loop {
         attempt += 1;
-        let (dir, a, err) = end_mid_trace(&format!("kineto-mid-{attempt}")).await;
+        let (dir, a, err) = end_mid_trace(&format!("kineto-mid-{attempt}"), 2).await;
         assert!(
             err.contains("mid-trace"),
             "the job did not end mid-trace: {err}"
@@ -215,14 +215,48 @@ async fn a_job_that_ends_mid_trace_under_rankscope_run_exits_cleanly_with_its_tr
     a.shutdown().await;
 }
 
-/// One run of [`a_job_that_ends_mid_trace_under_rankscope_run_exits_cleanly_with_its_traces`]:
-/// its own agent and directory, the job run to a clean exit; the ranks'
-/// stderr.
-async fn end_mid_trace(job: &str) -> (tempfile::TempDir, rankscope_agent::AgentHandle, String) {
+/// A job that stops training while its trace still waits for iterations
+/// (30 asked, from step 80; the ranks end at 81): libkineto would keep the
+/// file open for ever, and before the SDK stepped its iteration count at
+/// exit, each rank waited out the 60 s bound, exited anyway and died in
+/// libkineto's exit handlers (3 of 3 runs). Now the ranks exit cleanly, in
+/// seconds, with their traces.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_that_stops_before_its_traces_iterations_end_exits_cleanly_with_its_traces() {
+    let _serial = common::SERIAL.lock().await;
+    let (_dir, a, err) = end_mid_trace("kineto-short", 30).await;
+    assert!(
+        err.contains("mid-trace"),
+        "the job did not end mid-trace: {err}"
+    );
+    assert!(
+        err.contains("waiting up to 60 s for libkineto"),
+        "the trace was not open at exit (the test needs it to be): {err}"
+    );
+    assert!(!err.contains("exiting anyway"), "{err}");
+    let traces = wait_traces(&a, "both ranks' files judged", |t| {
+        t.len() == 2 && t.iter().all(|t| t.state != TraceState::Delivered)
+    })
+    .await;
+    for t in &traces {
+        assert_eq!(t.state, TraceState::Captured, "{t:?}");
+        assert!(!iterations(&t.path).is_empty(), "{t:?}");
+    }
+    a.shutdown().await;
+}
+
+/// One run of a job that ends mid-trace (every rank stops 10 steps after
+/// the last of them opened its trace file): its own
+/// agent tracing `iterations` from the job's start, and directory; the job
+/// run to a clean exit; the ranks' stderr.
+async fn end_mid_trace(
+    job: &str,
+    iterations: u64,
+) -> (tempfile::TempDir, rankscope_agent::AgentHandle, String) {
     let dir = tempfile::tempdir().unwrap();
     // The local trigger, as the GPU kit runs it: a trace requested before
     // the ranks start reaches them before their first iteration.
-    let a = agent_tracing_on_start(dir.path(), 2).await;
+    let a = agent_tracing_on_start(dir.path(), iterations).await;
     let child = Command::new(rankscope_testkit::bin_path("rankscope"))
         .arg("run")
         .arg("--agent")
