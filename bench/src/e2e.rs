@@ -70,6 +70,11 @@ pub struct E2eRun {
     /// Batches the collector answered UNAVAILABLE (writer queue full; the
     /// agent backs off and retries).
     pub collector_retries: u64,
+    /// Batches live analytics left out because their queue was full
+    /// (`rankscope_collector_stream_dropped_batches_total`): at full speed
+    /// the one analytics task may not keep up, and then does less work.
+    #[serde(default)]
+    pub analytics_dropped_batches: u64,
     /// INSERT statements the collector made...
     pub inserts: u64,
     /// ...by table (tables with none left out).
@@ -174,6 +179,12 @@ pub async fn run_once(
     let inserts = collector
         .counter(&ctx.http, "rankscope_collector_clickhouse_inserts_total")
         .await?;
+    let analytics_dropped_batches = collector
+        .counter(
+            &ctx.http,
+            "rankscope_collector_stream_dropped_batches_total",
+        )
+        .await?;
     let mut inserts_by_table = collector
         .counters_by_label(
             &ctx.http,
@@ -235,6 +246,7 @@ pub async fn run_once(
             _ => f64::NAN,
         },
         collector_retries,
+        analytics_dropped_batches,
         inserts,
         inserts_by_table,
         machine_busy_pct: m1.busy_pct_since(&m0),

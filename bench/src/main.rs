@@ -339,7 +339,7 @@ async fn run_e2e(ctx: &Ctx, args: &Args, params: E2eParams, d: &mut Details) -> 
         let r = e2e::run_once(ctx, &params, index, false).await?;
         note(&format!(
             "end-to-end run {}/{}: {} events in {:.2} s = {:.0} events/s; bulk {:.0} rows/s; \
-             {} retries, {} inserts ({}), machine {:.0} % busy, {:.0} % iowait; \
+             {} retries, {} batches left out of analytics, {} inserts ({}), machine {:.0} % busy, {:.0} % iowait; \
              ClickHouse {:.2} CPU s ({:.2} settled), bulk {:.2} ({:.2} settled)",
             i + 1,
             args.e2e_runs,
@@ -348,6 +348,7 @@ async fn run_e2e(ctx: &Ctx, args: &Args, params: E2eParams, d: &mut Details) -> 
             r.events_per_s,
             r.bulk.rows_per_s,
             r.collector_retries,
+            r.analytics_dropped_batches,
             r.inserts,
             r.inserts_by_table
                 .iter()
