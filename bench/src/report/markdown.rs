@@ -125,12 +125,12 @@ fn e2e(s: &mut String, d: &Details) {
     }
     let _ = writeln!(
         s,
-        "| run | events | e2e s | events/s | bulk rows/s | ratio | collector CPU s | agent CPU s | simulate CPU s | ClickHouse CPU s | bulk ClickHouse CPU s | INSERTs | machine busy |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+        "| run | events | e2e s | events/s | bulk rows/s | ratio | collector CPU s | agent CPU s | simulate CPU s | ClickHouse CPU s | bulk ClickHouse CPU s | INSERTs | batches left out of analytics | machine busy |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
     );
     for (i, r) in d.e2e.iter().enumerate() {
         let _ = writeln!(
             s,
-            "| {} | {} | {:.2} | {} | {} | {:.3} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {} | {:.0} % |",
+            "| {} | {} | {:.2} | {} | {} | {:.3} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {} | {} | {:.0} % |",
             i + 1,
             h(r.events as f64),
             r.elapsed_s,
@@ -143,6 +143,7 @@ fn e2e(s: &mut String, d: &Details) {
             r.clickhouse_cpu_s,
             r.bulk.clickhouse_cpu_s,
             r.inserts,
+            r.analytics_dropped_batches,
             r.machine_busy_pct
         );
     }

@@ -185,13 +185,8 @@ fn why(name: &str, d: &Details) -> String {
                  memory; what remains is its read of the job's stored verdicts and evidence, \
                  queued behind the ingest on the collector's runtime and ClickHouse, and the \
                  poll), while ClickHouse stores the step's raw events on the same cores \
-                 ({stored:.0} ms until the last batch was acknowledged). The time is CPU on \
-                 cores shared with ClickHouse and the driver: storage at a lower thread \
-                 priority, conversion after analytics, rank-steps assembled in the ingest \
-                 handlers each cost the collector 4-12 % more CPU per event for at most \
-                 ~15 % off the median and were not taken; the node batches' name tables \
-                 (every batch names what its ranks use) are more than half of the decode \
-                 (bench/RESULTS-alternations.md, session 24).",
+                 ({stored:.0} ms until the last batch was acknowledged). What was tried to put this path \
+                 ahead of storage, and what it cost: bench/RESULTS-alternations.md (session 24).",
                 lat - det
             )
         }
