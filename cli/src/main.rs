@@ -1197,5 +1197,7 @@ fn init_logging(verbose: bool) {
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
+        // No colour codes in a log file (the dev stack's collector.log, systemd's journal).
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
 }

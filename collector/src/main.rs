@@ -121,6 +121,8 @@ async fn main() -> anyhow::Result<()> {
             tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
         )
         .with_writer(std::io::stderr)
+        // No colour codes in a log file (the dev stack's collector.log, systemd's journal).
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     let cfg = config(&args)?;
     let collector = rankscope_collector::start(cfg)

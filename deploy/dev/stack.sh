@@ -54,6 +54,18 @@ wait_port() { # host:port seconds
   return 1
 }
 
+# The lines a process wrote to <log> since line <n>, without backtrace frames, so
+# the error itself is what a failed start shows (RUST_BACKTRACE=1 in the caller's
+# environment otherwise fills the tail with frames: CI, stop 43).
+log_since() { # log n
+  tail -n +"$(($2 + 1))" "$1" | awk '
+    /^[Ss]tack backtrace:$/ { frames = 1; next }
+    frames && /^[[:space:]]/ { next }
+    { frames = 0; print }' | tail -n 20 || true
+}
+
+log_lines() { if [ -f "$1" ]; then wc -l <"$1"; else echo 0; fi; }
+
 up() {
   mkdir -p "$state"
   for b in rankscope-collector rankscope-agent rankscope; do
@@ -69,6 +81,8 @@ up() {
   echo "$ch_url" >"$state/clickhouse.url"
 
   if ! running "$state/collector.pid"; then
+    local from
+    from=$(log_lines "$state/collector.log")
     RANKSCOPE_ALERT_WEBHOOK_URL=${RANKSCOPE_ALERT_WEBHOOK_URL:-} \
       nohup "$bin/rankscope-collector" --clickhouse-url "$ch_url" \
       --grpc-listen-addr "$grpc_addr" --http-listen-addr "$http_addr" \
@@ -76,18 +90,20 @@ up() {
     echo $! >"$state/collector.pid"
     if ! wait_http "http://$http_addr/healthz" 30; then
       echo "collector did not become healthy; last log lines:" >&2
-      tail -20 "$state/collector.log" >&2
+      log_since "$state/collector.log" "$from" >&2
       exit 1
     fi
   fi
   if ! running "$state/agent.pid"; then
+    local from
+    from=$(log_lines "$state/agent.log")
     nohup "$bin/rankscope-agent" --listen-addr "$agent_addr" --unix-socket "$sock" \
       --metrics-listen-addr "$agent_metrics_addr" \
       --collector-url "http://$grpc_addr" >>"$state/agent.log" 2>&1 &
     echo $! >"$state/agent.pid"
     if ! wait_port "$agent_addr" 30; then
       echo "agent did not start; last log lines:" >&2
-      tail -20 "$state/agent.log" >&2
+      log_since "$state/agent.log" "$from" >&2
       exit 1
     fi
   fi

@@ -108,10 +108,11 @@ impl std::error::Error for TestkitError {
     }
 }
 
-/// A TCP port on 127.0.0.1 that was free a moment ago (bound to port 0, then released).
+/// A TCP port on 127.0.0.1 that was free a moment ago, from below the kernel's ephemeral
+/// range (see [`try_free_port`]).
 ///
-/// Another process may take it before the caller binds it; callers that start servers on
-/// it should retry on "address in use".
+/// Another listener may still take it before the caller binds it; callers that start
+/// servers on it should retry on "address in use".
 ///
 /// # Panics
 /// If the loopback interface cannot be bound at all (the test environment is broken).
@@ -222,8 +223,49 @@ pub fn venv_python() -> std::path::PathBuf {
     py
 }
 
+/// Ports are picked below the kernel's ephemeral range (`net.ipv4.ip_local_port_range`,
+/// 32768-60999 by default), not by binding port 0: a port from inside that range, free a
+/// moment ago, can become the local end of any process's outgoing connection (a ClickHouse
+/// client, a gRPC channel) before the server it was picked for binds it, and that server
+/// then fails with "address in use" (CI, stop 43: the dev stack's collector). Below the
+/// range only listeners take ports, and the bind check here sees those. Each process starts
+/// at its own offset and never hands out the same port twice while candidates last.
 pub(crate) fn try_free_port() -> std::io::Result<u16> {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    static SEED: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
+    if let Some((lo, hi)) = listener_port_range() {
+        let span = u32::from(hi - lo);
+        let seed = *SEED.get_or_init(|| {
+            let nanos = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.subsec_nanos());
+            std::process::id().wrapping_mul(7919).wrapping_add(nanos)
+        });
+        let next = || lo + (seed.wrapping_add(NEXT.fetch_add(1, Ordering::Relaxed)) % span) as u16;
+        if let Some(port) = first_bindable(next, span) {
+            return Ok(port);
+        }
+    }
     Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+}
+
+/// The first of `tries` candidates from `next` that 127.0.0.1 can bind now.
+fn first_bindable(mut next: impl FnMut() -> u16, tries: u32) -> Option<u16> {
+    (0..tries)
+        .map(|_| next())
+        .find(|&port| TcpListener::bind(("127.0.0.1", port)).is_ok())
+}
+
+/// `[20000, start of the ephemeral range)`, capped at 32768; `None` when the ephemeral
+/// range starts too low to leave a useful span (then port 0 it is).
+fn listener_port_range() -> Option<(u16, u16)> {
+    let ephemeral_lo = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|s| s.split_whitespace().next()?.parse::<u16>().ok())
+        .unwrap_or(32768);
+    let hi = ephemeral_lo.min(32768);
+    (hi >= 21000).then_some((20000, hi))
 }
 
 #[cfg(test)]
@@ -235,6 +277,30 @@ mod tests {
         let port = free_port();
         assert_ne!(port, 0);
         TcpListener::bind(("127.0.0.1", port)).unwrap();
+    }
+
+    #[test]
+    fn free_ports_are_distinct_and_outside_the_ephemeral_range() {
+        let Some((lo, hi)) = listener_port_range() else {
+            panic!("this machine's ephemeral range leaves no listener ports below it");
+        };
+        let ports: Vec<u16> = (0..50).map(|_| free_port()).collect();
+        for p in &ports {
+            assert!((lo..hi).contains(p), "{p} not in {lo}..{hi}");
+        }
+        let distinct: std::collections::HashSet<_> = ports.iter().collect();
+        assert_eq!(distinct.len(), ports.len(), "{ports:?}");
+    }
+
+    #[test]
+    fn a_port_someone_listens_on_is_skipped() {
+        let held = TcpListener::bind(("127.0.0.1", free_port())).unwrap();
+        let held_port = held.local_addr().unwrap().port();
+        let free = free_port();
+        let mut candidates = [held_port, held_port, free].into_iter();
+        assert_eq!(first_bindable(|| candidates.next().unwrap(), 3), Some(free));
+        let mut only_held = std::iter::repeat(held_port);
+        assert_eq!(first_bindable(|| only_held.next().unwrap(), 5), None);
     }
 
     #[test]
