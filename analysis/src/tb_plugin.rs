@@ -175,9 +175,18 @@ pub fn gpu_summary(kernels: &[PluginKernel<'_>], (s, e): (u64, u64)) -> GpuSumma
     let mut out = GpuSummary::default();
     let total_dur: u64 = kernels.iter().map(|k| k.dur()).sum();
     if total_dur > 0 {
+        // Once per distinct name (18 substring searches each): a rank's
+        // thousands of kernels share a few dozen names, usually one string
+        // each (the collector's reads intern them), so the memo is keyed by
+        // where the name is; a name held twice is only searched twice.
+        let mut memo: std::collections::HashMap<(usize, usize), bool> = Default::default();
         let tc: u64 = kernels
             .iter()
-            .filter(|k| uses_tensor_cores(k.name))
+            .filter(|k| {
+                *memo
+                    .entry((k.name.as_ptr() as usize, k.name.len()))
+                    .or_insert_with(|| uses_tensor_cores(k.name))
+            })
             .map(|k| k.dur())
             .sum();
         out.tensor_core_pct = Some(100.0 * tc as f64 / total_dur as f64);
@@ -261,11 +270,23 @@ pub const ROLES: [&str; 8] = [
 /// rest of the span. Returns the eight times in [`ROLES`] order.
 pub fn role_times(roles: &[Vec<(u64, u64)>; 7], (s, e): (u64, u64)) -> [u64; 8] {
     let mut out = [0u64; 8];
+    // The union of the roles so far inside the span, disjoint and sorted:
+    // each role is sorted once and merged into it (the union of a union and
+    // more intervals is the union of all of them), not every earlier role
+    // sorted again with it.
     let mut taken: Vec<(u64, u64)> = Vec::new();
     let mut taken_len = 0;
     for (i, spans) in roles.iter().enumerate() {
-        taken.extend(spans.iter().copied());
-        let len = union_within(taken.clone(), s, e);
+        if !spans.is_empty() {
+            let mut add: Vec<(u64, u64)> = spans
+                .iter()
+                .map(|&(a, b)| (a.max(s), b.min(e)))
+                .filter(|(a, b)| a < b)
+                .collect();
+            add.sort_unstable();
+            taken = merge_disjoint(&taken, &add);
+        }
+        let len: u64 = taken.iter().map(|(a, b)| b - a).sum();
         out[i] = len - taken_len;
         taken_len = len;
     }
@@ -273,8 +294,70 @@ pub fn role_times(roles: &[Vec<(u64, u64)>; 7], (s, e): (u64, u64)) -> [u64; 8] 
     out
 }
 
+/// The union of two sorted lists of non-empty intervals, disjoint and
+/// sorted (touching intervals joined).
+fn merge_disjoint(a: &[(u64, u64)], b: &[(u64, u64)]) -> Vec<(u64, u64)> {
+    let mut out: Vec<(u64, u64)> = Vec::with_capacity(a.len() + b.len());
+    let (mut i, mut j) = (0, 0);
+    while i < a.len() || j < b.len() {
+        let next = if j >= b.len() || (i < a.len() && a[i] <= b[j]) {
+            i += 1;
+            a[i - 1]
+        } else {
+            j += 1;
+            b[j - 1]
+        };
+        match out.last_mut() {
+            Some(last) if next.0 <= last.1 => last.1 = last.1.max(next.1),
+            _ => out.push(next),
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
+    /// [`super::role_times`] as first written (every earlier role sorted
+    /// again with each role), against the merging version on random roles.
+    #[test]
+    fn role_times_equal_the_union_of_every_earlier_role() {
+        fn reference(roles: &[Vec<(u64, u64)>; 7], (s, e): (u64, u64)) -> [u64; 8] {
+            let mut out = [0u64; 8];
+            let mut taken: Vec<(u64, u64)> = Vec::new();
+            let mut taken_len = 0;
+            for (i, spans) in roles.iter().enumerate() {
+                taken.extend(spans.iter().copied());
+                let len = super::union_within(taken.clone(), s, e);
+                out[i] = len - taken_len;
+                taken_len = len;
+            }
+            out[7] = e.saturating_sub(s).saturating_sub(taken_len);
+            out
+        }
+        let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+        let mut next = |m: u64| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x % m
+        };
+        for _ in 0..2_000 {
+            let mut roles: [Vec<(u64, u64)>; 7] = Default::default();
+            for r in &mut roles {
+                for _ in 0..next(12) {
+                    let a = next(1_000);
+                    r.push((a, a + next(120)));
+                }
+            }
+            let (s, e) = (next(300), 700 + next(400));
+            assert_eq!(
+                super::role_times(&roles, (s, e)),
+                reference(&roles, (s, e)),
+                "{roles:?} in {s}..{e}"
+            );
+        }
+    }
+
     #[test]
     fn roles_take_time_in_priority_order() {
         // The worked example of SEED-VIEWS.md §5.3 with `runtime` events:

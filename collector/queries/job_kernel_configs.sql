@@ -1,6 +1,7 @@
 -- The launch figures of one job's kernels (issue 29) that the views use, matched to
--- `kernels` rows by (rank, correlation, kernel_start_ns) in the collector (store::plugin,
--- a hash map: no ORDER BY, which cost a sort of every row at 1,024 ranks x 100 steps).
+-- `kernels` rows by (rank, correlation, kernel_start_ns) in the collector (store::plugin ->
+-- store::by_kernel: sorted there and met in the activities' order; an ORDER BY here cost
+-- ClickHouse a sort of every row).
 -- Served by the kernel_configs ORDER BY (job_id, rank, kernel_start_ns).
 -- Binds: job_id.
 SELECT rank, correlation, kernel_start_ns, blocks_per_sm, est_achieved_occupancy_pct

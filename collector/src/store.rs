@@ -23,6 +23,7 @@
 //!   not change, DDL and retention do.
 
 pub mod analytics;
+pub mod by_kernel;
 pub mod clocks;
 pub mod cluster;
 pub mod diff;

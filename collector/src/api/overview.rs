@@ -78,15 +78,43 @@ pub struct KernelCounts {
     pub short: u64,
 }
 
+/// What the overview asks of a kernel's name, asked once per name.
+#[derive(Debug, Clone, Copy)]
+struct NameFacts {
+    communication: bool,
+    gemm_conv: bool,
+}
+
+/// [`NameFacts`] per name, keyed by where the name is: the activities read
+/// for a job share one `Arc<str>` per distinct name (`store::gpu_ops`), so
+/// millions of activities ask a few dozen times.
+#[derive(Default)]
+pub(super) struct NameMemo(HashMap<(usize, usize), NameFacts>);
+
+impl NameMemo {
+    fn facts(&mut self, name: &str) -> NameFacts {
+        *self
+            .0
+            .entry((name.as_ptr() as usize, name.len()))
+            .or_insert_with(|| {
+                let lower = name.to_ascii_lowercase();
+                NameFacts {
+                    communication: classify_kernel(name, GpuEventKind::Kernel)
+                        == KernelClass::Communication,
+                    gemm_conv: lower.contains("gemm") || lower.contains("conv"),
+                }
+            })
+    }
+}
+
 /// [`KernelCounts`] of one rank.
-fn kernel_counts(r: &PluginRank) -> KernelCounts {
+fn kernel_counts(r: &PluginRank, memo: &mut NameMemo) -> KernelCounts {
     let ks = r.kernels();
     let mut c = KernelCounts::default();
     for k in &ks {
         let d = k.end_ns.saturating_sub(k.start_ns);
         c.total_ns += d;
-        let n = k.name.to_ascii_lowercase();
-        if n.contains("gemm") || n.contains("conv") {
+        if memo.facts(k.name).gemm_conv {
             c.gemm_conv_ns += d;
         }
     }
@@ -101,7 +129,11 @@ fn kernel_counts(r: &PluginRank) -> KernelCounts {
 }
 
 /// The overview of one rank (module doc).
-pub(super) fn rank_overview(r: &PluginRank, dataloader: &[(u64, u64)]) -> RankOverview {
+pub(super) fn rank_overview(
+    r: &PluginRank,
+    dataloader: &[(u64, u64)],
+    memo: &mut NameMemo,
+) -> RankOverview {
     let (s, e, steps) = r.span;
     let summary = gpu_summary(&r.kernels(), (s, e));
     let mut roles: [Vec<(u64, u64)>; 7] = Default::default();
@@ -109,8 +141,9 @@ pub(super) fn rank_overview(r: &PluginRank, dataloader: &[(u64, u64)]) -> RankOv
         let i = match o.kind {
             GpuEventKind::Memcpy => 1,
             GpuEventKind::Memset => 2,
-            _ if classify_kernel(&o.name, o.kind) == KernelClass::Communication => 3,
-            _ => 0,
+            GpuEventKind::Collective => 3,
+            GpuEventKind::Kernel if memo.facts(&o.name).communication => 3,
+            GpuEventKind::Kernel => 0,
         };
         roles[i].push((o.start_ns, o.end_ns));
         if let Some((call, _)) = &o.launch {
@@ -132,7 +165,7 @@ pub(super) fn rank_overview(r: &PluginRank, dataloader: &[(u64, u64)]) -> RankOv
         span_from: r.span_from,
         roles_us,
         step_us: per_step(e.saturating_sub(s)),
-        kernels: kernel_counts(r),
+        kernels: kernel_counts(r, memo),
         from_kept: false,
     }
 }
@@ -168,9 +201,13 @@ pub(super) async fn from_stored_rows(
 ) -> Result<Vec<RankOverview>, ApiError> {
     let ranks = plugin_ranks(st, job, rank).await?;
     let loaders: HashMap<u32, Vec<(u64, u64)>> = st.store.dataloader_spans(job).await?;
+    let mut memo = NameMemo::default();
     Ok(ranks
         .iter()
-        .map(|r| rank_overview(r, loaders.get(&r.rank()).map_or(&[], Vec::as_slice)))
+        .map(|r| {
+            let loader = loaders.get(&r.rank()).map_or(&[][..], Vec::as_slice);
+            rank_overview(r, loader, &mut memo)
+        })
         .collect())
 }
 

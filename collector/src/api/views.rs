@@ -22,6 +22,7 @@ use serde_json::{json, Value};
 
 use super::{ApiError, ApiState};
 use crate::store::gpu_ops::RankOps;
+use crate::store::sql::ReadTask;
 
 /// One rank's activities, launch figures and span.
 pub(super) struct PluginRank {
@@ -64,8 +65,14 @@ pub(super) async fn plugin_ranks(
     job: &str,
     rank: Option<u32>,
 ) -> Result<Vec<PluginRank>, ApiError> {
+    // The launch figures (as many rows as the activities) decode on a task
+    // of their own beside the activities.
+    let figures = {
+        let (store, job) = (st.store.clone(), job.to_owned());
+        ReadTask::spawn(async move { store.kernel_figures(&job).await })
+    };
     let ranks = super::gpu::load_ranks(st, job, rank, true).await?;
-    let figures = st.store.kernel_figures(job).await?;
+    let mut figures = figures.joined().await?;
     let spans = st.store.plugin_spans(job).await?;
     let mut step_spans: HashMap<u32, (u64, u64, u64)> = HashMap::new();
     if ranks.iter().any(|r| !spans.contains_key(&r.rank)) {
@@ -87,7 +94,7 @@ pub(super) async fn plugin_ranks(
                 .iter()
                 .map(|o| {
                     figures
-                        .get(&(ops.rank, o.correlation, o.start_ns))
+                        .get((ops.rank, o.start_ns, o.correlation))
                         .copied()
                         .unwrap_or_default()
                 })

@@ -3,9 +3,10 @@
 //!
 //! In: a job id. Out: [`RankOps`] per rank (ascending), each activity with
 //! its launch call when `kernel_launches` has one. The launch calls are
-//! read into a map (in no order) and the activities, in (rank, start)
-//! order, matched to them here by (rank, correlation, kernel start):
-//! ClickHouse 18.16 joins are avoided on purpose (see ARCHITECTURE.md). SQL in `collector/queries/job_gpu_ops.sql` and
+//! read (in no order), sorted by (rank, kernel start, correlation) and the
+//! activities, in (rank, start) order, matched to them here in one forward
+//! pass ([`super::by_kernel`]): ClickHouse 18.16 joins are avoided on
+//! purpose (see ARCHITECTURE.md). SQL in `collector/queries/job_gpu_ops.sql` and
 //! `job_kernel_launches.sql`.
 //!
 //! HTA's loading rules ([`rankscope_analysis::hta_load`]) are applied by
@@ -26,7 +27,8 @@ use rankscope_analysis::hta_load::{keeps, round_inward_us, HtaWindow};
 use rankscope_analysis::{is_enqueue_launch, GpuEventKind, GpuOp, LaunchCall};
 use serde::Deserialize;
 
-use super::sql::{query_file, QueryFile};
+use super::by_kernel::ByKernel;
+use super::sql::{query_file, QueryFile, ReadTask};
 use super::{Store, StoreError};
 
 const JOB_GPU_OPS_SQL: QueryFile = query_file!("job_gpu_ops");
@@ -83,7 +85,7 @@ struct NameRow {
     name: String,
 }
 
-type Launches = foldhash::HashMap<(u32, u64, u64), (LaunchCall, Arc<str>)>;
+type Launches = ByKernel<(LaunchCall, Arc<str>)>;
 
 /// One `Arc<str>` per distinct name read.
 #[derive(Default)]
@@ -99,11 +101,10 @@ impl Names {
 }
 
 /// Appends one activity to `out` (activities arrive by rank, then start),
-/// with its launch call taken from `launches`.
+/// without its launch call ([`attach_launches`]).
 #[allow(clippy::too_many_arguments)]
 fn push_op(
     out: &mut Vec<RankOps>,
-    launches: &mut Launches,
     rank: u32,
     kind: i8,
     name: Arc<str>,
@@ -123,7 +124,6 @@ fn push_op(
         3 => GpuEventKind::Memset,
         _ => GpuEventKind::Kernel,
     };
-    let launch = launches.remove(&(rank, correlation, start_ns));
     if let Some(last) = out.last_mut() {
         last.ops.push(StoredOp {
             name,
@@ -133,8 +133,18 @@ fn push_op(
             end_ns,
             bytes,
             correlation,
-            launch,
+            launch: None,
         });
+    }
+}
+
+/// Gives each activity of `out` its launch call, in the activities' order
+/// (by rank, then start: [`ByKernel`]'s forward pass).
+fn attach_launches(out: &mut [RankOps], launches: &mut Launches) {
+    for r in out.iter_mut() {
+        for op in &mut r.ops {
+            op.launch = launches.take((r.rank, op.start_ns, op.correlation));
+        }
     }
 }
 
@@ -260,49 +270,56 @@ impl Store {
 
     /// Every GPU activity of `job` with its launch call, per rank.
     pub async fn gpu_ops(&self, job: &str) -> Result<Vec<RankOps>, StoreError> {
-        // foldhash: SipHash dominated the overview's profile at 1,024 ranks
-        // x 100 steps (2.9 M activities matched to their launch calls).
+        let launches = self.spawn_launch_calls(job);
         let mut names = Names::default();
-        let mut launches = self.launch_calls(job, &mut names).await?;
-        let out = match self.ops_by_hash(job, &mut launches, &mut names).await? {
-            Some(out) => out,
+        let Some(mut out) = self.ops_by_hash(job, &mut names).await? else {
             // Two names with one hash: read again, with the names.
-            None => return self.gpu_ops_named(job).await,
+            drop(launches);
+            return self.gpu_ops_named(job).await;
         };
+        attach_launches(&mut out, &mut launches.joined().await?);
         self.with_stream_ops(job, out, &mut names).await
     }
 
     /// [`Store::gpu_ops`] read with each activity's name on its row, what
     /// it falls back to when two of a job's names share a cityHash64.
     pub async fn gpu_ops_named(&self, job: &str) -> Result<Vec<RankOps>, StoreError> {
+        let launches = self.spawn_launch_calls(job);
         let mut names = Names::default();
-        let mut launches = self.launch_calls(job, &mut names).await?;
-        let out = self.ops_named(job, &mut launches, &mut names).await?;
+        let mut out = self.ops_named(job, &mut names).await?;
+        attach_launches(&mut out, &mut launches.joined().await?);
         self.with_stream_ops(job, out, &mut names).await
     }
 
-    /// The launch calls of `job` by (rank, correlation, kernel start).
-    async fn launch_calls(&self, job: &str, names: &mut Names) -> Result<Launches, StoreError> {
-        // Straight into the map: no row vector of millions in between.
-        let mut launches = Launches::default();
+    /// [`Store::launch_calls`] on a task of its own: it decodes as many rows
+    /// as the activities' read, on another core.
+    fn spawn_launch_calls(&self, job: &str) -> ReadTask<Launches> {
+        let (store, job) = (self.clone(), job.to_owned());
+        ReadTask::spawn(async move { store.launch_calls(&job).await })
+    }
+
+    /// The launch calls of `job` by (rank, kernel start, correlation).
+    async fn launch_calls(&self, job: &str) -> Result<Launches, StoreError> {
+        let mut names = Names::default();
+        let mut rows = Vec::new();
         let what = "kernel launches";
-        let mut rows = self
+        let mut cursor = self
             .read(JOB_KERNEL_LAUNCHES_SQL)
             .bind(job)
             .fetch::<LaunchReadRow>()
             .map_err(StoreError::query(what))?;
-        while let Some(l) = rows.next().await.map_err(StoreError::query(what))? {
+        while let Some(l) = cursor.next().await.map_err(StoreError::query(what))? {
             let call = LaunchCall {
                 start_ns: l.start_ns,
                 end_ns: l.end_ns,
                 enqueues: is_enqueue_launch(&l.api),
             };
-            launches.insert(
-                (l.rank, l.correlation, l.kernel_start_ns),
+            rows.push((
+                (l.rank, l.kernel_start_ns, l.correlation),
                 (call, names.intern(l.api)),
-            );
+            ));
         }
-        Ok(launches)
+        Ok(ByKernel::new(rows))
     }
 
     /// The activities with their names' hashes (`job_gpu_ops.sql`), then the
@@ -311,7 +328,6 @@ impl Store {
     async fn ops_by_hash(
         &self,
         job: &str,
-        launches: &mut Launches,
         names: &mut Names,
     ) -> Result<Option<Vec<RankOps>>, StoreError> {
         let what = "GPU activities";
@@ -329,7 +345,6 @@ impl Store {
             let name = placeholder.clone();
             push_op(
                 &mut out,
-                launches,
                 r.rank,
                 r.kind,
                 name,
@@ -370,12 +385,7 @@ impl Store {
     }
 
     /// The activities with their names on every row (`job_gpu_ops_named.sql`).
-    async fn ops_named(
-        &self,
-        job: &str,
-        launches: &mut Launches,
-        names: &mut Names,
-    ) -> Result<Vec<RankOps>, StoreError> {
+    async fn ops_named(&self, job: &str, names: &mut Names) -> Result<Vec<RankOps>, StoreError> {
         let what = "GPU activities";
         let mut out: Vec<RankOps> = Vec::new();
         let mut cursor = self
@@ -388,7 +398,6 @@ impl Store {
             let t = (r.start_ns, r.end_ns);
             push_op(
                 &mut out,
-                launches,
                 r.rank,
                 r.kind,
                 name,

@@ -14,6 +14,7 @@ use std::collections::HashMap;
 use clickhouse::Row;
 use serde::Deserialize;
 
+use super::by_kernel::ByKernel;
 use super::sql::{query_file, QueryFile};
 use super::{Store, StoreError};
 
@@ -106,32 +107,28 @@ impl Store {
             .collect())
     }
 
-    /// The launch figures of `job`'s kernels by (rank, correlation, start).
-    pub async fn kernel_figures(
-        &self,
-        job: &str,
-    ) -> Result<foldhash::HashMap<(u32, u64, u64), LaunchFigures>, StoreError> {
-        // Straight into the map: no row vector of millions in between.
+    /// The launch figures of `job`'s kernels by (rank, start, correlation).
+    pub async fn kernel_figures(&self, job: &str) -> Result<ByKernel<LaunchFigures>, StoreError> {
         let mut cursor = self
             .read(CONFIGS_SQL)
             .bind(job)
             .fetch::<ConfigRow>()
             .map_err(StoreError::query("kernel launch figures"))?;
-        let mut out = foldhash::HashMap::default();
+        let mut rows = Vec::new();
         while let Some(r) = cursor
             .next()
             .await
             .map_err(StoreError::query("kernel launch figures"))?
         {
-            out.insert(
-                (r.rank, r.correlation, r.kernel_start_ns),
+            rows.push((
+                (r.rank, r.kernel_start_ns, r.correlation),
                 LaunchFigures {
                     blocks_per_sm: figure(r.blocks_per_sm),
                     occupancy_pct: figure(r.est_achieved_occupancy_pct),
                 },
-            );
+            ));
         }
-        Ok(out)
+        Ok(ByKernel::new(rows))
     }
 
     /// The `dataloader` spans of `job`, per rank.

@@ -171,6 +171,37 @@ impl<T: RowOwned + RowRead> Cursor<T> {
     }
 }
 
+/// A read on a task of its own, stopped when dropped unawaited (the read
+/// that needed it failed).
+pub struct ReadTask<T>(tokio::task::JoinHandle<Result<T, StoreError>>);
+
+impl<T: Send + 'static> ReadTask<T> {
+    pub fn spawn(
+        read: impl std::future::Future<Output = Result<T, StoreError>> + Send + 'static,
+    ) -> Self {
+        Self(tokio::spawn(read))
+    }
+
+    /// The read's result (a panic in it goes on here).
+    pub async fn joined(mut self) -> Result<T, StoreError> {
+        match (&mut self.0).await {
+            Ok(r) => r,
+            Err(e) => match e.try_into_panic() {
+                Ok(panic) => std::panic::resume_unwind(panic),
+                Err(_) => Err(StoreError::ChangedWhileRead(
+                    "a read was cancelled: the collector is stopping".into(),
+                )),
+            },
+        }
+    }
+}
+
+impl<T> Drop for ReadTask<T> {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
