@@ -89,7 +89,7 @@ struct NameFacts {
 /// for a job share one `Arc<str>` per distinct name (`store::gpu_ops`), so
 /// millions of activities ask a few dozen times.
 #[derive(Default)]
-pub(super) struct NameMemo(HashMap<(usize, usize), NameFacts>);
+pub(super) struct NameMemo(foldhash::HashMap<(usize, usize), NameFacts>);
 
 impl NameMemo {
     fn facts(&mut self, name: &str) -> NameFacts {

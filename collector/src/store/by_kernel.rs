@@ -20,76 +20,165 @@
 /// (rank, kernel start ns, correlation).
 pub type KernelKey = (u32, u64, u64);
 
-/// Rows by [`KernelKey`], sorted; see the module doc.
+/// One rank's rows: ((kernel start, correlation), row), sorted, one per key.
+type RankRows<V> = Vec<((u64, u64), Option<V>)>;
+
+/// Rows by [`KernelKey`], per rank, sorted; see the module doc.
 #[derive(Debug)]
 pub struct ByKernel<V> {
-    rows: Vec<(KernelKey, Option<V>)>,
-    /// Index of the first row not below the last key asked.
+    /// By rank ascending.
+    ranks: Vec<(u32, RankRows<V>)>,
+    /// Index in `ranks` of the rank last asked.
+    at: usize,
+    /// Index in that rank's rows of the first row not below the last start
+    /// asked.
     pos: usize,
-    /// (rank, start) of the last key asked.
-    last: (u32, u64),
+    /// The last kernel start asked of that rank.
+    last: u64,
 }
 
 impl<V> Default for ByKernel<V> {
     fn default() -> Self {
-        Self::new(Vec::new())
+        Builder::default().finish()
+    }
+}
+
+/// Rows gathered per rank in the order they arrive.
+#[derive(Debug)]
+pub struct RankBuckets<T> {
+    index: foldhash::HashMap<u32, usize>,
+    ranks: Vec<(u32, Vec<T>)>,
+    /// (rank, index) of the last row: consecutive rows share their rank.
+    last: Option<(u32, usize)>,
+}
+
+impl<T> Default for RankBuckets<T> {
+    fn default() -> Self {
+        Self {
+            index: foldhash::HashMap::default(),
+            ranks: Vec::new(),
+            last: None,
+        }
+    }
+}
+
+impl<T> RankBuckets<T> {
+    /// One more row of `rank`.
+    pub fn push(&mut self, rank: u32, row: T) {
+        let i = match self.last {
+            Some((r, i)) if r == rank => i,
+            _ => {
+                let ranks = &mut self.ranks;
+                let i = *self.index.entry(rank).or_insert_with(|| {
+                    ranks.push((rank, Vec::new()));
+                    ranks.len() - 1
+                });
+                self.last = Some((rank, i));
+                i
+            }
+        };
+        self.ranks[i].1.push(row);
+    }
+
+    /// The ranks ascending, each with its rows in arrival order.
+    pub fn into_sorted(mut self) -> Vec<(u32, Vec<T>)> {
+        self.ranks.sort_unstable_by_key(|r| r.0);
+        self.ranks
+    }
+}
+
+/// Gathers rows per rank as they arrive ([`Builder::finish`] sorts them):
+/// a rank's rows come as a few runs already sorted (a table part each), so
+/// sorting them rank by rank is nearly linear and stays in cache, where one
+/// sort of every row of the job merged dozens of runs of millions.
+#[derive(Debug)]
+pub struct Builder<V>(RankBuckets<((u64, u64), V)>);
+
+impl<V> Default for Builder<V> {
+    fn default() -> Self {
+        Self(RankBuckets::default())
+    }
+}
+
+impl<V> Builder<V> {
+    /// One more row (rows may come in any order).
+    pub fn push(&mut self, (rank, start, corr): KernelKey, row: V) {
+        self.0.push(rank, ((start, corr), row));
+    }
+
+    /// The rows sorted; of equal keys the first pushed is kept.
+    pub fn finish(self) -> ByKernel<V> {
+        let ranks = self
+            .0
+            .into_sorted()
+            .into_iter()
+            .map(|(rank, mut rows)| {
+                // Stable: equal keys keep their order, so `dedup` keeps the first.
+                rows.sort_by_key(|r| r.0);
+                rows.dedup_by_key(|r| r.0);
+                (rank, rows.into_iter().map(|(k, v)| (k, Some(v))).collect())
+            })
+            .collect();
+        ByKernel {
+            ranks,
+            at: 0,
+            pos: 0,
+            last: 0,
+        }
     }
 }
 
 impl<V> ByKernel<V> {
     /// `rows` in any order; of equal keys the first is kept.
     pub fn new(rows: Vec<(KernelKey, V)>) -> Self {
-        let mut rows: Vec<(KernelKey, Option<V>)> =
-            rows.into_iter().map(|(k, v)| (k, Some(v))).collect();
-        // Stable: equal keys keep their order, so `dedup` keeps the first.
-        // ClickHouse returns each part in key order, so runs are long.
-        rows.sort_by_key(|r| r.0);
-        rows.dedup_by_key(|r| r.0);
-        Self {
-            rows,
-            pos: 0,
-            last: (0, 0),
+        let mut b = Builder::default();
+        for (k, v) in rows {
+            b.push(k, v);
         }
+        b.finish()
     }
 
     /// Rows held (after de-duplication).
     pub fn len(&self) -> usize {
-        self.rows.len()
+        self.ranks.iter().map(|r| r.1.len()).sum()
     }
 
     /// No rows.
     pub fn is_empty(&self) -> bool {
-        self.rows.is_empty()
+        self.ranks.iter().all(|r| r.1.is_empty())
     }
 
-    fn find(&mut self, (rank, start, corr): KernelKey) -> Option<usize> {
-        let rs = (rank, start);
-        let at = |r: &(KernelKey, Option<V>)| (r.0 .0, r.0 .1);
-        if rs < self.last {
-            self.pos = self.rows.partition_point(|r| at(r) < rs);
+    fn find(&mut self, (rank, start, corr): KernelKey) -> Option<(usize, usize)> {
+        if self.ranks.get(self.at).is_none_or(|r| r.0 != rank) {
+            self.at = self.ranks.binary_search_by_key(&rank, |r| r.0).ok()?;
+            (self.pos, self.last) = (0, 0);
+        }
+        let rows = &self.ranks[self.at].1;
+        if start < self.last {
+            self.pos = rows.partition_point(|r| r.0 .0 < start);
         } else {
-            while self.pos < self.rows.len() && at(&self.rows[self.pos]) < rs {
+            while self.pos < rows.len() && rows[self.pos].0 .0 < start {
                 self.pos += 1;
             }
         }
-        self.last = rs;
-        self.rows[self.pos..]
+        self.last = start;
+        rows[self.pos..]
             .iter()
-            .take_while(|r| at(r) == rs)
-            .position(|r| r.0 .2 == corr)
-            .map(|i| self.pos + i)
+            .take_while(|r| r.0 .0 == start)
+            .position(|r| r.0 .1 == corr)
+            .map(|i| (self.at, self.pos + i))
     }
 
     /// The row of `key`, if any is left.
     pub fn get(&mut self, key: KernelKey) -> Option<&V> {
-        let i = self.find(key)?;
-        self.rows[i].1.as_ref()
+        let (r, i) = self.find(key)?;
+        self.ranks[r].1[i].1.as_ref()
     }
 
     /// The row of `key`, taken: a second question for it gets `None`.
     pub fn take(&mut self, key: KernelKey) -> Option<V> {
-        let i = self.find(key)?;
-        self.rows[i].1.take()
+        let (r, i) = self.find(key)?;
+        self.ranks[r].1[i].1.take()
     }
 }
 
@@ -137,15 +226,7 @@ mod tests {
         ];
         let mut m = sample();
         let got: Vec<Option<&str>> = keys.iter().map(|k| m.get(*k).copied()).collect();
-        let mut fresh = sample();
-        let want: Vec<Option<&str>> = keys
-            .iter()
-            .map(|k| {
-                fresh.pos = 0;
-                fresh.last = (0, 0);
-                fresh.get(*k).copied()
-            })
-            .collect();
+        let want: Vec<Option<&str>> = keys.iter().map(|k| sample().get(*k).copied()).collect();
         assert_eq!(got, want);
         assert_eq!(
             got,

@@ -14,7 +14,7 @@ use std::collections::HashMap;
 use clickhouse::Row;
 use serde::Deserialize;
 
-use super::by_kernel::ByKernel;
+use super::by_kernel::{self, ByKernel};
 use super::sql::{query_file, QueryFile};
 use super::{Store, StoreError};
 
@@ -114,21 +114,21 @@ impl Store {
             .bind(job)
             .fetch::<ConfigRow>()
             .map_err(StoreError::query("kernel launch figures"))?;
-        let mut rows = Vec::new();
+        let mut rows = by_kernel::Builder::default();
         while let Some(r) = cursor
             .next()
             .await
             .map_err(StoreError::query("kernel launch figures"))?
         {
-            rows.push((
+            rows.push(
                 (r.rank, r.kernel_start_ns, r.correlation),
                 LaunchFigures {
                     blocks_per_sm: figure(r.blocks_per_sm),
                     occupancy_pct: figure(r.est_achieved_occupancy_pct),
                 },
-            ));
+            );
         }
-        Ok(ByKernel::new(rows))
+        Ok(rows.finish())
     }
 
     /// The `dataloader` spans of `job`, per rank.
