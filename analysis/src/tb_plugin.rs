@@ -334,13 +334,8 @@ mod tests {
             out[7] = e.saturating_sub(s).saturating_sub(taken_len);
             out
         }
-        let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
-        let mut next = |m: u64| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x % m
-        };
+        let mut rng = crate::test_rng::Rng::new(11);
+        let mut next = |m: u64| rng.below(m);
         for _ in 0..2_000 {
             let mut roles: [Vec<(u64, u64)>; 7] = Default::default();
             for r in &mut roles {

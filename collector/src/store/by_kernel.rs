@@ -130,6 +130,7 @@ impl<V> Builder<V> {
 
 impl<V> ByKernel<V> {
     /// `rows` in any order; of equal keys the first is kept.
+    #[cfg(test)]
     pub fn new(rows: Vec<(KernelKey, V)>) -> Self {
         let mut b = Builder::default();
         for (k, v) in rows {
@@ -139,11 +140,13 @@ impl<V> ByKernel<V> {
     }
 
     /// Rows held (after de-duplication).
+    #[cfg(test)]
     pub fn len(&self) -> usize {
         self.ranks.iter().map(|r| r.1.len()).sum()
     }
 
     /// No rows.
+    #[cfg(test)]
     pub fn is_empty(&self) -> bool {
         self.ranks.iter().all(|r| r.1.is_empty())
     }
