@@ -23,5 +23,24 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             ],
             &["."],
         )?;
+    // The agent's RankIngest server over `crate::wire::RankMessageIn` (each
+    // event decoded and its bytes kept): same path, same ack type.
+    tonic_build::manual::Builder::new()
+        .build_client(false)
+        .compile(&[tonic_build::manual::Service::builder()
+            .name("RankIngest")
+            .package("rankscope.v1")
+            .method(
+                tonic_build::manual::Method::builder()
+                    .name("stream_events")
+                    .route_name("StreamEvents")
+                    .input_type("crate::wire::RankMessageIn")
+                    .output_type("crate::v1::RankAck")
+                    .codec_path("crate::wire::RankMessageCodec")
+                    .client_streaming()
+                    .server_streaming()
+                    .build(),
+            )
+            .build()]);
     Ok(())
 }

@@ -32,7 +32,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use rankscope_proto::v1 as proto;
+use rankscope_proto::wire::{AgentBatchWire, RankEventsWire, WireEvents};
 use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 
@@ -62,7 +62,12 @@ pub(crate) struct Chunk {
     pub(crate) stream: Arc<RankStream>,
     /// Definitions of every name id the events reference.
     pub(crate) names: Vec<(u32, Arc<str>)>,
-    pub(crate) events: Vec<proto::Event>,
+    /// Each event's protobuf encoding, forwarded as it came
+    /// (`rankscope_proto::wire`).
+    pub(crate) events: WireEvents,
+    /// The highest step a `StepEnd` of the events ends
+    /// ([`steps::last_step_end`]).
+    pub(crate) step_end: Option<u64>,
     /// One permit per event of the queue's semaphore.
     pub(crate) permit: OwnedSemaphorePermit,
     /// The stream ended after these events.
@@ -257,6 +262,7 @@ impl Batcher {
             stream,
             names,
             mut events,
+            step_end,
             mut permit,
             closed,
             spooled,
@@ -264,7 +270,7 @@ impl Batcher {
         // Trace imports are not live ranks of the node.
         let live = stream.trace.is_none() && self.flush_at_step_end;
         let job = &stream.identity.job_id;
-        let mut step_done = live && self.steps.record(job, stream.id, &events);
+        let mut step_done = live && self.steps.record(job, stream.id, step_end);
         if closed {
             // A marker without events: one unit, so the batch carrying it is cut.
             if self.builder.is_empty() {
@@ -284,7 +290,7 @@ impl Batcher {
             let rest = if events.len() > room {
                 events.split_off(room)
             } else {
-                Vec::new()
+                WireEvents::default()
             };
             if self.builder.events() == 0 {
                 // The first events bring a samples-only batch's deadline forward.
@@ -357,7 +363,7 @@ impl Batcher {
             return;
         }
         let (mut gpu_samples, mut host_samples) = self.builder.take_samples();
-        let mut jobs: Vec<(Arc<str>, Vec<proto::RankEvents>)> = Vec::new();
+        let mut jobs: Vec<(Arc<str>, Vec<RankEventsWire>)> = Vec::new();
         for group in self.builder.take() {
             let job = group.identity.as_ref().map_or("", |i| i.job_id.as_str());
             match jobs.iter_mut().find(|(j, _)| &**j == job) {
@@ -374,7 +380,11 @@ impl Batcher {
         let mut spooled = std::mem::take(&mut self.spool_waiting);
         let last = jobs.len() - 1;
         for (i, (job, ranks)) in jobs.into_iter().enumerate() {
-            let events: u64 = ranks.iter().map(|g| g.events.len() as u64).sum();
+            let events: u64 = ranks
+                .iter()
+                .flat_map(|g| &g.events)
+                .map(|p| p.len() as u64)
+                .sum();
             let (gpu, host) = (
                 std::mem::take(&mut gpu_samples),
                 std::mem::take(&mut host_samples),
@@ -384,7 +394,7 @@ impl Batcher {
             let seq = *next;
             *next += 1;
             let session = crate::route::job_session(self.session, &job);
-            let batch = proto::AgentBatch {
+            let batch = AgentBatchWire {
                 agent_id: self.agent_id.clone(),
                 agent_session: session,
                 seq,
@@ -416,7 +426,7 @@ impl Batcher {
 
 /// A cut batch on its way to the encoder.
 pub(crate) struct Cut {
-    batch: proto::AgentBatch,
+    batch: AgentBatchWire,
     job: Arc<str>,
     events: u64,
     samples: u64,

@@ -430,7 +430,8 @@ impl Control {
                 let chunk = Chunk {
                     stream: Arc::clone(&stream),
                     names: names.clone(),
-                    events: part,
+                    step_end: crate::batch::steps::last_step_end(&part),
+                    events: rankscope_proto::wire::WireEvents::encode(&part),
                     permit,
                     closed: last,
                     spooled: None,

@@ -32,12 +32,15 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::SeqCst};
 use std::sync::Arc;
 
 use rankscope_proto::v1 as proto;
+use rankscope_proto::wire::server::rank_ingest_server;
+use rankscope_proto::wire::RankMessageIn;
 use tokio::sync::{mpsc, oneshot, watch, Notify, Semaphore};
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Code, Request, Response, Status, Streaming};
 
 pub(crate) mod session;
 
+use crate::batch::steps::last_step_end;
 use crate::batch::Chunk;
 use crate::metrics::{DropReason, Metrics};
 use crate::sample::ranks::{RankInfo, RankRegistry};
@@ -110,7 +113,7 @@ impl Ingest {
     fn handle(
         &self,
         session: &mut Session,
-        msg: proto::RankMessage,
+        msg: RankMessageIn,
     ) -> (proto::RankAck, Option<oneshot::Receiver<()>>) {
         let mut spooled = None;
         let ack = self.handle_inner(session, msg, &mut spooled);
@@ -120,11 +123,11 @@ impl Ingest {
     fn handle_inner(
         &self,
         session: &mut Session,
-        msg: proto::RankMessage,
+        msg: RankMessageIn,
         spooled: &mut Option<oneshot::Receiver<()>>,
     ) -> proto::RankAck {
         let seq = msg.seq;
-        let n = msg.events.len();
+        let n = msg.raw.len();
         Metrics::inc(&self.metrics.received_messages);
         Metrics::add(&self.metrics.received_events, n as u64);
         let mut accepted = match session.accept(msg) {
@@ -137,7 +140,7 @@ impl Ingest {
         };
         // Markers left out count as `unpaired` only when the rest of the
         // message is forwarded; when it is dropped they go with it.
-        let (unpaired, forwarded) = session.repair(&mut accepted.events);
+        let (unpaired, forwarded) = session.repair(&mut accepted);
         if n == 0 || n == unpaired {
             session.forwarded(forwarded);
             self.metrics.dropped(DropReason::Unpaired, unpaired as u64);
@@ -176,9 +179,10 @@ impl Ingest {
             tx
         });
         let chunk = Chunk {
+            step_end: last_step_end(&accepted.events),
             stream: accepted.stream,
             names: accepted.names,
-            events: accepted.events,
+            events: accepted.raw,
             permit,
             closed: false,
             spooled: tx,
@@ -228,12 +232,12 @@ type AckStream = Pin<Box<dyn tokio_stream::Stream<Item = Result<proto::RankAck, 
 pub(crate) struct IngestService(pub(crate) Arc<Ingest>);
 
 #[tonic::async_trait]
-impl proto::rank_ingest_server::RankIngest for IngestService {
+impl rank_ingest_server::RankIngest for IngestService {
     type StreamEventsStream = AckStream;
 
     async fn stream_events(
         &self,
-        request: Request<Streaming<proto::RankMessage>>,
+        request: Request<Streaming<RankMessageIn>>,
     ) -> Result<Response<AckStream>, Status> {
         let ingest = Arc::clone(&self.0);
         // Count first, then check: `stop` sets the flag first, then reads
@@ -255,7 +259,7 @@ impl proto::rank_ingest_server::RankIngest for IngestService {
 async fn run_stream(
     guard: StreamGuard,
     id: u64,
-    mut inbound: Streaming<proto::RankMessage>,
+    mut inbound: Streaming<RankMessageIn>,
     acks: mpsc::Sender<Result<proto::RankAck, Status>>,
 ) {
     let ingest = Arc::clone(&guard.0);
@@ -350,7 +354,8 @@ async fn run_stream(
             let _ = ingest.chunks.send(Chunk {
                 stream: Arc::clone(stream),
                 names: Vec::new(),
-                events: Vec::new(),
+                events: Default::default(),
+                step_end: None,
                 permit,
                 closed: true,
                 spooled: None,

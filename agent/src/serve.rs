@@ -12,7 +12,7 @@ use std::io;
 use std::os::unix::fs::{DirBuilderExt, FileTypeExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
-use rankscope_proto::v1 as proto;
+use rankscope_proto::wire::server::rank_ingest_server::RankIngestServer;
 use tokio::net::{TcpListener, UnixListener};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
@@ -93,12 +93,8 @@ pub(crate) fn bind_unix(path: &Path) -> Result<UnixListener, ServeError> {
 fn server(
     svc: &IngestService,
     max_message_bytes: usize,
-) -> (
-    Server,
-    proto::rank_ingest_server::RankIngestServer<IngestService>,
-) {
-    let svc = proto::rank_ingest_server::RankIngestServer::new(svc.clone())
-        .max_decoding_message_size(max_message_bytes);
+) -> (Server, RankIngestServer<IngestService>) {
+    let svc = RankIngestServer::new(svc.clone()).max_decoding_message_size(max_message_bytes);
     (Server::builder().tcp_nodelay(true), svc)
 }
 

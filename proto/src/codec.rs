@@ -58,6 +58,12 @@ where
 #[derive(Debug)]
 pub struct VecEncoder<T>(PhantomData<T>);
 
+impl<T> Default for VecEncoder<T> {
+    fn default() -> Self {
+        Self(PhantomData)
+    }
+}
+
 impl<T: Message> Encoder for VecEncoder<T> {
     type Item = T;
     type Error = Status;

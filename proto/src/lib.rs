@@ -14,6 +14,7 @@ pub mod codec;
 pub mod resend;
 pub mod tls;
 pub mod validate;
+pub mod wire;
 
 /// The generated messages' `prost` (the agent decodes a spooled batch's job).
 pub use prost;

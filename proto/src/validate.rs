@@ -206,9 +206,19 @@ pub struct StepState {
 /// full queue): what is forwarded stays valid for the receiver, whose step
 /// state only saw the forwarded events. Other events are kept as they are.
 pub fn drop_unpaired_markers(events: &mut Vec<proto::Event>, state: &mut StepState) -> usize {
-    let before = events.len();
+    drop_unpaired_markers_by(events, |e| e, state)
+}
+
+/// [`drop_unpaired_markers`] over items that each hold an event (the agent
+/// keeps each event beside its wire bytes, `crate::wire`).
+pub fn drop_unpaired_markers_by<T>(
+    items: &mut Vec<T>,
+    event: impl Fn(&T) -> &proto::Event,
+    state: &mut StepState,
+) -> usize {
+    let before = items.len();
     let st = state;
-    events.retain(|ev| match &ev.kind {
+    items.retain(|item| match &event(item).kind {
         Some(Kind::StepBegin(b)) => {
             let backwards = st
                 .last_step
@@ -234,7 +244,7 @@ pub fn drop_unpaired_markers(events: &mut Vec<proto::Event>, state: &mut StepSta
         }
         _ => true,
     });
-    before - events.len()
+    before - items.len()
 }
 
 /// Validates `events` given the names visible to them (`known` plus `new`)

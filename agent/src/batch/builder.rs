@@ -2,7 +2,8 @@
 //!
 //! In: events of validated rank messages, each with its stream and the
 //! definitions of the name ids its events reference; telemetry sample sets.
-//! Out: the `Vec<RankEvents>` and the samples of one `AgentBatch`.
+//! Out: the `RankEvents` groups (events as their wire bytes,
+//! `rankscope_proto::wire`) and the samples of one `AgentBatch`.
 //!
 //! Invariants: one `RankEvents` per rank stream per batch, in the order the
 //! streams first appeared in the batch; events keep the order they were
@@ -14,6 +15,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use rankscope_proto::v1 as proto;
+use rankscope_proto::wire::{RankEventsWire, WireEvents};
 
 use crate::sample::SampleSet;
 
@@ -29,10 +31,23 @@ pub(crate) struct RankStream {
     pub(crate) trace: Option<(String, u64)>,
 }
 
+/// The empty group of `stream`.
+fn group(stream: &RankStream) -> RankEventsWire {
+    RankEventsWire {
+        identity: Some(stream.identity.clone()),
+        trace_id: stream
+            .trace
+            .as_ref()
+            .map(|t| t.0.clone())
+            .unwrap_or_default(),
+        ..Default::default()
+    }
+}
+
 /// The batch under construction.
 #[derive(Debug, Default)]
 pub(crate) struct BatchBuilder {
-    ranks: Vec<proto::RankEvents>,
+    ranks: Vec<RankEventsWire>,
     /// stream id -> (index into `ranks`, name ids already defined there).
     by_stream: HashMap<u64, (usize, HashSet<u32>)>,
     events: usize,
@@ -77,15 +92,7 @@ impl BatchBuilder {
         self.by_stream
             .entry(stream.id)
             .or_insert_with(|| {
-                self.ranks.push(proto::RankEvents {
-                    identity: Some(stream.identity.clone()),
-                    trace_id: stream
-                        .trace
-                        .as_ref()
-                        .map(|t| t.0.clone())
-                        .unwrap_or_default(),
-                    ..Default::default()
-                });
+                self.ranks.push(group(stream));
                 (self.ranks.len() - 1, HashSet::new())
             })
             .0
@@ -115,22 +122,14 @@ impl BatchBuilder {
         &mut self,
         stream: &RankStream,
         names: &[(u32, Arc<str>)],
-        events: Vec<proto::Event>,
+        events: WireEvents,
     ) {
         if events.is_empty() {
             return;
         }
         self.events += events.len();
         let (index, defined) = self.by_stream.entry(stream.id).or_insert_with(|| {
-            self.ranks.push(proto::RankEvents {
-                identity: Some(stream.identity.clone()),
-                trace_id: stream
-                    .trace
-                    .as_ref()
-                    .map(|t| t.0.clone())
-                    .unwrap_or_default(),
-                ..Default::default()
-            });
+            self.ranks.push(group(stream));
             (self.ranks.len() - 1, HashSet::new())
         });
         let group = &mut self.ranks[*index];
@@ -142,15 +141,11 @@ impl BatchBuilder {
                 });
             }
         }
-        if group.events.is_empty() {
-            group.events = events;
-        } else {
-            group.events.extend(events);
-        }
+        group.events.push(events);
     }
 
     /// Takes the groups out, leaving an empty builder.
-    pub(crate) fn take(&mut self) -> Vec<proto::RankEvents> {
+    pub(crate) fn take(&mut self) -> Vec<RankEventsWire> {
         self.by_stream.clear();
         self.events = 0;
         self.closed = 0;
@@ -187,14 +182,18 @@ mod tests {
         }
     }
 
+    fn wire(events: &[proto::Event]) -> WireEvents {
+        WireEvents::encode(events)
+    }
+
     #[test]
     fn groups_by_stream_keeps_order_and_defines_names_once() {
         let (a, b) = (stream(1, 0), stream(2, 1));
         let n1: Arc<str> = Arc::from("gemm");
         let mut bb = BatchBuilder::default();
-        bb.push(&a, &[(1, n1.clone())], vec![kernel(1, 10)]);
-        bb.push(&b, &[(1, Arc::from("other"))], vec![kernel(1, 20)]);
-        bb.push(&a, &[(1, n1)], vec![kernel(1, 30), kernel(1, 40)]);
+        bb.push(&a, &[(1, n1.clone())], wire(&[kernel(1, 10)]));
+        bb.push(&b, &[(1, Arc::from("other"))], wire(&[kernel(1, 20)]));
+        bb.push(&a, &[(1, n1)], wire(&[kernel(1, 30), kernel(1, 40)]));
         assert_eq!(bb.events(), 4);
         let ranks = bb.take();
         assert!(bb.is_empty());
@@ -206,14 +205,17 @@ mod tests {
         let ts: Vec<u64> = ranks[0]
             .events
             .iter()
-            .map(|e| match &e.kind {
-                Some(proto::event::Kind::Kernel(k)) => k.start_ns,
-                _ => 0,
+            .flat_map(WireEvents::iter)
+            .map(|b| {
+                match rankscope_proto::prost::Message::decode(b).map(|e: proto::Event| e.kind) {
+                    Ok(Some(proto::event::Kind::Kernel(k))) => k.start_ns,
+                    _ => 0,
+                }
             })
             .collect();
         assert_eq!(ts, [10, 30, 40]);
         // After take, names are defined again in the next batch.
-        bb.push(&a, &[(1, Arc::from("gemm"))], vec![kernel(1, 50)]);
+        bb.push(&a, &[(1, Arc::from("gemm"))], wire(&[kernel(1, 50)]));
         assert_eq!(bb.take()[0].names.len(), 1);
     }
 }

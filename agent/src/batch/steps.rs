@@ -17,6 +17,17 @@ use std::collections::HashMap;
 
 use rankscope_proto::v1 as proto;
 
+/// The highest step a `StepEnd` of `events` ends.
+pub(crate) fn last_step_end(events: &[proto::Event]) -> Option<u64> {
+    events
+        .iter()
+        .filter_map(|e| match &e.kind {
+            Some(proto::event::Kind::StepEnd(s)) => Some(s.step),
+            _ => None,
+        })
+        .max()
+}
+
 /// Per job of the node: the last step each live stream ended.
 #[derive(Debug, Default)]
 pub(crate) struct NodeSteps {
@@ -32,16 +43,10 @@ struct JobSteps {
 }
 
 impl NodeSteps {
-    /// Records the events of a live stream of `job`; true when they
+    /// Records the events of a live stream of `job`, of which `last_end`
+    /// is the highest step ended ([`last_step_end`]); true when they
     /// complete a step of the job on this node.
-    pub(crate) fn record(&mut self, job: &str, stream: u64, events: &[proto::Event]) -> bool {
-        let last_end = events
-            .iter()
-            .filter_map(|e| match &e.kind {
-                Some(proto::event::Kind::StepEnd(s)) => Some(s.step),
-                _ => None,
-            })
-            .max();
+    pub(crate) fn record(&mut self, job: &str, stream: u64, last_end: Option<u64>) -> bool {
         let steps = match self.jobs.get_mut(job) {
             Some(s) => s,
             None => self.jobs.entry(job.to_owned()).or_default(),
@@ -102,6 +107,11 @@ impl JobSteps {
 mod tests {
     use super::*;
 
+    /// Records `events` as the batcher does.
+    fn rec(s: &mut NodeSteps, job: &str, stream: u64, events: &[proto::Event]) -> bool {
+        s.record(job, stream, last_step_end(events))
+    }
+
     fn end(step: u64) -> proto::Event {
         proto::Event {
             kind: Some(proto::event::Kind::StepEnd(proto::StepEnd {
@@ -123,38 +133,53 @@ mod tests {
     #[test]
     fn a_step_completes_with_the_last_streams_end() {
         let mut s = NodeSteps::default();
-        assert!(!s.record("j", 1, &[begin(0)]));
-        assert!(!s.record("j", 2, &[begin(0)]));
+        assert!(!rec(&mut s, "j", 1, &[begin(0)]));
+        assert!(!rec(&mut s, "j", 2, &[begin(0)]));
         assert!(
-            !s.record("j", 1, &[end(0)]),
+            !rec(&mut s, "j", 1, &[end(0)]),
             "stream 2 has not ended step 0"
         );
-        assert!(s.record("j", 2, &[end(0), begin(1)]), "both ended step 0");
-        assert!(!s.record("j", 2, &[end(1)]), "stream 1 is still in step 1");
-        assert!(s.record("j", 1, &[end(1)]));
+        assert!(
+            rec(&mut s, "j", 2, &[end(0), begin(1)]),
+            "both ended step 0"
+        );
+        assert!(
+            !rec(&mut s, "j", 2, &[end(1)]),
+            "stream 1 is still in step 1"
+        );
+        assert!(rec(&mut s, "j", 1, &[end(1)]));
     }
 
     #[test]
     fn a_step_completes_once() {
         let mut s = NodeSteps::default();
-        assert!(s.record("j", 1, &[end(3)]));
-        assert!(!s.record("j", 1, &[end(3)]), "a repeated end is not news");
-        assert!(!s.record("j", 2, &[begin(4)]), "a new stream holds it back");
-        assert!(!s.record("j", 2, &[end(3)]), "step 3 was already complete");
-        assert!(!s.record("j", 1, &[end(4)]));
-        assert!(s.record("j", 2, &[end(4)]));
+        assert!(rec(&mut s, "j", 1, &[end(3)]));
+        assert!(
+            !rec(&mut s, "j", 1, &[end(3)]),
+            "a repeated end is not news"
+        );
+        assert!(
+            !rec(&mut s, "j", 2, &[begin(4)]),
+            "a new stream holds it back"
+        );
+        assert!(
+            !rec(&mut s, "j", 2, &[end(3)]),
+            "step 3 was already complete"
+        );
+        assert!(!rec(&mut s, "j", 1, &[end(4)]));
+        assert!(rec(&mut s, "j", 2, &[end(4)]));
     }
 
     #[test]
     fn a_closed_stream_stops_holding_the_node_back() {
         let mut s = NodeSteps::default();
-        assert!(!s.record("j", 2, &[begin(0)]));
-        assert!(!s.record("j", 1, &[end(0)]), "stream 2 is in step 0");
+        assert!(!rec(&mut s, "j", 2, &[begin(0)]));
+        assert!(!rec(&mut s, "j", 1, &[end(0)]), "stream 2 is in step 0");
         assert!(s.close("j", 2), "the only stream left ended step 0");
         assert!(!s.close("j", 2), "unknown stream");
         assert!(!s.close("j", 1), "no stream left: nothing completes");
         assert!(
-            s.record("j", 3, &[end(0)]),
+            rec(&mut s, "j", 3, &[end(0)]),
             "a new run of the job starts afresh"
         );
     }
@@ -162,28 +187,28 @@ mod tests {
     #[test]
     fn jobs_are_apart() {
         let mut s = NodeSteps::default();
-        assert!(!s.record("a", 1, &[begin(5)]));
+        assert!(!rec(&mut s, "a", 1, &[begin(5)]));
         assert!(
-            s.record("b", 2, &[end(0)]),
+            rec(&mut s, "b", 2, &[end(0)]),
             "job a's stream does not hold b back"
         );
-        assert!(s.record("a", 1, &[end(5)]));
-        assert!(!s.record("b", 3, &[begin(0)]));
-        assert!(!s.record("b", 3, &[end(0)]), "b's step 0 was complete");
+        assert!(rec(&mut s, "a", 1, &[end(5)]));
+        assert!(!rec(&mut s, "b", 3, &[begin(0)]));
+        assert!(!rec(&mut s, "b", 3, &[end(0)]), "b's step 0 was complete");
         assert!(
-            !s.record("b", 3, &[end(1)]),
+            !rec(&mut s, "b", 3, &[end(1)]),
             "stream 2 has not ended step 1"
         );
-        assert!(s.record("b", 2, &[end(1)]));
+        assert!(rec(&mut s, "b", 2, &[end(1)]));
     }
 
     #[test]
     fn streams_far_apart_complete_the_lowest_common_step() {
         let mut s = NodeSteps::default();
-        assert!(!s.record("j", 1, &[begin(0)]));
-        assert!(!s.record("j", 2, &[end(0), end(1), end(2)]));
-        assert!(s.record("j", 1, &[end(0)]));
-        assert!(s.record("j", 1, &[end(2)]), "both ended step 2 now");
-        assert!(!s.record("j", 1, &[end(1)]), "out of order: not news");
+        assert!(!rec(&mut s, "j", 1, &[begin(0)]));
+        assert!(!rec(&mut s, "j", 2, &[end(0), end(1), end(2)]));
+        assert!(rec(&mut s, "j", 1, &[end(0)]));
+        assert!(rec(&mut s, "j", 1, &[end(2)]), "both ended step 2 now");
+        assert!(!rec(&mut s, "j", 1, &[end(1)]), "out of order: not news");
     }
 }

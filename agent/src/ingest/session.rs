@@ -21,9 +21,10 @@ use std::sync::Arc;
 use rankscope_proto::attribution::{self, Attribution};
 use rankscope_proto::v1::{self as proto, event::Kind};
 use rankscope_proto::validate::{
-    check_same_identity, validate_events, validate_identity, validate_names, Names, StepState,
-    ValidationError,
+    check_same_identity, drop_unpaired_markers_by, validate_events, validate_identity,
+    validate_names, Names, StepState, ValidationError,
 };
+use rankscope_proto::wire::{RankMessageIn, WireEvents};
 
 use crate::batch::builder::RankStream;
 
@@ -40,12 +41,14 @@ impl Names for NameTable {
     }
 }
 
-/// A validated message, ready for the queue.
+/// A validated message, ready for the queue: `events[i]` is the decoded
+/// `raw[i]`, which is what is forwarded.
 #[derive(Debug)]
 pub(crate) struct Accepted {
     pub(crate) stream: Arc<RankStream>,
     pub(crate) names: Vec<(u32, Arc<str>)>,
     pub(crate) events: Vec<proto::Event>,
+    pub(crate) raw: WireEvents,
 }
 
 /// State of one rank stream.
@@ -104,12 +107,19 @@ impl Session {
     /// events in it). Returns how many were removed and the forwarded step
     /// state once `events` are queued (commit it with
     /// [`Session::forwarded`]).
-    pub(crate) fn repair(&self, events: &mut Vec<proto::Event>) -> (usize, StepState) {
+    pub(crate) fn repair(&self, accepted: &mut Accepted) -> (usize, StepState) {
         if !self.gapped {
             return (0, self.steps);
         }
         let mut state = self.forwarded;
-        let removed = rankscope_proto::validate::drop_unpaired_markers(events, &mut state);
+        let mut indexed: Vec<(proto::Event, usize)> = std::mem::take(&mut accepted.events)
+            .into_iter()
+            .zip(0..)
+            .collect();
+        let removed = drop_unpaired_markers_by(&mut indexed, |p| &p.0, &mut state);
+        let kept: Vec<usize> = indexed.iter().map(|p| p.1).collect();
+        accepted.raw.keep(&kept);
+        accepted.events = indexed.into_iter().map(|p| p.0).collect();
         (removed, state)
     }
 
@@ -150,7 +160,7 @@ impl Session {
     }
 
     /// Validates `msg` against the stream state and commits it on success.
-    pub(crate) fn accept(&mut self, msg: proto::RankMessage) -> Result<Accepted, ValidationError> {
+    pub(crate) fn accept(&mut self, msg: RankMessageIn) -> Result<Accepted, ValidationError> {
         let incoming = self.attribute(msg.identity);
         let new_identity = match (&self.stream, incoming) {
             (None, identity) => {
@@ -199,6 +209,7 @@ impl Session {
             stream,
             names,
             events: msg.events,
+            raw: msg.raw,
         })
     }
 }

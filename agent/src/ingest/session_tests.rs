@@ -1,4 +1,5 @@
 use super::*;
+use rankscope_proto::wire::RankMessageIn;
 
 fn identity(rank: u32) -> proto::RankIdentity {
     proto::RankIdentity {
@@ -37,10 +38,10 @@ fn names(defs: &[(u32, &str)]) -> Option<proto::NameTable> {
 fn first_message_sets_identity_and_fills_node() {
     let mut s = Session::new(9, "node-a".into());
     let acc = s
-        .accept(proto::RankMessage {
+        .accept(RankMessageIn::from(proto::RankMessage {
             identity: Some(identity(1)),
             ..Default::default()
-        })
+        }))
         .unwrap();
     assert_eq!(acc.stream.id, 9);
     assert_eq!(acc.stream.identity.node, "node-a");
@@ -50,17 +51,17 @@ fn first_message_sets_identity_and_fills_node() {
 #[test]
 fn events_carry_names_defined_in_earlier_messages() {
     let mut s = Session::new(1, "n".into());
-    s.accept(proto::RankMessage {
+    s.accept(RankMessageIn::from(proto::RankMessage {
         identity: Some(identity(0)),
         names: names(&[(1, "fwd"), (2, "unused"), (3, "bwd")]),
         ..Default::default()
-    })
+    }))
     .unwrap();
     let acc = s
-        .accept(proto::RankMessage {
+        .accept(RankMessageIn::from(proto::RankMessage {
             events: vec![span(3, 1, 2), span(1, 2, 3), span(3, 3, 4), span(0, 4, 5)],
             ..Default::default()
-        })
+        }))
         .unwrap();
     let got: Vec<(u32, &str)> = acc.names.iter().map(|(i, n)| (*i, &**n)).collect();
     assert_eq!(got, [(1, "fwd"), (3, "bwd")]);
@@ -70,25 +71,25 @@ fn events_carry_names_defined_in_earlier_messages() {
 #[test]
 fn rejected_message_commits_nothing() {
     let mut s = Session::new(1, "n".into());
-    s.accept(proto::RankMessage {
+    s.accept(RankMessageIn::from(proto::RankMessage {
         identity: Some(identity(0)),
         ..Default::default()
-    })
+    }))
     .unwrap();
     // Defines name 5 but has a bad event: name 5 must not become known.
     let err = s
-        .accept(proto::RankMessage {
+        .accept(RankMessageIn::from(proto::RankMessage {
             names: names(&[(5, "x")]),
             events: vec![span(5, 1, 2), span(0, 9, 3)],
             ..Default::default()
-        })
+        }))
         .unwrap_err();
     assert_eq!(err.reason(), "end_before_start");
     let err = s
-        .accept(proto::RankMessage {
+        .accept(RankMessageIn::from(proto::RankMessage {
             events: vec![span(5, 1, 2)],
             ..Default::default()
-        })
+        }))
         .unwrap_err();
     assert_eq!(err.reason(), "unknown_name_id");
 }
@@ -96,18 +97,18 @@ fn rejected_message_commits_nothing() {
 #[test]
 fn identity_must_not_change_and_is_required_first() {
     let mut s = Session::new(1, "n".into());
-    let err = s.accept(proto::RankMessage::default()).unwrap_err();
+    let err = s.accept(RankMessageIn::default()).unwrap_err();
     assert_eq!(err.reason(), "missing_identity");
-    s.accept(proto::RankMessage {
+    s.accept(RankMessageIn::from(proto::RankMessage {
         identity: Some(identity(2)),
         ..Default::default()
-    })
+    }))
     .unwrap();
     let err = s
-        .accept(proto::RankMessage {
+        .accept(RankMessageIn::from(proto::RankMessage {
             identity: Some(identity(3)),
             ..Default::default()
-        })
+        }))
         .unwrap_err();
     assert_eq!(err.reason(), "identity_changed");
     assert_eq!(s.identity().unwrap().rank, 2);
@@ -125,17 +126,19 @@ fn marker(begin: bool, step: u64, ts_ns: u64) -> proto::Event {
 #[test]
 fn after_a_dropped_message_unpaired_step_markers_are_left_out_until_in_step_again() {
     let mut s = Session::new(1, "n".into());
-    let msg = |events: Vec<proto::Event>| proto::RankMessage {
-        identity: Some(identity(0)),
-        names: names(&[(1, "fwd")]),
-        events,
-        ..Default::default()
+    let msg = |events: Vec<proto::Event>| {
+        RankMessageIn::from(proto::RankMessage {
+            identity: Some(identity(0)),
+            names: names(&[(1, "fwd")]),
+            events,
+            ..Default::default()
+        })
     };
     // Queued: step 1 begins.
     let mut a = s
         .accept(msg(vec![marker(true, 1, 10), span(1, 11, 12)]))
         .unwrap();
-    let (removed, fwd) = s.repair(&mut a.events);
+    let (removed, fwd) = s.repair(&mut a);
     assert_eq!((removed, a.events.len()), (0, 2));
     s.forwarded(fwd);
     // Dropped (full queue): step 1 ends, step 2 begins.
@@ -150,16 +153,23 @@ fn after_a_dropped_message_unpaired_step_markers_are_left_out_until_in_step_agai
             marker(true, 3, 33),
         ]))
         .unwrap();
-    let (removed, fwd) = s.repair(&mut a.events);
+    let (removed, fwd) = s.repair(&mut a);
     assert_eq!(removed, 1, "end(2) left out");
     assert_eq!(
         a.events,
         vec![span(1, 30, 31), marker(true, 3, 33)],
         "the rest is forwarded"
     );
+    let wire: Vec<Vec<u8>> = a
+        .events
+        .iter()
+        .map(rankscope_proto::prost::Message::encode_to_vec)
+        .collect();
+    let raw: Vec<Vec<u8>> = a.raw.iter().map(<[u8]>::to_vec).collect();
+    assert_eq!(raw, wire, "each forwarded event's bytes are its own");
     s.forwarded(fwd);
     // In step again: nothing more is left out.
     let mut a = s.accept(msg(vec![marker(false, 3, 40)])).unwrap();
-    assert_eq!(s.repair(&mut a.events).0, 0);
+    assert_eq!(s.repair(&mut a).0, 0);
     assert_eq!(a.events.len(), 1);
 }

@@ -150,12 +150,14 @@ fn agent_daemonset_agrees_with_the_agent() {
     assert_eq!(res["requests"]["cpu"], "10m", "<= 1% of a core");
     assert_eq!(res["requests"]["memory"], "32Mi", "<= 32 MiB RSS");
     let limit = bytes(res["limits"]["memory"].as_str().expect("memory limit"));
-    // Decoded events (96 B each, x2: vectors grown by doubling) in the queue
-    // and the batch being built; encoded batches in the backlog, and each
-    // call's copy of its batch in the gRPC buffers (an encoded batch is
-    // smaller than the decoded one); 64 MiB for the runtime, NVML and gRPC.
+    // Events in the queue and the batch being built, each its encoding
+    // (budgeted at the decoded size, 96 B: the events ranks send encode in
+    // less) plus its range (8 B, x2: vectors grown by doubling); encoded
+    // batches in the backlog, and each call's copy of its batch in the gRPC
+    // buffers; 64 MiB for the runtime, NVML and gRPC.
     let event = std::mem::size_of::<rankscope_proto::v1::Event>() as u64;
-    let worst = (cfg.queue_max_events + cfg.batch_max_events) as u64 * event * 2
+    let range = 2 * std::mem::size_of::<(u32, u32)>() as u64;
+    let worst = (cfg.queue_max_events + cfg.batch_max_events) as u64 * (event + range)
         + cfg.backlog_max_bytes as u64
         + (cfg.max_in_flight_batches * cfg.batch_max_events) as u64 * event
         + (64 << 20);
