@@ -15,7 +15,6 @@
 //! labels at `/proc/<pid>/root/etc/podinfo/labels`) where the rank left a
 //! field unset (see `rankscope_proto::attribution`); what the rank set wins.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
 use rankscope_proto::attribution::{self, Attribution};
@@ -28,9 +27,10 @@ use rankscope_proto::wire::{RankMessageIn, WireEvents};
 
 use crate::batch::builder::RankStream;
 
-/// Interned names of one stream, shared cheaply with queued chunks.
+/// Interned names of one stream, shared cheaply with queued chunks. Looked
+/// up once per event (validation): foldhash, not SipHash.
 #[derive(Debug, Default)]
-struct NameTable(HashMap<u32, Arc<str>>);
+struct NameTable(foldhash::HashMap<u32, Arc<str>>);
 
 impl Names for NameTable {
     fn contains(&self, id: u32) -> bool {
