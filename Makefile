@@ -138,8 +138,8 @@ bench: deps build
 bench-sdk: build py
 	$(VENV)/bin/python bench/sdk/run.py --bin-dir $(BIN) --out-dir bench
 
-## Fuzzing (issue 14): every target of rankscope-fuzz (kineto, ingest, config,
-## query) for 1,000,000 generated inputs each (~8 min on 2 cores); fails on a
+## Fuzzing (issue 14): every target of rankscope-fuzz (kineto, ingest, rank,
+## config, query) for 1,000,000 generated inputs each (~8 min on 2 cores); fails on a
 ## panic, a hang or runaway memory. `make test` runs a 2,000-input smoke of each.
 fuzz:
 	$(CARGO) run --release --locked -p rankscope-fuzz -- --target all --inputs 1000000

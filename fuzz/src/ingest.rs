@@ -238,7 +238,8 @@ fn mutate_batch(rng: &mut SmallRng, b: &mut proto::AgentBatch) {
     }
 }
 
-fn mutate_group(rng: &mut SmallRng, g: &mut proto::RankEvents) {
+/// One change of a rank group (the `rank` target mutates messages so too).
+pub(crate) fn mutate_group(rng: &mut SmallRng, g: &mut proto::RankEvents) {
     let n = g.events.len();
     match rng.random_range(0..10) {
         0 => {

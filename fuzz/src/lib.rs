@@ -11,14 +11,17 @@
 //! bound. The failing input is written to `fuzz/artifacts/<target>/`.
 //!
 //! Targets: `kineto` (trace importer), `ingest` (protobuf decode,
-//! validation and conversion of an `AgentBatch`), `config` (collector and
-//! agent TOML), `query` (the HTTP API's query strings).
+//! validation and conversion of an `AgentBatch`), `rank` (the agent's
+//! decode and validation of a `RankMessage`, and the bytes it forwards),
+//! `config` (collector and agent TOML), `query` (the HTTP API's query
+//! strings).
 
 pub mod config;
 pub mod ingest;
 pub mod kineto;
 pub mod mutate;
 pub mod query;
+pub mod rank;
 
 use std::collections::BTreeMap;
 use std::hash::{Hash, Hasher};
@@ -47,6 +50,7 @@ pub fn targets() -> Vec<Target> {
     vec![
         kineto::target(),
         ingest::target(),
+        rank::target(),
         config::target(),
         query::target(),
     ]

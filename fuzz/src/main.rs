@@ -31,7 +31,7 @@ fn main() -> ExitCode {
         };
         if !ok {
             eprintln!(
-                "usage: rankscope-fuzz [--target kineto|ingest|config|query|all] [--inputs N] \
+                "usage: rankscope-fuzz [--target kineto|ingest|rank|config|query|all] [--inputs N] \
                  [--seed S] [--time-limit-ms MS] [--max-rss-mib MIB]"
             );
             return ExitCode::from(2);

@@ -3,7 +3,7 @@
 
 use std::path::Path;
 
-use rankscope_fuzz::{config, ingest, kineto, query};
+use rankscope_fuzz::{config, ingest, kineto, query, rank};
 
 fn cases(target: &str) -> Vec<(String, Vec<u8>)> {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -33,6 +33,7 @@ fn every_saved_case_replays_without_panic() {
     for (target, run) in [
         ("kineto", kineto::replay as fn(&[u8]) -> String),
         ("ingest", ingest::replay),
+        ("rank", rank::replay),
         ("config", config::replay),
         ("query", query::replay),
     ] {
