@@ -165,13 +165,69 @@ impl RankMessageIn {
             events.push(proto::Event::decode(&at[..len])?);
             ranges.push(((bytes.len() - at.len()) as u32, len as u32));
         }
+        let raw = WireEvents { buf: bytes, ranges }.bounded(&events);
         Ok(Self {
             identity: head.identity,
             seq: head.seq,
             names: head.names,
             events,
-            raw: WireEvents { buf: bytes, ranges },
+            raw,
         })
+    }
+}
+
+/// Event encodings longer than this are checked against their canonical
+/// encoding ([`WireEvents::bounded`]); the events ranks send are shorter
+/// (a kernel with launch times: about 60 B).
+const CHECK_LONGER_THAN: usize = 128;
+
+impl WireEvents {
+    /// These events of `decoded` (`decoded[i]` from event `i`), holding at
+    /// most twice the bytes of their encodings and no event longer than
+    /// [`CHECK_LONGER_THAN`] or its canonical encoding: bytes that decoding
+    /// drops (unknown fields, a field repeated, the message's other fields
+    /// around few events) are not kept alive and forwarded while the events
+    /// wait in the agent's queue, which is bounded by events, not bytes. In
+    /// the common case (canonical events, a message that is mostly events)
+    /// nothing is copied.
+    fn bounded(self, decoded: &[proto::Event]) -> Self {
+        let mut kept = 0usize;
+        let mut canonical = Vec::new();
+        for (i, (&(_, n), e)) in self.ranges.iter().zip(decoded).enumerate() {
+            let n = n as usize;
+            if n > CHECK_LONGER_THAN && n > e.encoded_len() {
+                canonical.push(i);
+            }
+            kept += n;
+        }
+        if canonical.is_empty() && self.buf.len() <= 2 * kept {
+            return self;
+        }
+        let mut buf = BytesMut::with_capacity(kept);
+        let mut next = canonical.iter().peekable();
+        let ranges = self
+            .iter()
+            .zip(decoded)
+            .enumerate()
+            .map(|(i, (bytes, e))| {
+                let start = buf.len();
+                if next.next_if_eq(&&i).is_some() {
+                    e.encode_raw(&mut buf);
+                } else {
+                    buf.extend_from_slice(bytes);
+                }
+                (start as u32, (buf.len() - start) as u32)
+            })
+            .collect();
+        Self {
+            buf: buf.freeze(),
+            ranges,
+        }
+    }
+
+    /// Bytes held: the events' encodings and what they share a buffer with.
+    pub fn retained_bytes(&self) -> usize {
+        self.buf.len()
     }
 }
 
@@ -438,6 +494,54 @@ mod tests {
             bad.extend_from_slice(tail);
             assert!(RankMessageIn::decode(Bytes::from(bad)).is_err(), "{tail:?}");
         }
+    }
+
+    #[test]
+    fn bytes_decoding_drops_are_neither_kept_nor_forwarded() {
+        let msg = proto::RankMessage {
+            seq: 1,
+            events: events(),
+            ..Default::default()
+        };
+        let wire = msg.encode_to_vec();
+        let canonical: usize = msg.events.iter().map(Message::encoded_len).sum();
+        // A canonical message that is mostly events: its own buffer, no copy.
+        let bytes = Bytes::from(wire.clone());
+        let got = RankMessageIn::decode(bytes.clone()).unwrap();
+        assert_eq!(got.raw.retained_bytes(), bytes.len());
+        assert_eq!(got.raw.buf.as_ptr(), bytes.as_ptr());
+
+        // 1 MiB of an unknown field around the events: not kept.
+        let mut padded = wire.clone();
+        prost::encoding::bytes::encode(15, &vec![7u8; 1 << 20], &mut padded);
+        let got = RankMessageIn::decode(Bytes::from(padded)).unwrap();
+        assert_eq!(got.events, msg.events);
+        assert_eq!(got.raw.retained_bytes(), canonical);
+
+        // An event padded with an unknown field, and one with a field
+        // repeated: forwarded as their canonical encodings.
+        let step = proto::Event {
+            kind: Some(Kind::StepEnd(proto::StepEnd { step: 4, ts_ns: 9 })),
+        };
+        let mut junk = step.encode_to_vec();
+        prost::encoding::bytes::encode(99, &vec![1u8; 4096], &mut junk);
+        let mut repeated = Vec::new();
+        for _ in 0..100 {
+            step.encode_raw(&mut repeated);
+        }
+        let mut m = wire;
+        prost::encoding::bytes::encode(4, &junk, &mut m);
+        prost::encoding::bytes::encode(4, &repeated, &mut m);
+        let got = RankMessageIn::decode(Bytes::from(m)).unwrap();
+        let n = got.events.len();
+        assert_eq!(&got.events[n - 2..], [step.clone(), step.clone()]);
+        let raw: Vec<&[u8]> = got.raw.iter().collect();
+        assert_eq!(raw[n - 2], &step.encode_to_vec()[..]);
+        assert_eq!(raw[n - 1], &step.encode_to_vec()[..]);
+        for (r, e) in raw.iter().zip(&msg.events) {
+            assert_eq!(*r, &e.encode_to_vec()[..], "the others as they came");
+        }
+        assert!(got.raw.retained_bytes() <= canonical + 2 * step.encoded_len());
     }
 
     #[test]
