@@ -221,28 +221,45 @@ async fn a_job_that_ends_mid_trace_under_rankscope_run_exits_cleanly_with_its_tr
 /// exit, each rank waited out the 60 s bound, exited anyway and died in
 /// libkineto's exit handlers (3 of 3 runs). Now the ranks exit cleanly, in
 /// seconds, with their traces.
+///
+/// The ranks stop 10 steps after their trace files opened; when libkineto
+/// opened them more than 10 steps before the trace's first iteration (its
+/// round-up start; seen once under a loaded `make test`), the ranks stop
+/// before that iteration: they still must exit cleanly with whole files,
+/// but the files hold no iteration and the case this test is for (a trace
+/// that began and waits for more iterations) did not happen, so the job
+/// runs again, up to three times.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_job_that_stops_before_its_traces_iterations_end_exits_cleanly_with_its_traces() {
     let _serial = common::SERIAL.lock().await;
-    let (_dir, a, err) = end_mid_trace("kineto-short", 30).await;
-    assert!(
-        err.contains("mid-trace"),
-        "the job did not end mid-trace: {err}"
-    );
-    assert!(
-        err.contains("waiting up to 60 s for libkineto"),
-        "the trace was not open at exit (the test needs it to be): {err}"
-    );
-    assert!(!err.contains("exiting anyway"), "{err}");
-    let traces = wait_traces(&a, "both ranks' files judged", |t| {
-        t.len() == 2 && t.iter().all(|t| t.state != TraceState::Delivered)
-    })
-    .await;
-    for t in &traces {
-        assert_eq!(t.state, TraceState::Captured, "{t:?}");
-        assert!(!iterations(&t.path).is_empty(), "{t:?}");
+    let mut attempt = 0;
+    loop {
+        attempt += 1;
+        let (_dir, a, err) = end_mid_trace(&format!("kineto-short-{attempt}"), 30).await;
+        assert!(
+            err.contains("mid-trace"),
+            "the job did not end mid-trace: {err}"
+        );
+        assert!(
+            err.contains("waiting up to 60 s for libkineto"),
+            "the trace was not open at exit (the test needs it to be): {err}"
+        );
+        assert!(!err.contains("exiting anyway"), "{err}");
+        let traces = wait_traces(&a, "both ranks' files judged", |t| {
+            t.len() == 2 && t.iter().all(|t| t.state != TraceState::Delivered)
+        })
+        .await;
+        a.shutdown().await;
+        let before_first = |t: &RankTrace| matches!(&t.state, TraceState::Failed(why) if why.contains("holds no iteration"));
+        if traces.iter().any(before_first) && attempt < 3 {
+            continue;
+        }
+        for t in &traces {
+            assert_eq!(t.state, TraceState::Captured, "attempt {attempt}: {t:?}");
+            assert!(!iterations(&t.path).is_empty(), "{t:?}");
+        }
+        break;
     }
-    a.shutdown().await;
 }
 
 /// One run of a job that ends mid-trace (every rank stops 10 steps after
