@@ -21,8 +21,6 @@
 //! Protobuf errors fail the stream with INTERNAL, as `SliceCodec` (and
 //! tonic's `ProstCodec`) does.
 
-use std::marker::PhantomData;
-
 use prost::bytes::{Buf, BufMut, Bytes, BytesMut};
 use prost::encoding::{
     bool as pbool, check_wire_type, decode_varint, encode_key, encode_varint, encoded_len_varint,
@@ -57,12 +55,17 @@ impl WireEvents {
     /// Encodes `events` into one buffer (events the agent makes itself:
     /// captured Kineto traces; tests).
     pub fn encode(events: &[proto::Event]) -> Self {
-        let mut buf = BytesMut::with_capacity(events.iter().map(Message::encoded_len).sum());
-        let ranges = events
-            .iter()
-            .map(|e| {
+        let capacity = events.iter().map(Message::encoded_len).sum();
+        Self::written(capacity, events.len(), |i, buf| events[i].encode_raw(buf))
+    }
+
+    /// `n` events into one new buffer, event `i` written by `write(i, buf)`.
+    fn written(capacity: usize, n: usize, mut write: impl FnMut(usize, &mut BytesMut)) -> Self {
+        let mut buf = BytesMut::with_capacity(capacity);
+        let ranges = (0..n)
+            .map(|i| {
                 let start = buf.len();
-                e.encode_raw(&mut buf);
+                write(i, &mut buf);
                 (start as u32, (buf.len() - start) as u32)
             })
             .collect();
@@ -82,9 +85,13 @@ impl WireEvents {
 
     /// Each event's encoding, in order.
     pub fn iter(&self) -> impl Iterator<Item = &[u8]> + '_ {
-        self.ranges
-            .iter()
-            .map(|&(s, n)| &self.buf[s as usize..(s + n) as usize])
+        (0..self.len()).map(|i| self.event(i))
+    }
+
+    /// Event `i`'s encoding.
+    fn event(&self, i: usize) -> &[u8] {
+        let (start, n) = self.ranges[i];
+        &self.buf[start as usize..(start + n) as usize]
     }
 
     /// Splits off the events from `at` on (sharing the buffer).
@@ -203,26 +210,14 @@ impl WireEvents {
         if canonical.is_empty() && self.buf.len() <= 2 * kept {
             return self;
         }
-        let mut buf = BytesMut::with_capacity(kept);
         let mut next = canonical.iter().peekable();
-        let ranges = self
-            .iter()
-            .zip(decoded)
-            .enumerate()
-            .map(|(i, (bytes, e))| {
-                let start = buf.len();
-                if next.next_if_eq(&&i).is_some() {
-                    e.encode_raw(&mut buf);
-                } else {
-                    buf.extend_from_slice(bytes);
-                }
-                (start as u32, (buf.len() - start) as u32)
-            })
-            .collect();
-        Self {
-            buf: buf.freeze(),
-            ranges,
-        }
+        Self::written(kept, self.len(), |i, buf| {
+            if next.next_if_eq(&&i).is_some() {
+                decoded[i].encode_raw(buf);
+            } else {
+                buf.extend_from_slice(self.event(i));
+            }
+        })
     }
 
     /// Bytes held: the events' encodings and what they share a buffer with.
@@ -384,13 +379,13 @@ impl Codec for RankMessageCodec {
     }
 
     fn decoder(&mut self) -> Self::Decoder {
-        RankMessageDecoder(PhantomData)
+        RankMessageDecoder
     }
 }
 
 /// See [`RankMessageCodec`].
 #[derive(Debug)]
-pub struct RankMessageDecoder(PhantomData<()>);
+pub struct RankMessageDecoder;
 
 impl Decoder for RankMessageDecoder {
     type Item = RankMessageIn;

@@ -32,7 +32,7 @@ pub(crate) struct RankStream {
 }
 
 /// The empty group of `stream`.
-fn group(stream: &RankStream) -> RankEventsWire {
+fn empty_group(stream: &RankStream) -> RankEventsWire {
     RankEventsWire {
         identity: Some(stream.identity.clone()),
         trace_id: stream
@@ -92,7 +92,7 @@ impl BatchBuilder {
         self.by_stream
             .entry(stream.id)
             .or_insert_with(|| {
-                self.ranks.push(group(stream));
+                self.ranks.push(empty_group(stream));
                 (self.ranks.len() - 1, HashSet::new())
             })
             .0
@@ -129,7 +129,7 @@ impl BatchBuilder {
         }
         self.events += events.len();
         let (index, defined) = self.by_stream.entry(stream.id).or_insert_with(|| {
-            self.ranks.push(group(stream));
+            self.ranks.push(empty_group(stream));
             (self.ranks.len() - 1, HashSet::new())
         });
         let group = &mut self.ranks[*index];
