@@ -11,13 +11,14 @@
 //! are resolved here, so proto types and name ids never travel further.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use rankscope_proto::v1 as proto;
 use rankscope_proto::validate::{self, StepState, ValidationError};
 
 use crate::store::{
-    BatchRow, CollectiveRow, KernelConfigRow, KernelRow, LaunchRow, MemoryStatRow,
-    OperatorShapeRow, OperatorStatRow, RankRow, RowSet, SpanRow, StepRow, Text,
+    BatchRow, CollectiveRow, KernelConfigRow, KernelFields, LaunchRow, MemoryStatRow,
+    OperatorShapeRow, OperatorStatRow, RankRow, RowIdent, RowSet, SpanRow, StepRow, Text,
 };
 use crate::stream::{RankInput, StreamEvent, StreamInput};
 
@@ -109,13 +110,32 @@ struct Ctx<'a> {
     run_id: Text,
     node: Text,
     agent_id: Text,
-    names: NameTable<Text>,
-    empty: Text,
+    /// The group's names, `""` first (an id the group did not name).
+    name_list: Arc<Vec<Text>>,
+    /// Name id -> index in `name_list`.
+    names: NameTable<u32>,
 }
 
 impl Ctx<'_> {
+    fn name_index(&self, id: u32) -> u32 {
+        self.names.get(id).copied().unwrap_or(0)
+    }
+
     fn name(&self, id: u32) -> Text {
-        self.names.get(id).unwrap_or(&self.empty).clone()
+        self.name_list[self.name_index(id) as usize].clone()
+    }
+
+    /// The columns the group's `kernels` rows share.
+    fn ident(&self) -> RowIdent {
+        RowIdent {
+            job_id: self.job_id.clone(),
+            run_id: self.run_id.clone(),
+            rank: self.id.rank,
+            node: self.node.clone(),
+            agent_id: self.agent_id.clone(),
+            agent_session: self.batch.agent_session,
+            batch_seq: self.batch.seq,
+        }
     }
 }
 
@@ -139,14 +159,20 @@ fn push_group(
         run_id: id.run_id.as_str().into(),
         node: node.as_str().into(),
         agent_id: batch.agent_id.as_str().into(),
+        name_list: Arc::new(
+            std::iter::once(Text::from(""))
+                .chain(group.names.iter().map(|n| Text::from(n.name.as_str())))
+                .collect(),
+        ),
         names: NameTable::new(
             group
                 .names
                 .iter()
-                .map(|n| (n.id, Text::from(n.name.as_str()))),
+                .enumerate()
+                .map(|(i, n)| (n.id, i as u32 + 1)),
         ),
-        empty: Text::from(""),
     };
+    let mut kernels_begun = false;
     let mut labels: Vec<(&String, &String)> = id.labels.iter().collect();
     labels.sort();
     rows.ranks.push(RankRow {
@@ -168,7 +194,11 @@ fn push_group(
             Some(Kind::Span(s)) => rows.spans.push(span_row(&cx, s)),
             Some(Kind::Collective(c)) => rows.collectives.push(collective_row(&cx, c)),
             Some(Kind::Kernel(k)) => {
-                rows.kernels.push(kernel_row(&cx, k));
+                if !kernels_begun {
+                    rows.kernels.group(cx.ident(), Arc::clone(&cx.name_list));
+                    kernels_begun = true;
+                }
+                rows.kernels.push_fields(kernel_fields(&cx, k));
                 if k.launch_start_ns != 0 {
                     rows.launches.push(launch_row(&cx, k));
                 }
@@ -257,7 +287,7 @@ fn memory_row(cx: &Ctx<'_>, ev: &proto::Event, received_ns: u64) -> Option<Memor
         run_id: cx.run_id.clone(),
         rank: cx.id.rank,
         node: cx.node.clone(),
-        name: cx.empty.clone(),
+        name: cx.name_list[0].clone(),
         ts_ns: received_ns,
         agent_id: cx.agent_id.clone(),
         agent_session: cx.batch.agent_session,
@@ -371,23 +401,16 @@ fn collective_row(cx: &Ctx<'_>, c: &proto::Collective) -> CollectiveRow {
     }
 }
 
-fn kernel_row(cx: &Ctx<'_>, k: &proto::Kernel) -> KernelRow {
-    KernelRow {
-        job_id: cx.job_id.clone(),
-        run_id: cx.run_id.clone(),
-        rank: cx.id.rank,
-        node: cx.node.clone(),
+fn kernel_fields(cx: &Ctx<'_>, k: &proto::Kernel) -> KernelFields {
+    KernelFields {
         kind: enum8(k.kind),
-        name: cx.name(k.name_id),
+        name: cx.name_index(k.name_id),
         stream: k.stream,
         device: k.device,
         start_ns: k.start_ns,
         end_ns: k.end_ns,
         correlation: k.correlation,
         bytes: k.bytes,
-        agent_id: cx.agent_id.clone(),
-        agent_session: cx.batch.agent_session,
-        batch_seq: cx.batch.seq,
     }
 }
 

@@ -100,7 +100,7 @@ fn converts_every_event_with_batch_identity() {
     assert_eq!(rows.collectives.len(), 2);
     assert_eq!(rows.ranks.len(), 2);
     assert_eq!(rows.len(), 10);
-    let k = &rows.kernels[1];
+    let k = &rows.kernels.row(1);
     assert_eq!(
         (k.rank, &*k.name, &*k.node),
         (1, "sm80_xmma_gemm", "node-a")

@@ -33,6 +33,7 @@ pub mod fleet_counters;
 pub mod gains;
 pub mod goodput;
 pub mod gpu_ops;
+pub mod kernel_rows;
 mod migrate;
 pub mod native;
 pub mod overview_kept;
@@ -58,6 +59,7 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
 use serde::{Deserialize, Serialize};
 
+pub use kernel_rows::{KernelFields, KernelRows, RowIdent};
 pub use migrate::{split_statements, Migration, MIGRATIONS};
 pub use read::{JobRow, StepTimeRow};
 pub use recover::{

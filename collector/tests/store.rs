@@ -11,9 +11,9 @@ use rankscope_collector::store::rows::{
     TelemetryRows,
 };
 use rankscope_collector::store::{
-    spawn_writer, BatchRow, BreakdownRow, CollectiveRow, GainRow, HangRow, KernelRow, RankRow,
-    RowSet, SpanRow, StepRow, StepTimeRow, Store, StoreConfig, StoreError, Table, VerdictRow,
-    WriteError, WriterConfig, WriterHandle, MIGRATIONS,
+    spawn_writer, BatchRow, BreakdownRow, CollectiveRow, GainRow, HangRow, KernelRow, KernelRows,
+    RankRow, RowSet, SpanRow, StepRow, StepTimeRow, Store, StoreConfig, StoreError, Table,
+    VerdictRow, WriteError, WriterConfig, WriterHandle, MIGRATIONS,
 };
 use rankscope_testkit::ClickHouse;
 use tokio::sync::oneshot;
@@ -149,7 +149,7 @@ fn full_row_set(job: &str, seq: u64, ts_ns: u64) -> RowSet {
             agent_session: 7,
             batch_seq: seq,
         }],
-        kernels: vec![KernelRow {
+        kernels: KernelRows::from(vec![KernelRow {
             job_id: job.into(),
             run_id: "run-1".into(),
             rank: 3,
@@ -165,7 +165,7 @@ fn full_row_set(job: &str, seq: u64, ts_ns: u64) -> RowSet {
             agent_id: agent.as_str().into(),
             agent_session: 7,
             batch_seq: seq,
-        }],
+        }]),
         ranks: vec![RankRow {
             job_id: job.into(),
             run_id: "run-1".into(),
@@ -487,7 +487,7 @@ async fn every_row_type_round_trips_through_its_table() {
     );
     assert_eq!(
         fetch_all::<KernelRow>(&store, "kernels").await,
-        rows.kernels
+        rows.kernels.rows().collect::<Vec<_>>()
     );
     assert_eq!(
         fetch_all::<BatchRow>(&store, "ingest_batches").await,

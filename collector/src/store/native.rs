@@ -13,7 +13,9 @@
 //! are the [`Row::COLUMN_NAMES`](clickhouse::Row::COLUMN_NAMES), in order
 //! (the rows the RowBinary path sends). Out: Native blocks (no block info:
 //! the HTTP interface's format), sent through the client's
-//! `insert_formatted_with` (its LZ4 compression and settings apply).
+//! `insert_formatted_with` (its LZ4 compression and settings apply). Rows
+//! held in column form ([`Columns`], the `kernels` rows) write each column
+//! whole instead ([`Layout::encode_columns`]): the same bytes.
 //!
 //! Column types encoded: `(U)Int8..64`, `Float32/64`, `Enum8/16`, `Date`,
 //! `DateTime`, `String`, `LowCardinality(String)` (dictionary with
@@ -24,6 +26,7 @@
 //! `Error::Custom` naming the column, before anything is sent.
 
 use std::collections::HashMap;
+use std::ops::Range;
 
 use serde::ser::{self, Impossible, Serialize};
 
@@ -129,6 +132,44 @@ impl Layout {
             .map_err(|e| self.error(e))?;
             n += 1;
         }
+        self.block(n, cols, out);
+        Ok(())
+    }
+
+    /// One Native block of rows held in column form: the rows `range` of
+    /// each piece, in order. The same bytes as [`Layout::encode`] of those
+    /// rows (dictionary keys numbered in order of first use), without a row
+    /// ever being built: each column is written whole by the rows' own
+    /// [`Columns::write`].
+    pub fn encode_columns<C: Columns>(
+        &self,
+        pieces: &[(&C, Range<usize>)],
+        out: &mut Vec<u8>,
+    ) -> Result<(), clickhouse::error::Error> {
+        let n: usize = pieces.iter().map(|(_, r)| r.len()).sum();
+        let mut cols = Vec::with_capacity(self.columns.len());
+        for (column, c) in self.columns.iter().enumerate() {
+            let mut buf = Buf::new(&c.enc, n);
+            let mut put = ColumnOut {
+                buf: &mut buf,
+                values: 0,
+            };
+            for (rows, range) in pieces {
+                rows.write(&c.name, range.clone(), &mut put)
+                    .map_err(|message| self.error(EncodeError { column, message }))?;
+            }
+            if put.values != n {
+                let message = format!("{} values for {n} rows", put.values);
+                return Err(self.error(EncodeError { column, message }));
+            }
+            cols.push(buf);
+        }
+        self.block(n, cols, out);
+        Ok(())
+    }
+
+    /// Appends the block of `n` rows whose columns are `cols`.
+    fn block(&self, n: usize, cols: Vec<Buf>, out: &mut Vec<u8>) {
         let header: usize = self
             .columns
             .iter()
@@ -142,12 +183,150 @@ impl Layout {
             string(out, c.ty.as_bytes());
             buf.finish(out);
         }
-        Ok(())
     }
 
     fn error(&self, e: EncodeError) -> clickhouse::error::Error {
         let column = self.columns.get(e.column).map_or("?", |c| c.name.as_str());
         clickhouse::error::Error::Custom(format!("Native column {column}: {}", e.message))
+    }
+}
+
+/// Rows held in column form (see `kernel_rows`): they write each column's
+/// values themselves, a column at a time.
+pub trait Columns {
+    /// Writes the values of the rows `rows` for the column named `column`
+    /// (a field of the rows' `clickhouse::Row` type) into `out`; an error
+    /// names what does not fit.
+    fn write(
+        &self,
+        column: &str,
+        rows: Range<usize>,
+        out: &mut ColumnOut<'_>,
+    ) -> Result<(), String>;
+}
+
+/// A fixed-width value as Native writes it (little-endian).
+pub trait Fixed: Copy {
+    const WIDTH: usize;
+    fn put(self, out: &mut Vec<u8>);
+}
+
+macro_rules! fixed {
+    ($($t:ty),*) => {
+        $(impl Fixed for $t {
+            const WIDTH: usize = std::mem::size_of::<$t>();
+            fn put(self, out: &mut Vec<u8>) {
+                out.extend_from_slice(&self.to_le_bytes());
+            }
+        })*
+    };
+}
+fixed!(i8, u8, i16, u16, i32, u32, i64, u64, f32, f64);
+
+/// One column of a block being written by [`Columns::write`]; counts the
+/// values so a column of the wrong length fails the block.
+pub struct ColumnOut<'a> {
+    buf: &'a mut Buf,
+    values: usize,
+}
+
+impl ColumnOut<'_> {
+    /// One value per row.
+    pub fn fixed<T: Fixed>(&mut self, values: &[T]) -> Result<(), String> {
+        self.values += values.len();
+        match &mut *self.buf {
+            Buf::Fixed { width, data } if *width == T::WIDTH => {
+                data.reserve(values.len() * T::WIDTH);
+                for v in values {
+                    v.put(data);
+                }
+                Ok(())
+            }
+            buf => values.iter().try_for_each(|v| {
+                let mut b = Vec::with_capacity(T::WIDTH);
+                v.put(&mut b);
+                buf.fixed(&b)
+            }),
+        }
+    }
+
+    /// `value` for `n` rows.
+    pub fn repeat_fixed<T: Fixed>(&mut self, value: T, n: usize) -> Result<(), String> {
+        self.values += n;
+        let mut b = Vec::with_capacity(T::WIDTH);
+        value.put(&mut b);
+        match &mut *self.buf {
+            Buf::Fixed { width, data } if *width == T::WIDTH => {
+                data.reserve(n * T::WIDTH);
+                for _ in 0..n {
+                    data.extend_from_slice(&b);
+                }
+                Ok(())
+            }
+            buf => (0..n).try_for_each(|_| buf.fixed(&b)),
+        }
+    }
+
+    /// `s` for `n` rows.
+    pub fn repeat_str(&mut self, s: &str, n: usize) -> Result<(), String> {
+        if n == 0 {
+            return Ok(());
+        }
+        self.values += n;
+        match &mut *self.buf {
+            Buf::Str(data) => {
+                let mut one = Vec::with_capacity(s.len() + 10);
+                string(&mut one, s.as_bytes());
+                data.reserve(n * one.len());
+                for _ in 0..n {
+                    data.extend_from_slice(&one);
+                }
+                Ok(())
+            }
+            Buf::LowCard { .. } => {
+                let id = self.buf.key_id(s)?;
+                if let Buf::LowCard { index, .. } = self.buf {
+                    index.extend(std::iter::repeat_n(id, n));
+                }
+                Ok(())
+            }
+            buf => (0..n).try_for_each(|_| buf.str(s)),
+        }
+    }
+
+    /// `keys[i]` for each `i` of `indexes` (a dictionary column looks each
+    /// key up once, not once per row).
+    pub fn indexed_str<K: AsRef<str>>(
+        &mut self,
+        keys: &[K],
+        indexes: &[u32],
+    ) -> Result<(), String> {
+        self.values += indexes.len();
+        let key = |i: u32| {
+            keys.get(i as usize)
+                .map(AsRef::as_ref)
+                .ok_or_else(|| format!("key {i} of {}", keys.len()))
+        };
+        match &mut *self.buf {
+            Buf::LowCard { .. } => {
+                let mut ids = vec![u32::MAX; keys.len()];
+                for &i in indexes {
+                    let id = match ids.get(i as usize) {
+                        Some(&id) if id != u32::MAX => id,
+                        _ => {
+                            let id = self.buf.key_id(key(i)?)?;
+                            ids[i as usize] = id;
+                            id
+                        }
+                    };
+                    if let Buf::LowCard { index, .. } = self.buf {
+                        index.push(id);
+                    }
+                }
+                Ok(())
+            }
+            buf => indexes.iter().try_for_each(|&i| buf.str(key(i)?)),
+        }
     }
 }
 
@@ -250,30 +429,11 @@ impl Buf {
                 string(data, s.as_bytes());
                 Ok(())
             }
-            Buf::LowCard {
-                ids,
-                keys,
-                index,
-                last,
-            } => {
-                if let Some((id, at)) = last {
-                    if keys[at.clone()] == *s.as_bytes() {
-                        index.push(*id);
-                        return Ok(());
-                    }
+            Buf::LowCard { .. } => {
+                let id = self.key_id(s)?;
+                if let Buf::LowCard { index, .. } = self {
+                    index.push(id);
                 }
-                let (id, start) = match ids.get(s) {
-                    Some(&known) => known,
-                    None => {
-                        let id = u32::try_from(ids.len()).map_err(|_| "too many keys")?;
-                        string(keys, s.as_bytes());
-                        let start = keys.len() - s.len();
-                        ids.insert(s.into(), (id, start));
-                        (id, start)
-                    }
-                };
-                *last = Some((id, start..start + s.len()));
-                index.push(id);
                 Ok(())
             }
             Buf::Nullable { nulls, inner } => {
@@ -282,6 +442,34 @@ impl Buf {
             }
             _ => Err("a string does not fit".into()),
         }
+    }
+
+    /// The dictionary id of `s` in a `LowCardinality` column, numbered in
+    /// order of first use; the column's index is left to the caller.
+    fn key_id(&mut self, s: &str) -> Result<u32, String> {
+        let Buf::LowCard {
+            ids, keys, last, ..
+        } = self
+        else {
+            return Err("a dictionary key does not fit".into());
+        };
+        if let Some((id, at)) = last {
+            if keys[at.clone()] == *s.as_bytes() {
+                return Ok(*id);
+            }
+        }
+        let (id, start) = match ids.get(s) {
+            Some(&known) => known,
+            None => {
+                let id = u32::try_from(ids.len()).map_err(|_| "too many keys")?;
+                string(keys, s.as_bytes());
+                let start = keys.len() - s.len();
+                ids.insert(s.into(), (id, start));
+                (id, start)
+            }
+        };
+        *last = Some((id, start..start + s.len()));
+        Ok(id)
     }
 
     fn null(&mut self) -> Result<(), String> {

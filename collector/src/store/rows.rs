@@ -379,7 +379,8 @@ pub struct RowSet {
     pub steps: Vec<StepRow>,
     pub spans: Vec<SpanRow>,
     pub collectives: Vec<CollectiveRow>,
-    pub kernels: Vec<KernelRow>,
+    /// In column form (see [`super::kernel_rows`]).
+    pub kernels: super::kernel_rows::KernelRows,
     /// Launch calls of some `kernels` rows (not counted as event rows).
     pub launches: Vec<LaunchRow>,
     /// Launch configurations of some `kernels` rows (not counted as event rows).
@@ -435,11 +436,7 @@ impl RowSet {
                 "start_ns",
                 time_range(&self.collectives, |r| r.start_ns),
             ),
-            (
-                T::Kernels,
-                "start_ns",
-                time_range(&self.kernels, |r| r.start_ns),
-            ),
+            (T::Kernels, "start_ns", self.kernels.start_range()),
             (
                 T::KernelLaunches,
                 "kernel_start_ns",

@@ -40,18 +40,20 @@
 //! non-replicated tables).
 
 use std::future::Future;
+use std::ops::Range;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::Duration;
 
-use clickhouse::{RowOwned, RowWrite};
+use clickhouse::{Row, RowOwned, RowWrite};
 use serde::{Deserialize, Serialize};
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use super::fault::{classify, Fault};
-use super::rows::{BatchRow, RankRow};
+use super::kernel_rows::KernelRows;
+use super::rows::{BatchRow, KernelRow, RankRow};
 use super::{RowSet, Store, Table};
 
 /// Batching of the writer (`[writer]` in the collector config).
@@ -737,8 +739,7 @@ async fn commit_tables(
         write_table(store, metrics, timeout, Table::Spans, sets, |r| &r.spans),
         write_table(store, metrics, timeout, Table::Collectives, sets, |r| &r
             .collectives),
-        write_table(store, metrics, timeout, Table::Kernels, sets, |r| &r
-            .kernels),
+        write_kernels(store, metrics, timeout, sets),
         write_table(store, metrics, timeout, Table::KernelLaunches, sets, |r| &r
             .launches),
         write_table(store, metrics, timeout, Table::KernelConfigs, sets, |r| &r
@@ -868,10 +869,36 @@ async fn write_table<
     if n == 0 {
         return Ok(table);
     }
+    let rows: Vec<&T> = sets.iter().flat_map(|s| select(s).iter()).collect();
+    counted(metrics, table, n, insert(store, table, &rows, timeout)).await
+}
+
+/// [`write_table`] of the `kernels` rows, held in column form.
+async fn write_kernels(
+    store: &Store,
+    metrics: &WriterMetrics,
+    timeout: Duration,
+    sets: &[RowSet],
+) -> Result<Table, (Table, clickhouse::error::Error)> {
+    let n: usize = sets.iter().map(|s| s.kernels.len()).sum();
+    if n == 0 {
+        return Ok(Table::Kernels);
+    }
+    let parts: Vec<&KernelRows> = sets.iter().map(|s| &s.kernels).collect();
+    let insert = insert_kernels(store, &parts, timeout);
+    counted(metrics, Table::Kernels, n, insert).await
+}
+
+/// Runs `insert` of `n` rows into `table`, counted. `Ok` names the table.
+async fn counted(
+    metrics: &WriterMetrics,
+    table: Table,
+    n: usize,
+    insert: impl Future<Output = Result<(), clickhouse::error::Error>>,
+) -> Result<Table, (Table, clickhouse::error::Error)> {
     let counters = metrics.table(table);
     let started = std::time::Instant::now();
-    let rows: Vec<&T> = sets.iter().flat_map(|s| select(s).iter()).collect();
-    match insert(store, table, &rows, timeout).await {
+    match insert.await {
         Ok(()) => {
             metrics.insert_latency.observe(started.elapsed());
             let n = n as u64;
@@ -928,6 +955,57 @@ where
         insert.write(row).await?;
     }
     insert.end().await
+}
+
+/// One INSERT of the `kernels` rows of `parts`, in order: Native blocks
+/// written from the columns ([`native::Layout::encode_columns`]), or
+/// RowBinary of the rows built again when the table has no Native layout.
+async fn insert_kernels(
+    store: &Store,
+    parts: &[&KernelRows],
+    timeout: Duration,
+) -> Result<(), clickhouse::error::Error> {
+    let table = Table::Kernels;
+    let Some(layout) = store
+        .native_layout(table.name(), KernelRow::COLUMN_NAMES, timeout)
+        .await?
+    else {
+        let rows: Vec<KernelRow> = parts.iter().flat_map(|k| k.rows()).collect();
+        let rows: Vec<&KernelRow> = rows.iter().collect();
+        return insert(store, table, &rows, timeout).await;
+    };
+    let mut insert = store
+        .client()
+        .insert_formatted_with(format!("INSERT INTO {} FORMAT Native", table.name()))
+        .with_timeouts(Some(timeout), Some(timeout));
+    for pieces in blocks(parts, NATIVE_BLOCK_ROWS) {
+        let mut block = Vec::new();
+        layout.encode_columns(&pieces, &mut block)?;
+        insert.send(block.into()).await?;
+    }
+    insert.end().await
+}
+
+/// `parts`' rows in order, cut into blocks of at most `max` rows: each block
+/// the row ranges of the parts it takes.
+fn blocks<'a>(parts: &[&'a KernelRows], max: usize) -> Vec<Vec<(&'a KernelRows, Range<usize>)>> {
+    let mut out = vec![Vec::new()];
+    let mut room = max.max(1);
+    for &part in parts {
+        let mut at = 0;
+        while at < part.len() {
+            if room == 0 {
+                out.push(Vec::new());
+                room = max.max(1);
+            }
+            let take = room.min(part.len() - at);
+            out.last_mut().expect("a block").push((part, at..at + take));
+            at += take;
+            room -= take;
+        }
+    }
+    out.retain(|b| !b.is_empty());
+    out
 }
 
 async fn sleep_until(deadline: Option<Instant>) {
@@ -993,5 +1071,64 @@ mod tests {
             kept(&mut seen, vec![rank(0, 5, stale + 2)]),
             vec![(0, stale + 2)]
         );
+    }
+}
+
+#[cfg(test)]
+mod block_tests {
+    use super::*;
+
+    fn kernels(n: u64) -> KernelRows {
+        (0..n)
+            .map(|i| KernelRow {
+                job_id: "j".into(),
+                run_id: "r".into(),
+                rank: 0,
+                node: "n".into(),
+                kind: 1,
+                name: "k".into(),
+                stream: 0,
+                device: 0,
+                start_ns: i,
+                end_ns: i + 1,
+                correlation: i,
+                bytes: 0,
+                agent_id: "a".into(),
+                agent_session: 1,
+                batch_seq: 1,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn blocks_take_every_row_once_in_order_and_none_is_over_the_limit() {
+        let parts = [kernels(5), kernels(0), kernels(7), kernels(4)];
+        let refs: Vec<&KernelRows> = parts.iter().collect();
+        for max in [1, 3, 4, 16, 100] {
+            let blocks = blocks(&refs, max);
+            let mut seen = Vec::new();
+            for b in &blocks {
+                let n: usize = b.iter().map(|(_, r)| r.len()).sum();
+                assert!(n > 0 && n <= max, "a block of {n} rows, limit {max}");
+                for (k, r) in b {
+                    assert!(!r.is_empty());
+                    let part = parts.iter().position(|p| std::ptr::eq(p, *k)).unwrap();
+                    seen.extend(r.clone().map(|i| (part, i)));
+                }
+            }
+            let want: Vec<(usize, usize)> = parts
+                .iter()
+                .enumerate()
+                .flat_map(|(p, k)| (0..k.len()).map(move |i| (p, i)))
+                .collect();
+            assert_eq!(seen, want, "limit {max}");
+            let full: usize = blocks.len();
+            assert_eq!(
+                full,
+                16usize.div_ceil(max),
+                "limit {max}: blocks are filled"
+            );
+        }
+        assert!(blocks(&[], 10).is_empty());
     }
 }
