@@ -451,13 +451,14 @@ mod tests {
                 layout
                     .encode(want_rows.iter(), &mut want)
                     .expect("rows encode");
-                let mut got = Vec::new();
+                // Appended to what the buffer holds (earlier blocks).
+                let mut got = b"an earlier block".to_vec();
                 layout
                     .encode_columns(cut, &mut got)
                     .expect("columns encode");
                 assert_eq!(
-                    got,
-                    want,
+                    got.strip_prefix(b"an earlier block"),
+                    Some(&want[..]),
                     "cut {:?}",
                     cut.iter().map(|c| &c.1).collect::<Vec<_>>()
                 );
@@ -469,10 +470,15 @@ mod tests {
     fn a_column_that_does_not_fit_fails_the_block_naming_it() {
         let cols = KernelRows::from(fixture());
         let l = layout(&[("rank", "UInt64")]);
+        let mut out = b"earlier blocks".to_vec();
         let err = l
-            .encode_columns(&[(&cols, 0..cols.len())], &mut Vec::new())
+            .encode_columns(&[(&cols, 0..cols.len())], &mut out)
             .expect_err("a u32 into UInt64");
         assert!(err.to_string().contains("column rank"), "{err}");
+        assert_eq!(
+            out, b"earlier blocks",
+            "nothing of the failed block is left"
+        );
     }
 
     #[test]

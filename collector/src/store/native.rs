@@ -147,24 +147,77 @@ impl Layout {
         out: &mut Vec<u8>,
     ) -> Result<(), clickhouse::error::Error> {
         let n: usize = pieces.iter().map(|(_, r)| r.len()).sum();
-        let mut cols = Vec::with_capacity(self.columns.len());
+        let start = out.len();
+        // Fixed-width and string columns are written in place, at the end
+        // of the block (no column buffer copied into it afterwards): room
+        // for their values, strings guessed at 24 bytes.
+        let room: usize = self
+            .columns
+            .iter()
+            .map(|c| match c.enc {
+                Enc::Fixed(w) => w * n,
+                _ => 24 * n,
+            })
+            .sum();
+        out.reserve(room + 64 * self.columns.len());
+        varint(out, self.columns.len() as u64);
+        varint(out, n as u64);
         for (column, c) in self.columns.iter().enumerate() {
-            let mut buf = Buf::new(&c.enc, n);
-            let mut put = ColumnOut {
-                buf: &mut buf,
-                values: 0,
+            string(out, c.name.as_bytes());
+            string(out, c.ty.as_bytes());
+            let written = match c.enc {
+                Enc::Fixed(width) => {
+                    let mut buf = Buf::Fixed {
+                        width,
+                        data: std::mem::take(out),
+                    };
+                    let written = self.write_column(column, pieces, n, &mut buf);
+                    if let Buf::Fixed { data, .. } = buf {
+                        *out = data;
+                    }
+                    written
+                }
+                Enc::Str => {
+                    let mut buf = Buf::Str(std::mem::take(out));
+                    let written = self.write_column(column, pieces, n, &mut buf);
+                    if let Buf::Str(data) = buf {
+                        *out = data;
+                    }
+                    written
+                }
+                _ => {
+                    let mut buf = Buf::new(&c.enc, n);
+                    let written = self.write_column(column, pieces, n, &mut buf);
+                    buf.finish(out);
+                    written
+                }
             };
-            for (rows, range) in pieces {
-                rows.write(&c.name, range.clone(), &mut put)
-                    .map_err(|message| self.error(EncodeError { column, message }))?;
+            if let Err(e) = written {
+                out.truncate(start);
+                return Err(e);
             }
-            if put.values != n {
-                let message = format!("{} values for {n} rows", put.values);
-                return Err(self.error(EncodeError { column, message }));
-            }
-            cols.push(buf);
         }
-        self.block(n, cols, out);
+        Ok(())
+    }
+
+    /// Column `column` of `pieces` (`n` rows in all) into `buf`.
+    fn write_column<C: Columns>(
+        &self,
+        column: usize,
+        pieces: &[(&C, Range<usize>)],
+        n: usize,
+        buf: &mut Buf,
+    ) -> Result<(), clickhouse::error::Error> {
+        let c = &self.columns[column];
+        let mut put = ColumnOut { buf, values: 0 };
+        for (rows, range) in pieces {
+            rows.write(&c.name, range.clone(), &mut put)
+                .map_err(|message| self.error(EncodeError { column, message }))?;
+        }
+        if put.values != n {
+            let message = format!("{} values for {n} rows", put.values);
+            return Err(self.error(EncodeError { column, message }));
+        }
         Ok(())
     }
 
@@ -252,14 +305,22 @@ impl ColumnOut<'_> {
 
     /// `value` for `n` rows.
     pub fn repeat_fixed<T: Fixed>(&mut self, value: T, n: usize) -> Result<(), String> {
+        if n == 0 {
+            return Ok(());
+        }
         self.values += n;
         let mut b = Vec::with_capacity(T::WIDTH);
         value.put(&mut b);
         match &mut *self.buf {
             Buf::Fixed { width, data } if *width == T::WIDTH => {
                 data.reserve(n * T::WIDTH);
-                for _ in 0..n {
-                    data.extend_from_slice(&b);
+                let start = data.len();
+                data.extend_from_slice(&b);
+                let mut have = 1;
+                while have < n {
+                    let more = have.min(n - have);
+                    data.extend_from_within(start..start + more * T::WIDTH);
+                    have += more;
                 }
                 Ok(())
             }
@@ -275,11 +336,17 @@ impl ColumnOut<'_> {
         self.values += n;
         match &mut *self.buf {
             Buf::Str(data) => {
-                let mut one = Vec::with_capacity(s.len() + 10);
-                string(&mut one, s.as_bytes());
-                data.reserve(n * one.len());
-                for _ in 0..n {
-                    data.extend_from_slice(&one);
+                // One copy, then the copies made so far copied again: a
+                // run of n values in about log2(n) copies.
+                let start = data.len();
+                string(data, s.as_bytes());
+                let one = data.len() - start;
+                data.reserve((n - 1) * one);
+                let mut have = 1;
+                while have < n {
+                    let more = have.min(n - have);
+                    data.extend_from_within(start..start + more * one);
+                    have += more;
                 }
                 Ok(())
             }
