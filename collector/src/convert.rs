@@ -220,6 +220,9 @@ fn push_group(
             None => {} // rejected by validation
         }
     }
+    if kernels_begun {
+        rows.kernels.sort_group();
+    }
 }
 
 /// An `operator_shapes` row: [`operator_row`]'s figures keyed by input shape.

@@ -153,6 +153,41 @@ impl KernelRows {
         self.bytes.push(f.bytes);
     }
 
+    /// Puts the rows of the group last started in `start_ns` order (stable):
+    /// with the writer's order of groups ([`KernelRows::groups`] by job and
+    /// rank) a window's INSERT is then in the table's `ORDER BY` order when
+    /// a rank's batches do not overlap in time. A rank's events come in the
+    /// order they ended, not started (a kernel on another stream), so a
+    /// group is often almost sorted: checked first, then sorted by index.
+    pub fn sort_group(&mut self) {
+        let Some(last) = self.groups.last() else {
+            return;
+        };
+        let start = self
+            .groups
+            .len()
+            .checked_sub(2)
+            .map_or(0, |i| self.groups[i].end);
+        let rows = start..last.end;
+        if self.start_ns[rows.clone()].is_sorted() {
+            return;
+        }
+        let mut order: Vec<u32> = (0..rows.len() as u32).collect();
+        order.sort_by_key(|&i| self.start_ns[start + i as usize]);
+        fn permute<T: Copy>(column: &mut [T], order: &[u32]) {
+            let sorted: Vec<T> = order.iter().map(|&i| column[i as usize]).collect();
+            column.copy_from_slice(&sorted);
+        }
+        permute(&mut self.kind[rows.clone()], &order);
+        permute(&mut self.name[rows.clone()], &order);
+        permute(&mut self.stream[rows.clone()], &order);
+        permute(&mut self.device[rows.clone()], &order);
+        permute(&mut self.start_ns[rows.clone()], &order);
+        permute(&mut self.end_ns[rows.clone()], &order);
+        permute(&mut self.correlation[rows.clone()], &order);
+        permute(&mut self.bytes[rows], &order);
+    }
+
     /// Adds a whole row (to the last group when it has the same shared
     /// columns, else to a new one).
     pub fn push(&mut self, row: KernelRow) {
@@ -224,6 +259,16 @@ impl KernelRows {
         let min = self.start_ns.iter().min()?;
         let max = self.start_ns.iter().max()?;
         Some((*min, *max))
+    }
+
+    /// Each group's shared columns and rows, in order.
+    pub fn groups(&self) -> impl Iterator<Item = (&RowIdent, Range<usize>)> + '_ {
+        self.runs(0..self.len()).map(|(g, rows)| (&g.ident, rows))
+    }
+
+    /// The `start_ns` of row `i`.
+    pub fn start_ns(&self, i: usize) -> u64 {
+        self.start_ns[i]
     }
 
     /// The groups overlapping `rows`, each with the part of `rows` it holds.
@@ -418,6 +463,27 @@ mod tests {
         assert_eq!(cols.groups.len(), 1);
         let row = cols.row(0);
         assert_eq!((&*row.job_id, &*row.name), ("job", "k"));
+    }
+
+    #[test]
+    fn sorting_a_group_orders_its_rows_by_start_and_leaves_the_others() {
+        let mut rows = fixture();
+        let (first, second) = rows.split_at_mut(40);
+        second[..25].reverse(); // the second group, out of order
+        first.reverse(); // the first, left as pushed
+        let mut cols = KernelRows::default();
+        for r in &rows[..65] {
+            cols.push(r.clone());
+        }
+        cols.sort_group();
+        let got: Vec<KernelRow> = cols.rows().collect();
+        assert_eq!(got[..40], rows[..40], "an earlier group is not touched");
+        let mut want = rows[40..65].to_vec();
+        want.sort_by_key(|r| r.start_ns);
+        assert_eq!(got[40..], want[..], "every column moved with its row");
+        let before = cols.clone();
+        cols.sort_group();
+        assert_eq!(cols, before, "a sorted group stays as it is");
     }
 
     /// The column writer must give the bytes the row serializer gives, for

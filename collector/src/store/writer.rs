@@ -52,7 +52,7 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use super::fault::{classify, Fault};
-use super::kernel_rows::KernelRows;
+use super::kernel_rows::{KernelRows, RowIdent};
 use super::rows::{BatchRow, KernelRow, RankRow};
 use super::{RowSet, Store, Table};
 
@@ -986,19 +986,32 @@ async fn insert_kernels(
     insert.end().await
 }
 
-/// `parts`' rows in order, cut into blocks of at most `max` rows: each block
-/// the row ranges of the parts it takes.
+/// `parts`' rows cut into blocks of at most `max` rows, each block the row
+/// ranges of the parts it takes; the parts' rank groups ordered by job, rank
+/// and first `start_ns` (a window's batches come in the order they were
+/// converted, not sent), as the table's `ORDER BY (job_id, rank,
+/// start_ns)`. Each group's rows are in `start_ns` order
+/// ([`KernelRows::sort_group`]) and a rank's batches do not overlap in time,
+/// so the INSERT is then usually sorted already and ClickHouse skips
+/// sorting and permuting it (`MergeTreeDataWriterBlocksAlreadySorted`):
+/// 281,600 kernels rows cost the server 100-110 ms of CPU instead of 140-190
+/// ms on 18.16 (measured side by side, HTTP, Native).
 fn blocks<'a>(parts: &[&'a KernelRows], max: usize) -> Vec<Vec<(&'a KernelRows, Range<usize>)>> {
+    let mut runs: Vec<(&RowIdent, &KernelRows, Range<usize>)> = parts
+        .iter()
+        .flat_map(|&k| k.groups().map(move |(id, rows)| (id, k, rows)))
+        .collect();
+    runs.sort_by_key(|(id, k, rows)| (&*id.job_id, id.rank, k.start_ns(rows.start)));
     let mut out = vec![Vec::new()];
     let mut room = max.max(1);
-    for &part in parts {
-        let mut at = 0;
-        while at < part.len() {
+    for (_, part, rows) in runs {
+        let mut at = rows.start;
+        while at < rows.end {
             if room == 0 {
                 out.push(Vec::new());
                 room = max.max(1);
             }
-            let take = room.min(part.len() - at);
+            let take = room.min(rows.end - at);
             out.last_mut().expect("a block").push((part, at..at + take));
             at += take;
             room -= take;
@@ -1078,33 +1091,48 @@ mod tests {
 mod block_tests {
     use super::*;
 
-    fn kernels(n: u64) -> KernelRows {
-        (0..n)
-            .map(|i| KernelRow {
-                job_id: "j".into(),
-                run_id: "r".into(),
-                rank: 0,
-                node: "n".into(),
-                kind: 1,
-                name: "k".into(),
-                stream: 0,
-                device: 0,
-                start_ns: i,
-                end_ns: i + 1,
-                correlation: i,
-                bytes: 0,
-                agent_id: "a".into(),
-                agent_session: 1,
-                batch_seq: 1,
-            })
-            .collect()
+    /// A batch's kernels: rank groups of two jobs, in an order other than
+    /// the table's, each rank's rows in time order (batch `seq` later).
+    fn batch(seq: u64, n: u64) -> KernelRows {
+        let mut rows = Vec::new();
+        for (job, rank) in [("b", 2), ("a", 1), ("b", 0), ("a", 0)] {
+            for i in 0..n {
+                rows.push(KernelRow {
+                    job_id: job.into(),
+                    run_id: "r".into(),
+                    rank,
+                    node: "n".into(),
+                    kind: 1,
+                    name: "k".into(),
+                    stream: 0,
+                    device: 0,
+                    start_ns: seq * 1_000 + i,
+                    end_ns: seq * 1_000 + i + 1,
+                    correlation: i,
+                    bytes: 0,
+                    agent_id: "a".into(),
+                    agent_session: 1,
+                    batch_seq: seq,
+                });
+            }
+        }
+        rows.into()
     }
 
     #[test]
-    fn blocks_take_every_row_once_in_order_and_none_is_over_the_limit() {
-        let parts = [kernels(5), kernels(0), kernels(7), kernels(4)];
+    fn blocks_take_every_row_once_in_table_order_and_none_is_over_the_limit() {
+        // Converted out of order: a window holds batches as converted.
+        let parts = [batch(3, 7), batch(1, 5), batch(2, 0), batch(4, 1)];
         let refs: Vec<&KernelRows> = parts.iter().collect();
-        for max in [1, 3, 4, 16, 100] {
+        let total: usize = parts.iter().map(KernelRows::len).sum();
+        let key = |r: &KernelRow| (r.job_id.to_string(), r.rank, r.start_ns);
+        let mut want: Vec<_> = parts
+            .iter()
+            .flat_map(|k| k.rows())
+            .map(|r| key(&r))
+            .collect();
+        want.sort();
+        for max in [1, 3, 4, 16, 1_000] {
             let blocks = blocks(&refs, max);
             let mut seen = Vec::new();
             for b in &blocks {
@@ -1112,20 +1140,13 @@ mod block_tests {
                 assert!(n > 0 && n <= max, "a block of {n} rows, limit {max}");
                 for (k, r) in b {
                     assert!(!r.is_empty());
-                    let part = parts.iter().position(|p| std::ptr::eq(p, *k)).unwrap();
-                    seen.extend(r.clone().map(|i| (part, i)));
+                    seen.extend(r.clone().map(|i| key(&k.row(i))));
                 }
             }
-            let want: Vec<(usize, usize)> = parts
-                .iter()
-                .enumerate()
-                .flat_map(|(p, k)| (0..k.len()).map(move |i| (p, i)))
-                .collect();
-            assert_eq!(seen, want, "limit {max}");
-            let full: usize = blocks.len();
+            assert_eq!(seen, want, "limit {max}: every row once, in table order");
             assert_eq!(
-                full,
-                16usize.div_ceil(max),
+                blocks.len(),
+                total.div_ceil(max),
                 "limit {max}: blocks are filled"
             );
         }
