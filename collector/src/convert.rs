@@ -17,8 +17,9 @@ use rankscope_proto::v1 as proto;
 use rankscope_proto::validate::{self, StepState, ValidationError};
 
 use crate::store::{
-    BatchRow, CollectiveRow, KernelConfigRow, KernelFields, LaunchRow, MemoryStatRow,
-    OperatorShapeRow, OperatorStatRow, RankRow, RowIdent, RowSet, SpanRow, StepRow, Text,
+    BatchRow, CollectiveRow, Fields, Grouped, KernelConfigRow, KernelFields, LaunchFields,
+    MemoryStatRow, OperatorShapeRow, OperatorStatRow, RankRow, RowIdent, RowSet, SpanFields,
+    StepRow, Text,
 };
 use crate::stream::{RankInput, StreamEvent, StreamInput};
 
@@ -125,7 +126,7 @@ impl Ctx<'_> {
         self.name_list[self.name_index(id) as usize].clone()
     }
 
-    /// The columns the group's `kernels` rows share.
+    /// The columns the group's rows in column form share.
     fn ident(&self) -> RowIdent {
         RowIdent {
             job_id: self.job_id.clone(),
@@ -172,7 +173,7 @@ fn push_group(
                 .map(|(i, n)| (n.id, i as u32 + 1)),
         ),
     };
-    let mut kernels_begun = false;
+    let (mut kernels_begun, mut launches_begun, mut spans_begun) = (false, false, false);
     let mut labels: Vec<(&String, &String)> = id.labels.iter().collect();
     labels.sort();
     rows.ranks.push(RankRow {
@@ -191,16 +192,16 @@ fn push_group(
         match &ev.kind {
             Some(Kind::StepBegin(s)) => rows.steps.push(step_row(&cx, s.step, 1, s.ts_ns)),
             Some(Kind::StepEnd(s)) => rows.steps.push(step_row(&cx, s.step, 2, s.ts_ns)),
-            Some(Kind::Span(s)) => rows.spans.push(span_row(&cx, s)),
+            Some(Kind::Span(s)) => {
+                begun(&mut rows.spans, &mut spans_begun, &cx).push_fields(span_fields(&cx, s))
+            }
             Some(Kind::Collective(c)) => rows.collectives.push(collective_row(&cx, c)),
             Some(Kind::Kernel(k)) => {
-                if !kernels_begun {
-                    rows.kernels.group(cx.ident(), Arc::clone(&cx.name_list));
-                    kernels_begun = true;
-                }
-                rows.kernels.push_fields(kernel_fields(&cx, k));
+                begun(&mut rows.kernels, &mut kernels_begun, &cx)
+                    .push_fields(kernel_fields(&cx, k));
                 if k.launch_start_ns != 0 {
-                    rows.launches.push(launch_row(&cx, k));
+                    begun(&mut rows.launches, &mut launches_begun, &cx)
+                        .push_fields(launch_fields(&cx, k));
                 }
                 if let Some(c) = &k.config {
                     rows.kernel_configs.push(config_row(&cx, k, c));
@@ -220,9 +221,30 @@ fn push_group(
             None => {} // rejected by validation
         }
     }
+    // Each table's rows of the group in its `ORDER BY` time order (see
+    // `Grouped::sort_group`).
     if kernels_begun {
         rows.kernels.sort_group();
     }
+    if launches_begun {
+        rows.launches.sort_group();
+    }
+    if spans_begun {
+        rows.spans.sort_group();
+    }
+}
+
+/// `rows` with the group of `cx` started (at its first row: `begun`).
+fn begun<'r, F: Fields>(
+    rows: &'r mut Grouped<F>,
+    begun: &mut bool,
+    cx: &Ctx<'_>,
+) -> &'r mut Grouped<F> {
+    if !*begun {
+        rows.group(cx.ident(), Arc::clone(&cx.name_list));
+        *begun = true;
+    }
+    rows
 }
 
 /// An `operator_shapes` row: [`operator_row`]'s figures keyed by input shape.
@@ -354,21 +376,14 @@ fn step_row(cx: &Ctx<'_>, step: u64, kind: i8, ts_ns: u64) -> StepRow {
     }
 }
 
-fn span_row(cx: &Ctx<'_>, s: &proto::Span) -> SpanRow {
-    SpanRow {
-        job_id: cx.job_id.clone(),
-        run_id: cx.run_id.clone(),
-        rank: cx.id.rank,
-        node: cx.node.clone(),
+fn span_fields(cx: &Ctx<'_>, s: &proto::Span) -> SpanFields {
+    SpanFields {
         category: enum8(s.category),
-        name: cx.name(s.name_id),
+        name: cx.name_index(s.name_id),
         start_ns: s.start_ns,
         end_ns: s.end_ns,
         stream: s.stream,
         device: s.device,
-        agent_id: cx.agent_id.clone(),
-        agent_session: cx.batch.agent_session,
-        batch_seq: cx.batch.seq,
     }
 }
 
@@ -417,21 +432,14 @@ fn kernel_fields(cx: &Ctx<'_>, k: &proto::Kernel) -> KernelFields {
     }
 }
 
-fn launch_row(cx: &Ctx<'_>, k: &proto::Kernel) -> LaunchRow {
-    LaunchRow {
-        job_id: cx.job_id.clone(),
-        run_id: cx.run_id.clone(),
-        rank: cx.id.rank,
-        node: cx.node.clone(),
+fn launch_fields(cx: &Ctx<'_>, k: &proto::Kernel) -> LaunchFields {
+    LaunchFields {
         correlation: k.correlation,
         stream: k.stream,
         kernel_start_ns: k.start_ns,
-        api: cx.name(k.launch_name_id),
+        api: cx.name_index(k.launch_name_id),
         start_ns: k.launch_start_ns,
         end_ns: k.launch_end_ns,
-        agent_id: cx.agent_id.clone(),
-        agent_session: cx.batch.agent_session,
-        batch_seq: cx.batch.seq,
     }
 }
 

@@ -33,7 +33,7 @@ pub mod fleet_counters;
 pub mod gains;
 pub mod goodput;
 pub mod gpu_ops;
-pub mod kernel_rows;
+pub mod grouped;
 mod migrate;
 pub mod native;
 pub mod overview_kept;
@@ -59,7 +59,10 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
 use serde::{Deserialize, Serialize};
 
-pub use kernel_rows::{KernelFields, KernelRows, RowIdent};
+pub use grouped::{
+    Fields, Grouped, KernelFields, KernelRows, LaunchFields, LaunchRows, RowIdent, SpanFields,
+    SpanRows,
+};
 pub use migrate::{split_statements, Migration, MIGRATIONS};
 pub use read::{JobRow, StepTimeRow};
 pub use recover::{

@@ -12,8 +12,8 @@ use rankscope_collector::store::rows::{
 };
 use rankscope_collector::store::{
     spawn_writer, BatchRow, BreakdownRow, CollectiveRow, GainRow, HangRow, KernelRow, KernelRows,
-    RankRow, RowSet, SpanRow, StepRow, StepTimeRow, Store, StoreConfig, StoreError, Table,
-    VerdictRow, WriteError, WriterConfig, WriterHandle, MIGRATIONS,
+    RankRow, RowSet, SpanRow, SpanRows, StepRow, StepTimeRow, Store, StoreConfig, StoreError,
+    Table, VerdictRow, WriteError, WriterConfig, WriterHandle, MIGRATIONS,
 };
 use rankscope_testkit::ClickHouse;
 use tokio::sync::oneshot;
@@ -112,7 +112,7 @@ fn full_row_set(job: &str, seq: u64, ts_ns: u64) -> RowSet {
                 ..step(job, 3, seq, 2, ts_ns + 5_000)
             },
         ],
-        spans: vec![SpanRow {
+        spans: SpanRows::from(vec![SpanRow {
             job_id: job.into(),
             run_id: "run-1".into(),
             rank: 3,
@@ -126,7 +126,7 @@ fn full_row_set(job: &str, seq: u64, ts_ns: u64) -> RowSet {
             agent_id: agent.as_str().into(),
             agent_session: 7,
             batch_seq: seq,
-        }],
+        }]),
         collectives: vec![CollectiveRow {
             job_id: job.into(),
             run_id: "run-1".into(),
@@ -480,7 +480,10 @@ async fn every_row_type_round_trips_through_its_table() {
     let rows = full_row_set("job-rt", 1, now_ns());
     let outcome = handle.write(rows.clone()).await.unwrap();
     assert_eq!(outcome.rows, 5);
-    assert_eq!(fetch_all::<SpanRow>(&store, "spans").await, rows.spans);
+    assert_eq!(
+        fetch_all::<SpanRow>(&store, "spans").await,
+        rows.spans.rows().collect::<Vec<_>>()
+    );
     assert_eq!(
         fetch_all::<CollectiveRow>(&store, "collectives").await,
         rows.collectives

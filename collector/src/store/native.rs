@@ -14,8 +14,9 @@
 //! (the rows the RowBinary path sends). Out: Native blocks (no block info:
 //! the HTTP interface's format), sent through the client's
 //! `insert_formatted_with` (its LZ4 compression and settings apply). Rows
-//! held in column form ([`Columns`], the `kernels` rows) write each column
-//! whole instead ([`Layout::encode_columns`]): the same bytes.
+//! held in column form ([`Columns`]: the `kernels`, `kernel_launches` and
+//! `spans` rows) write each column whole instead
+//! ([`Layout::encode_columns`]): the same bytes.
 //!
 //! Column types encoded: `(U)Int8..64`, `Float32/64`, `Enum8/16`, `Date`,
 //! `DateTime`, `String`, `LowCardinality(String)` (dictionary with
@@ -244,7 +245,7 @@ impl Layout {
     }
 }
 
-/// Rows held in column form (see `kernel_rows`): they write each column's
+/// Rows held in column form (see `grouped`): they write each column's
 /// values themselves, a column at a time.
 pub trait Columns {
     /// Writes the values of the rows `rows` for the column named `column`
@@ -285,7 +286,10 @@ pub struct ColumnOut<'a> {
 
 impl ColumnOut<'_> {
     /// One value per row.
-    pub fn fixed<T: Fixed>(&mut self, values: &[T]) -> Result<(), String> {
+    pub fn fixed<T: Fixed>(
+        &mut self,
+        values: impl ExactSizeIterator<Item = T>,
+    ) -> Result<(), String> {
         self.values += values.len();
         match &mut *self.buf {
             Buf::Fixed { width, data } if *width == T::WIDTH => {
@@ -295,7 +299,7 @@ impl ColumnOut<'_> {
                 }
                 Ok(())
             }
-            buf => values.iter().try_for_each(|v| {
+            buf => values.into_iter().try_for_each(|v| {
                 let mut b = Vec::with_capacity(T::WIDTH);
                 v.put(&mut b);
                 buf.fixed(&b)
@@ -366,7 +370,7 @@ impl ColumnOut<'_> {
     pub fn indexed_str<K: AsRef<str>>(
         &mut self,
         keys: &[K],
-        indexes: &[u32],
+        indexes: impl ExactSizeIterator<Item = u32>,
     ) -> Result<(), String> {
         self.values += indexes.len();
         let key = |i: u32| {
@@ -377,7 +381,7 @@ impl ColumnOut<'_> {
         match &mut *self.buf {
             Buf::LowCard { .. } => {
                 let mut ids = vec![u32::MAX; keys.len()];
-                for &i in indexes {
+                for i in indexes {
                     let id = match ids.get(i as usize) {
                         Some(&id) if id != u32::MAX => id,
                         _ => {
@@ -392,7 +396,7 @@ impl ColumnOut<'_> {
                 }
                 Ok(())
             }
-            buf => indexes.iter().try_for_each(|&i| buf.str(key(i)?)),
+            buf => indexes.into_iter().try_for_each(|i| buf.str(key(i)?)),
         }
     }
 }

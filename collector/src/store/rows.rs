@@ -377,12 +377,12 @@ pub struct TraceOpRow {
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct RowSet {
     pub steps: Vec<StepRow>,
-    pub spans: Vec<SpanRow>,
+    /// In column form (see [`super::grouped`]), as `kernels` and `launches`.
+    pub spans: super::grouped::SpanRows,
     pub collectives: Vec<CollectiveRow>,
-    /// In column form (see [`super::kernel_rows`]).
-    pub kernels: super::kernel_rows::KernelRows,
+    pub kernels: super::grouped::KernelRows,
     /// Launch calls of some `kernels` rows (not counted as event rows).
-    pub launches: Vec<LaunchRow>,
+    pub launches: super::grouped::LaunchRows,
     /// Launch configurations of some `kernels` rows (not counted as event rows).
     pub kernel_configs: Vec<KernelConfigRow>,
     pub ranks: Vec<RankRow>,
@@ -426,21 +426,17 @@ impl RowSet {
         let t = &self.telemetry;
         [
             (T::Steps, "ts_ns", time_range(&self.steps, |r| r.ts_ns)),
-            (
-                T::Spans,
-                "start_ns",
-                time_range(&self.spans, |r| r.start_ns),
-            ),
+            (T::Spans, "start_ns", self.spans.order_range()),
             (
                 T::Collectives,
                 "start_ns",
                 time_range(&self.collectives, |r| r.start_ns),
             ),
-            (T::Kernels, "start_ns", self.kernels.start_range()),
+            (T::Kernels, "start_ns", self.kernels.order_range()),
             (
                 T::KernelLaunches,
                 "kernel_start_ns",
-                time_range(&self.launches, |r| r.kernel_start_ns),
+                self.launches.order_range(),
             ),
             (
                 T::KernelConfigs,

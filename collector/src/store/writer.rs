@@ -52,8 +52,8 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use super::fault::{classify, Fault};
-use super::kernel_rows::{KernelRows, RowIdent};
-use super::rows::{BatchRow, KernelRow, RankRow};
+use super::grouped::{Fields, Grouped, RowIdent};
+use super::rows::{BatchRow, RankRow};
 use super::{RowSet, Store, Table};
 
 /// Batching of the writer (`[writer]` in the collector config).
@@ -736,11 +736,12 @@ async fn commit_tables(
         })?;
     let results = tokio::join!(
         write_table(store, metrics, timeout, Table::Steps, sets, |r| &r.steps),
-        write_table(store, metrics, timeout, Table::Spans, sets, |r| &r.spans),
+        write_grouped(store, metrics, timeout, Table::Spans, sets, |r| &r.spans),
         write_table(store, metrics, timeout, Table::Collectives, sets, |r| &r
             .collectives),
-        write_kernels(store, metrics, timeout, sets),
-        write_table(store, metrics, timeout, Table::KernelLaunches, sets, |r| &r
+        write_grouped(store, metrics, timeout, Table::Kernels, sets, |r| &r
+            .kernels),
+        write_grouped(store, metrics, timeout, Table::KernelLaunches, sets, |r| &r
             .launches),
         write_table(store, metrics, timeout, Table::KernelConfigs, sets, |r| &r
             .kernel_configs),
@@ -873,20 +874,26 @@ async fn write_table<
     counted(metrics, table, n, insert(store, table, &rows, timeout)).await
 }
 
-/// [`write_table`] of the `kernels` rows, held in column form.
-async fn write_kernels(
+/// [`write_table`] of rows held in column form ([`Grouped`]).
+async fn write_grouped<F>(
     store: &Store,
     metrics: &WriterMetrics,
     timeout: Duration,
+    table: Table,
     sets: &[RowSet],
-) -> Result<Table, (Table, clickhouse::error::Error)> {
-    let n: usize = sets.iter().map(|s| s.kernels.len()).sum();
+    select: impl Fn(&RowSet) -> &Grouped<F>,
+) -> Result<Table, (Table, clickhouse::error::Error)>
+where
+    F: Fields + Sync,
+    F::Row: RowOwned + RowWrite + for<'r> RowWrite<Value<'r> = F::Row> + Serialize,
+{
+    let n: usize = sets.iter().map(|s| select(s).len()).sum();
     if n == 0 {
-        return Ok(Table::Kernels);
+        return Ok(table);
     }
-    let parts: Vec<&KernelRows> = sets.iter().map(|s| &s.kernels).collect();
-    let insert = insert_kernels(store, &parts, timeout);
-    counted(metrics, Table::Kernels, n, insert).await
+    let parts: Vec<&Grouped<F>> = sets.iter().map(select).collect();
+    let insert = insert_grouped(store, table, &parts, timeout);
+    counted(metrics, table, n, insert).await
 }
 
 /// Runs `insert` of `n` rows into `table`, counted. `Ok` names the table.
@@ -957,21 +964,25 @@ where
     insert.end().await
 }
 
-/// One INSERT of the `kernels` rows of `parts`, in order: Native blocks
-/// written from the columns ([`native::Layout::encode_columns`]), or
-/// RowBinary of the rows built again when the table has no Native layout.
-async fn insert_kernels(
+/// One INSERT of the rows of `parts` into `table`: Native blocks written
+/// from the columns ([`native::Layout::encode_columns`]), or RowBinary of
+/// the rows built again when the table has no Native layout.
+async fn insert_grouped<F>(
     store: &Store,
-    parts: &[&KernelRows],
+    table: Table,
+    parts: &[&Grouped<F>],
     timeout: Duration,
-) -> Result<(), clickhouse::error::Error> {
-    let table = Table::Kernels;
+) -> Result<(), clickhouse::error::Error>
+where
+    F: Fields,
+    F::Row: RowOwned + RowWrite + for<'r> RowWrite<Value<'r> = F::Row> + Serialize,
+{
     let Some(layout) = store
-        .native_layout(table.name(), KernelRow::COLUMN_NAMES, timeout)
+        .native_layout(table.name(), F::Row::COLUMN_NAMES, timeout)
         .await?
     else {
-        let rows: Vec<KernelRow> = parts.iter().flat_map(|k| k.rows()).collect();
-        let rows: Vec<&KernelRow> = rows.iter().collect();
+        let rows: Vec<F::Row> = parts.iter().flat_map(|k| k.rows()).collect();
+        let rows: Vec<&F::Row> = rows.iter().collect();
         return insert(store, table, &rows, timeout).await;
     };
     let mut insert = store
@@ -988,23 +999,29 @@ async fn insert_kernels(
 
 /// `parts`' rows cut into blocks of at most `max` rows, each block the row
 /// ranges of the parts it takes; the parts' rank groups ordered by job, rank
-/// and first `start_ns` (a window's batches come in the order they were
-/// converted, not sent), as the table's `ORDER BY (job_id, rank,
-/// start_ns)`. Each group's rows are in `start_ns` order
-/// ([`KernelRows::sort_group`]) and a rank's batches do not overlap in time,
+/// and first time (a window's batches come in the order they were
+/// converted, not sent), as the tables' `ORDER BY (job_id, rank, <time>)`.
+/// Each group's rows are in time order ([`Grouped::sort_group`]) and a
+/// rank's batches do not overlap in time,
 /// so the INSERT is then usually sorted already and ClickHouse skips
 /// sorting and permuting it (`MergeTreeDataWriterBlocksAlreadySorted`):
 /// 281,600 kernels rows cost the server 100-110 ms of CPU instead of 140-190
 /// ms on 18.16 (measured side by side, HTTP, Native).
-fn blocks<'a>(parts: &[&'a KernelRows], max: usize) -> Vec<Vec<(&'a KernelRows, Range<usize>)>> {
-    let mut runs: Vec<(&RowIdent, &KernelRows, Range<usize>)> = parts
+fn blocks<'a, F: Fields>(
+    parts: &[&'a Grouped<F>],
+    max: usize,
+) -> Vec<Vec<(&'a Grouped<F>, Range<usize>)>> {
+    let mut runs: Vec<(&RowIdent, u64, &Grouped<F>, Range<usize>)> = parts
         .iter()
-        .flat_map(|&k| k.groups().map(move |(id, rows)| (id, k, rows)))
+        .flat_map(|&k| {
+            k.groups()
+                .map(move |(id, rows, first)| (id, first, k, rows))
+        })
         .collect();
-    runs.sort_by_key(|(id, k, rows)| (&*id.job_id, id.rank, k.start_ns(rows.start)));
+    runs.sort_by_key(|(id, first, _, _)| (&*id.job_id, id.rank, *first));
     let mut out = vec![Vec::new()];
     let mut room = max.max(1);
-    for (_, part, rows) in runs {
+    for (_, _, part, rows) in runs {
         let mut at = rows.start;
         while at < rows.end {
             if room == 0 {
@@ -1090,6 +1107,7 @@ mod tests {
 #[cfg(test)]
 mod block_tests {
     use super::*;
+    use crate::store::{KernelFields, KernelRow, KernelRows};
 
     /// A batch's kernels: rank groups of two jobs, in an order other than
     /// the table's, each rank's rows in time order (batch `seq` later).
@@ -1150,6 +1168,6 @@ mod block_tests {
                 "limit {max}: blocks are filled"
             );
         }
-        assert!(blocks(&[], 10).is_empty());
+        assert!(blocks::<KernelFields>(&[], 10).is_empty());
     }
 }
