@@ -205,3 +205,74 @@ fn event_row_vectors_are_reserved_for_exactly_their_rows() {
         assert_eq!(capacity, len, "{table}: capacity beyond the rows");
     }
 }
+
+/// A rank's kernels, launches and spans leave conversion in start order
+/// (the table's `ORDER BY` time), each table's rows of a group sorted on
+/// their own, whatever order they were sent in.
+#[test]
+fn a_groups_kernels_launches_and_spans_come_out_in_start_order() {
+    let mut g = group(0);
+    g.events
+        .retain(|e| !matches!(e.kind, Some(Kind::Kernel(_) | Kind::Span(_))));
+    for start in [1_400u64, 1_100, 1_300, 1_200] {
+        g.events.insert(
+            1,
+            ev(Kind::Kernel(proto::Kernel {
+                kind: proto::KernelKind::Kernel as i32,
+                name_id: 1,
+                start_ns: start,
+                end_ns: start + 50,
+                correlation: start,
+                launch_start_ns: start - 90,
+                launch_end_ns: start - 80,
+                ..Default::default()
+            })),
+        );
+        g.events.insert(
+            1,
+            ev(Kind::Span(proto::Span {
+                category: proto::SpanCategory::Forward as i32,
+                start_ns: start,
+                end_ns: start + 60,
+                device: -1,
+                ..Default::default()
+            })),
+        );
+    }
+    let rows = convert(&batch(vec![g, group(1)]), 5).expect("valid batch");
+    let kernels: Vec<(u32, u64, u64)> = rows
+        .kernels
+        .rows()
+        .map(|k| (k.rank, k.start_ns, k.correlation))
+        .collect();
+    assert_eq!(
+        kernels,
+        [
+            (0, 1_100, 1_100),
+            (0, 1_200, 1_200),
+            (0, 1_300, 1_300),
+            (0, 1_400, 1_400),
+            (1, 1_100, 9)
+        ],
+        "every column moves with its row"
+    );
+    let launches: Vec<(u64, u64)> = rows
+        .launches
+        .rows()
+        .map(|l| (l.kernel_start_ns, l.start_ns))
+        .collect();
+    assert_eq!(
+        launches,
+        [
+            (1_100, 1_010),
+            (1_200, 1_110),
+            (1_300, 1_210),
+            (1_400, 1_310)
+        ]
+    );
+    let spans: Vec<(u32, u64)> = rows.spans.rows().map(|s| (s.rank, s.start_ns)).collect();
+    assert_eq!(
+        spans,
+        [(0, 1_100), (0, 1_200), (0, 1_300), (0, 1_400), (1, 1_000)]
+    );
+}

@@ -51,8 +51,10 @@ pub trait Fields: Copy + Debug + PartialEq {
     /// The time the table's `ORDER BY (job_id, rank, <time>)` sorts a rank's
     /// rows by.
     fn order_ns(&self) -> u64;
-    /// A row's shared columns, name and own fields (name index `name`).
-    fn split(row: Self::Row, name: impl FnOnce(&RowIdent, Text) -> u32) -> (RowIdent, Self);
+    /// A row's shared columns, name and own fields (name index 0).
+    fn split(row: Self::Row) -> (RowIdent, Text, Self);
+    /// The fields with name index `name`.
+    fn with_name(self, name: u32) -> Self;
     /// The row again.
     fn join(&self, ident: &RowIdent, name: Text) -> Self::Row;
     /// Writes the own column `column` of `rows`; `None` when `column` is
@@ -171,25 +173,20 @@ impl<F: Fields> Grouped<F> {
     /// Adds a whole row (to the last group when it has the same shared
     /// columns, else to a new one).
     pub fn push(&mut self, row: F::Row) {
-        let mut index = 0;
-        let (ident, f) = F::split(row, |ident, name| {
-            if self.groups.last().is_none_or(|g| g.ident != *ident) {
-                self.group(ident.clone(), Arc::default());
+        let (ident, name, f) = F::split(row);
+        if self.groups.last().is_none_or(|g| g.ident != ident) {
+            self.group(ident, Arc::default());
+        }
+        let group = self.groups.last_mut().expect("a group was started");
+        let names = Arc::make_mut(&mut group.names);
+        let index = match names.iter().position(|n| *n == name) {
+            Some(i) => i,
+            None => {
+                names.push(name);
+                names.len() - 1
             }
-            let group = self.groups.last_mut().expect("a group was started");
-            let names = Arc::make_mut(&mut group.names);
-            index = match names.iter().position(|n| *n == name) {
-                Some(i) => i,
-                None => {
-                    names.push(name);
-                    names.len() - 1
-                }
-            };
-            index as u32
-        });
-        debug_assert_eq!(self.groups.last().map(|g| &g.ident), Some(&ident));
-        debug_assert_eq!(f.name() as usize, index);
-        self.push_fields(f);
+        };
+        self.push_fields(f.with_name(index as u32));
     }
 
     /// Row `i` as a row struct.
@@ -338,10 +335,10 @@ impl Fields for KernelFields {
     fn order_ns(&self) -> u64 {
         self.start_ns
     }
-    fn split(r: KernelRow, name: impl FnOnce(&RowIdent, Text) -> u32) -> (RowIdent, Self) {
-        let f = |name| KernelFields {
+    fn split(r: KernelRow) -> (RowIdent, Text, Self) {
+        let f = KernelFields {
             kind: r.kind,
-            name,
+            name: 0,
             stream: r.stream,
             device: r.device,
             start_ns: r.start_ns,
@@ -349,9 +346,10 @@ impl Fields for KernelFields {
             correlation: r.correlation,
             bytes: r.bytes,
         };
-        let ident = ident_of!(r);
-        let f = f(name(&ident, r.name));
-        (ident, f)
+        (ident_of!(r), r.name, f)
+    }
+    fn with_name(self, name: u32) -> Self {
+        KernelFields { name, ..self }
     }
     fn join(&self, id: &RowIdent, name: Text) -> KernelRow {
         with_ident!(KernelRow, id, {
@@ -400,23 +398,19 @@ impl Fields for LaunchFields {
     fn order_ns(&self) -> u64 {
         self.kernel_start_ns
     }
-    fn split(r: LaunchRow, name: impl FnOnce(&RowIdent, Text) -> u32) -> (RowIdent, Self) {
-        let (correlation, stream, kernel_start_ns) = (r.correlation, r.stream, r.kernel_start_ns);
-        let (start_ns, end_ns) = (r.start_ns, r.end_ns);
-        let api = r.api.clone();
-        let ident = ident_of!(r);
-        let api = name(&ident, api);
-        (
-            ident,
-            LaunchFields {
-                correlation,
-                stream,
-                kernel_start_ns,
-                api,
-                start_ns,
-                end_ns,
-            },
-        )
+    fn split(r: LaunchRow) -> (RowIdent, Text, Self) {
+        let f = LaunchFields {
+            correlation: r.correlation,
+            stream: r.stream,
+            kernel_start_ns: r.kernel_start_ns,
+            api: 0,
+            start_ns: r.start_ns,
+            end_ns: r.end_ns,
+        };
+        (ident_of!(r), r.api, f)
+    }
+    fn with_name(self, api: u32) -> Self {
+        LaunchFields { api, ..self }
     }
     fn join(&self, id: &RowIdent, api: Text) -> LaunchRow {
         with_ident!(LaunchRow, id, {
@@ -461,23 +455,19 @@ impl Fields for SpanFields {
     fn order_ns(&self) -> u64 {
         self.start_ns
     }
-    fn split(r: SpanRow, name: impl FnOnce(&RowIdent, Text) -> u32) -> (RowIdent, Self) {
-        let (category, start_ns, end_ns, stream, device) =
-            (r.category, r.start_ns, r.end_ns, r.stream, r.device);
-        let text = r.name.clone();
-        let ident = ident_of!(r);
-        let name = name(&ident, text);
-        (
-            ident,
-            SpanFields {
-                category,
-                name,
-                start_ns,
-                end_ns,
-                stream,
-                device,
-            },
-        )
+    fn split(r: SpanRow) -> (RowIdent, Text, Self) {
+        let f = SpanFields {
+            category: r.category,
+            name: 0,
+            start_ns: r.start_ns,
+            end_ns: r.end_ns,
+            stream: r.stream,
+            device: r.device,
+        };
+        (ident_of!(r), r.name, f)
+    }
+    fn with_name(self, name: u32) -> Self {
+        SpanFields { name, ..self }
     }
     fn join(&self, id: &RowIdent, name: Text) -> SpanRow {
         with_ident!(SpanRow, id, {
