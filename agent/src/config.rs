@@ -113,6 +113,11 @@ pub struct Config {
     pub backlog_max_bytes: usize,
     /// Batches sent to the collector concurrently (unacknowledged: the
     /// collector answers after its writer's window committed them).
+    /// Default 32: the collector fills its next window while one commits,
+    /// so a catching-up agent needs about two windows' worth in flight;
+    /// with 16 (50,000-event batches) the collector waited for
+    /// acknowledgements while ClickHouse inserted (bench/RESULTS-alternations.md,
+    /// session 28). In-flight batches count against the backlog bounds.
     pub max_in_flight_batches: usize,
     /// First retry delay after a transient collector failure.
     pub retry_initial_ms: u64,
@@ -213,7 +218,7 @@ impl Default for Config {
             flush_at_step_end: true,
             backlog_max_batches: 256,
             backlog_max_bytes: 16 * 1024 * 1024,
-            max_in_flight_batches: 16,
+            max_in_flight_batches: 32,
             retry_initial_ms: 100,
             retry_max_ms: 10_000,
             request_timeout_ms: 30_000,
