@@ -30,6 +30,7 @@ pub mod diff;
 mod fault;
 pub mod fleet;
 pub mod fleet_counters;
+mod frame;
 pub mod gains;
 pub mod goodput;
 pub mod gpu_ops;
@@ -350,6 +351,32 @@ pub struct Store {
     /// Native-format layouts of the tables written so far (`None`: the
     /// table stays on RowBinary), read from `system.columns` once.
     layouts: Arc<Mutex<Layouts>>,
+    /// With `compression = "lz4"`: `client` without the crate's
+    /// compression, sending `decompress=1`, for the Native INSERTs whose
+    /// bodies the writer frames itself ([`frame`]).
+    framed: Option<clickhouse::Client>,
+}
+
+/// An INSERT in the Native format ([`Store::native_insert`]).
+pub(crate) struct NativeInsert {
+    insert: clickhouse::insert_formatted::InsertFormatted,
+    framer: Option<frame::Framer>,
+}
+
+impl NativeInsert {
+    /// Sends one Native block.
+    pub(crate) async fn send(&mut self, block: Vec<u8>) -> Result<(), clickhouse::error::Error> {
+        let body = match &mut self.framer {
+            Some(f) => f.frame(&block)?,
+            None => block,
+        };
+        self.insert.send(body.into()).await
+    }
+
+    /// Ends the INSERT: `Ok` once ClickHouse stored every block.
+    pub(crate) async fn end(self) -> Result<(), clickhouse::error::Error> {
+        self.insert.end().await
+    }
 }
 
 /// Per table name: its Native layout, or `None` (RowBinary).
@@ -395,7 +422,14 @@ impl Store {
             server = server.with_password(cfg.password.as_str());
         }
         let client = server.clone().with_database(cfg.database.as_str());
+        let framed = (cfg.compression == Compression::Lz4).then(|| {
+            client
+                .clone()
+                .with_compression(clickhouse::Compression::None)
+                .with_setting("decompress", "1")
+        });
         Ok(Store {
+            framed,
             checked: client.clone().with_validation(true),
             typed: Arc::default(),
             client,
@@ -423,6 +457,7 @@ impl Store {
                 .with_setting("insert_distributed_sync", "1")
         };
         self.client = settings(self.client);
+        self.framed = self.framed.map(settings);
         self.checked = settings(self.checked);
         self.server = settings(self.server);
         self.cluster = Some(cluster.to_string());
@@ -437,6 +472,23 @@ impl Store {
     /// The client, with the rankscope database as its current database.
     pub fn client(&self) -> &clickhouse::Client {
         &self.client
+    }
+
+    /// An INSERT of Native blocks into `table` (`INSERT INTO table FORMAT
+    /// Native`), each block sent with [`NativeInsert::send`]: framed and
+    /// compressed by the collector with `compression = "lz4"`, as is otherwise.
+    pub(crate) fn native_insert(&self, table: &str, timeout: Duration) -> NativeInsert {
+        let sql = format!("INSERT INTO {table} FORMAT Native");
+        let (client, framer) = match &self.framed {
+            Some(c) => (c, Some(frame::Framer::default())),
+            None => (&self.client, None),
+        };
+        NativeInsert {
+            insert: client
+                .insert_formatted_with(sql)
+                .with_timeouts(Some(timeout), Some(timeout)),
+            framer,
+        }
     }
 
     /// How rows with fields `names` are written to `table` in the Native

@@ -17,13 +17,16 @@
 //! it); peers using any other gRPC implementation interoperate unchanged.
 //! Every gRPC exchange of the test suite goes through this codec.
 
+use std::any::{Any, TypeId};
 use std::marker::PhantomData;
 
 use prost::bytes::{Buf, BufMut, Bytes};
-use prost::encoding::{skip_field, DecodeContext, WireType};
+use prost::encoding::{decode_key, decode_varint, skip_field, DecodeContext, WireType};
 use prost::{DecodeError, Message};
 use tonic::codec::{Codec, DecodeBuf, Decoder, EncodeBuf, Encoder};
 use tonic::Status;
+
+use crate::v1;
 
 /// See the module docs.
 #[derive(Debug, Clone)]
@@ -82,14 +85,14 @@ impl<T: Message> Encoder for VecEncoder<T> {
 #[derive(Debug)]
 pub struct SliceDecoder<U>(PhantomData<U>);
 
-impl<U: Message + Default> Decoder for SliceDecoder<U> {
+impl<U: Message + Default + 'static> Decoder for SliceDecoder<U> {
     type Item = U;
     type Error = Status;
 
     fn decode(&mut self, buf: &mut DecodeBuf<'_>) -> Result<Option<U>, Status> {
         let len = buf.remaining();
         let item = if buf.chunk().len() == len {
-            let item = U::decode(buf.chunk());
+            let item = decode_sized::<U>(buf.chunk());
             buf.advance(len);
             item
         } else {
@@ -99,6 +102,66 @@ impl<U: Message + Default> Decoder for SliceDecoder<U> {
         // status code guide).
         item.map(Some).map_err(|e| Status::internal(e.to_string()))
     }
+}
+
+/// `U` decoded from `bytes`; an `AgentBatch` with each rank's event vector
+/// sized before its events are decoded ([`decode_agent_batch`]), every other
+/// message as prost decodes it. (The generated services name the message
+/// type only through this codec's parameter, hence the type check.)
+fn decode_sized<U: Message + Default + 'static>(bytes: &[u8]) -> Result<U, DecodeError> {
+    if TypeId::of::<U>() == TypeId::of::<v1::AgentBatch>() {
+        let batch: Box<dyn Any> = Box::new(decode_agent_batch(bytes)?);
+        if let Ok(batch) = batch.downcast::<U>() {
+            return Ok(*batch);
+        }
+    }
+    U::decode(bytes)
+}
+
+/// Field number of `AgentBatch.ranks` (proto/rankscope/v1/ingest.proto).
+const AGENT_BATCH_RANKS: u32 = 6;
+/// Field number of `RankEvents.events`.
+const RANK_EVENTS_EVENTS: u32 = 3;
+
+/// Decodes an `AgentBatch` into the message prost decodes (malformed input
+/// is an error too, its text without prost's field path), but each `RankEvents.events` vector is reserved for its
+/// events first (one pass over the field keys) instead of growing by
+/// doubling: a 50,000-event batch's events are ~4.8 MB of `Event`s, and
+/// the copies and reallocations of the growth were ~3-6 % of the
+/// collector's CPU at full ingest (bench/RESULTS-alternations.md, session 28).
+pub fn decode_agent_batch(mut buf: &[u8]) -> Result<v1::AgentBatch, DecodeError> {
+    let mut batch = v1::AgentBatch::default();
+    while buf.has_remaining() {
+        let (tag, wire_type) = decode_key(&mut buf)?;
+        if tag == AGENT_BATCH_RANKS && wire_type == WireType::LengthDelimited {
+            // `skip_field` checks the length against what is left.
+            let mut at = buf;
+            skip_field(wire_type, tag, &mut buf, DecodeContext::default())?;
+            let len = decode_varint(&mut at)? as usize;
+            let group = &at[..len];
+            let mut ranks = v1::RankEvents::default();
+            ranks
+                .events
+                .reserve_exact(count_field(group, RANK_EVENTS_EVENTS)?);
+            ranks.merge(group)?;
+            batch.ranks.push(ranks);
+        } else {
+            batch.merge_field(tag, wire_type, &mut buf, DecodeContext::default())?;
+        }
+    }
+    Ok(batch)
+}
+
+/// How many times field `tag` occurs in the encoded message `buf` (its
+/// other fields skipped; malformed input is an error, as decoding it is).
+pub fn count_field(mut buf: &[u8], tag: u32) -> Result<usize, DecodeError> {
+    let mut n = 0;
+    while buf.has_remaining() {
+        let (t, wire_type) = decode_key(&mut buf)?;
+        n += usize::from(t == tag);
+        skip_field(wire_type, t, &mut buf, DecodeContext::default())?;
+    }
+    Ok(n)
 }
 
 /// A message already encoded, sent as its bytes: the agent encodes a batch
@@ -229,6 +292,111 @@ impl Message for StampedBatch {
 mod tests {
     use super::*;
     use crate::v1 as proto;
+
+    fn kernel(t: u64) -> proto::Event {
+        proto::Event {
+            kind: Some(proto::event::Kind::Kernel(proto::Kernel {
+                kind: proto::KernelKind::Kernel as i32,
+                name_id: 1 + (t % 3) as u32,
+                start_ns: t,
+                end_ns: t + 5,
+                stream: 7,
+                correlation: t,
+                ..Default::default()
+            })),
+        }
+    }
+
+    fn batch() -> proto::AgentBatch {
+        let ranks = (0..3u32)
+            .map(|r| proto::RankEvents {
+                identity: Some(proto::RankIdentity {
+                    job_id: "j".into(),
+                    rank: r,
+                    world_size: 3,
+                    ..Default::default()
+                }),
+                names: vec![proto::InternedName {
+                    id: 1,
+                    name: "gemm".into(),
+                }],
+                events: (0..100 * u64::from(r)).map(kernel).collect(),
+                stream_closed: r == 2,
+                trace_id: String::new(),
+                trace_last: false,
+                trace_events: 0,
+            })
+            .collect();
+        proto::AgentBatch {
+            agent_id: "node-1".into(),
+            agent_session: 42,
+            seq: 3,
+            node: "n1".into(),
+            sent_at_ns: 9,
+            ranks,
+            gpu_samples: vec![proto::GpuSample::default()],
+            host_samples: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn an_agent_batch_decodes_as_prost_decodes_it_with_event_vectors_sized() {
+        let want = batch();
+        let wire = want.encode_to_vec();
+        let got = decode_agent_batch(&wire).unwrap();
+        assert_eq!(got, want);
+        for r in &got.ranks {
+            assert_eq!(r.events.capacity(), r.events.len());
+        }
+        // Through the codec's generic entry point too, and other messages
+        // as prost decodes them.
+        assert_eq!(decode_sized::<proto::AgentBatch>(&wire).unwrap(), want);
+        let ack = proto::IngestAck {
+            seq: 4,
+            rows: 5,
+            duplicate: true,
+        };
+        assert_eq!(
+            decode_sized::<proto::IngestAck>(&ack.encode_to_vec()).unwrap(),
+            ack
+        );
+    }
+
+    #[test]
+    fn unusual_encodings_decode_as_prost_decodes_them() {
+        let one = batch();
+        // Two batches' bytes concatenated: protobuf merges them (scalars
+        // take the last value, repeated fields append).
+        let mut wire = one.encode_to_vec();
+        let mut second = batch();
+        second.seq = 4;
+        second.ranks.truncate(1);
+        wire.extend(second.encode_to_vec());
+        // An unknown field (number 99, varint) after everything.
+        prost::encoding::uint64::encode(99, &7, &mut wire);
+        let want = proto::AgentBatch::decode(&wire[..]).unwrap();
+        assert_eq!(want.seq, 4);
+        assert_eq!(want.ranks.len(), 4);
+        assert_eq!(decode_agent_batch(&wire).unwrap(), want);
+        // `ranks` with the wrong wire type, and cut short: errors, as in prost.
+        let mut bad = Vec::new();
+        prost::encoding::uint64::encode(AGENT_BATCH_RANKS, &1, &mut bad);
+        assert!(proto::AgentBatch::decode(&bad[..]).is_err());
+        assert!(decode_agent_batch(&bad).is_err());
+        let cut = &one.encode_to_vec()[..200];
+        assert!(proto::AgentBatch::decode(cut).is_err());
+        assert!(decode_agent_batch(cut).is_err());
+    }
+
+    #[test]
+    fn a_field_is_counted_wherever_it_occurs() {
+        let r = &batch().ranks[2];
+        let wire = r.encode_to_vec();
+        assert_eq!(count_field(&wire, RANK_EVENTS_EVENTS).unwrap(), 200);
+        assert_eq!(count_field(&wire, 2).unwrap(), 1);
+        assert_eq!(count_field(&wire, 50).unwrap(), 0);
+        assert!(count_field(&wire[..wire.len() - 1], 3).is_err());
+    }
 
     #[test]
     fn an_encoded_message_is_its_bytes_on_the_wire() {

@@ -156,7 +156,8 @@ impl RankMessageIn {
     pub fn decode(bytes: Bytes) -> Result<Self, DecodeError> {
         debug_assert!(u32::try_from(bytes.len()).is_ok());
         let mut head = RankMessageHead::default();
-        let (mut events, mut ranges) = (Vec::new(), Vec::new());
+        let n = crate::codec::count_field(&bytes, RANK_MESSAGE_EVENTS)?;
+        let (mut events, mut ranges) = (Vec::with_capacity(n), Vec::with_capacity(n));
         let mut buf: &[u8] = &bytes;
         while buf.has_remaining() {
             let (tag, wire_type) = prost::encoding::decode_key(&mut buf)?;

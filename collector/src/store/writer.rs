@@ -942,14 +942,11 @@ where
         .native_layout(table.name(), T::COLUMN_NAMES, timeout)
         .await?;
     if let Some(layout) = layout {
-        let mut insert = store
-            .client()
-            .insert_formatted_with(format!("INSERT INTO {} FORMAT Native", table.name()))
-            .with_timeouts(Some(timeout), Some(timeout));
+        let mut insert = store.native_insert(table.name(), timeout);
         for part in rows.chunks(NATIVE_BLOCK_ROWS) {
             let mut block = Vec::new();
             layout.encode(part.iter().copied(), &mut block)?;
-            insert.send(block.into()).await?;
+            insert.send(block).await?;
         }
         return insert.end().await;
     }
@@ -985,14 +982,11 @@ where
         let rows: Vec<&F::Row> = rows.iter().collect();
         return insert(store, table, &rows, timeout).await;
     };
-    let mut insert = store
-        .client()
-        .insert_formatted_with(format!("INSERT INTO {} FORMAT Native", table.name()))
-        .with_timeouts(Some(timeout), Some(timeout));
+    let mut insert = store.native_insert(table.name(), timeout);
     for pieces in blocks(parts, NATIVE_BLOCK_ROWS) {
         let mut block = Vec::new();
         layout.encode_columns(&pieces, &mut block)?;
-        insert.send(block.into()).await?;
+        insert.send(block).await?;
     }
     insert.end().await
 }
