@@ -156,13 +156,13 @@ fn push_group(
     let cx = Ctx {
         batch,
         id,
-        job_id: id.job_id.as_str().into(),
-        run_id: id.run_id.as_str().into(),
-        node: node.as_str().into(),
-        agent_id: batch.agent_id.as_str().into(),
+        job_id: names::intern(&id.job_id),
+        run_id: names::intern(&id.run_id),
+        node: names::intern(node),
+        agent_id: names::intern(&batch.agent_id),
         name_list: Arc::new(
-            std::iter::once(Text::from(""))
-                .chain(group.names.iter().map(|n| Text::from(n.name.as_str())))
+            std::iter::once(names::intern(""))
+                .chain(group.names.iter().map(|n| names::intern(&n.name)))
                 .collect(),
         ),
         names: NameTable::new(
