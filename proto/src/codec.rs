@@ -139,11 +139,12 @@ const AGENT_BATCH_RANKS: u32 = 6;
 const RANK_EVENTS_EVENTS: u32 = 3;
 
 /// Decodes an `AgentBatch` into the message prost decodes (malformed input
-/// is an error too, its text without prost's field path), but each `RankEvents.events` vector is reserved for its
-/// events first (one pass over the field keys) instead of growing by
-/// doubling: a 50,000-event batch's events are ~4.8 MB of `Event`s, and
-/// the copies and reallocations of the growth were ~3-6 % of the
-/// collector's CPU at full ingest (bench/RESULTS-alternations.md, session 28).
+/// is an error too, its text without prost's field path), but each
+/// `RankEvents.events` vector is reserved for its events first (one pass
+/// over the field keys) instead of growing by doubling: a 50,000-event
+/// batch's events are ~4.8 MB of `Event`s, and the copies and reallocations
+/// of the growth were ~3-6 % of the collector's CPU at full ingest
+/// (bench/RESULTS-alternations.md, session 28).
 pub fn decode_agent_batch(mut buf: &[u8]) -> Result<v1::AgentBatch, DecodeError> {
     let mut batch = v1::AgentBatch::default();
     while buf.has_remaining() {

@@ -13,7 +13,8 @@
 //! are the [`Row::COLUMN_NAMES`](clickhouse::Row::COLUMN_NAMES), in order
 //! (the rows the RowBinary path sends). Out: Native blocks (no block info:
 //! the HTTP interface's format), sent through the client's
-//! `insert_formatted_with` (its LZ4 compression and settings apply). Rows
+//! `insert_formatted_with` (its settings apply; with LZ4 each block is framed
+//! by [`super::frame`], `Store::native_insert`). Rows
 //! held in column form ([`Columns`]: the `kernels`, `kernel_launches` and
 //! `spans` rows) write each column whole instead
 //! ([`Layout::encode_columns`]): the same bytes.
