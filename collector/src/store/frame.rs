@@ -104,7 +104,7 @@ mod tests {
             .collect();
         for data in [&runs[..], &random[..], &[][..], &random[..10]] {
             let framed = framer.frame(data).unwrap();
-            assert_eq!(framed.len() == 0, data.is_empty());
+            assert_eq!(framed.is_empty(), data.is_empty());
             assert_eq!(unframe(&framed), data);
         }
         let framed = framer.frame(&random).unwrap();
