@@ -69,14 +69,16 @@ pub(super) fn intern(s: &str) -> Text {
         if let Some(t) = i.set.get(s) {
             return t.clone();
         }
+        let t = Text::from(s);
+        if s.len() > INTERN_MAX_BYTES {
+            // Never kept: it would only empty the table.
+            return t;
+        }
         if i.set.len() >= INTERN_MAX_STRINGS || i.bytes + s.len() > INTERN_MAX_BYTES {
             *i = Interned::default();
         }
-        let t = Text::from(s);
-        if s.len() <= INTERN_MAX_BYTES {
-            i.bytes += s.len();
-            i.set.insert(t.clone());
-        }
+        i.bytes += s.len();
+        i.set.insert(t.clone());
         t
     })
 }
