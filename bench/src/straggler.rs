@@ -8,12 +8,16 @@
 //! [`SLOW_RANK`] 1.5x slower from step 0, `--layers 1`-sized steps generated
 //! by the simulator's own model): this driver plays the 128 node agents and
 //! sends `AgentBatch`es straight to the collector's `CollectorIngest.Ingest`
-//! with the generated client. Steps 0 and 1 go first (one batch per node)
+//! as an agent sends them: each batch encoded once when it is built, and
+//! every call stamping its own `sent_at_ns` (`codec::StampedBatch`). Steps 0 and 1 go first (one batch per node)
 //! and are acknowledged; the driver then waits until their breakdown is
 //! queryable, so the collector's writer is idle. Under the default policy
 //! (flagged in 3 of the last 5 steps) step 2 is the first step in which the
-//! straggler crosses the threshold. Its 128 batches are built in advance and
-//! sent concurrently (an UNAVAILABLE answer, the collector's writer queue
+//! straggler crosses the threshold. Its 128 batches are built and encoded
+//! in advance (on a cluster each node's agent encodes its own batch on its
+//! own CPU; here the driver shares the collector's cores, so encoding after
+//! `t0` would be the driver's cost in the collector's window) and sent
+//! concurrently (an UNAVAILABLE answer, the collector's writer queue
 //! being full, is retried with the agent's default backoff and counted);
 //! `t0` is when the last of them (holding the last rank's StepEnd) was
 //! handed to the client. From then on the driver polls
@@ -35,11 +39,15 @@
 
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use bytes::Bytes;
+use prost::Message;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use rankscope_cli::simulate::model::{event_name_id, identity, name_text, plan_iter};
 use rankscope_cli::simulate::{SimConfig, Straggler};
+use rankscope_proto::codec::{StampedBatch, StampedCodec};
 use rankscope_proto::v1 as proto;
+use tonic::codegen::http::uri::PathAndQuery;
 use tonic::transport::Channel;
 
 use crate::http::HttpClient;
@@ -104,10 +112,7 @@ pub async fn run(
             .connect()
             .await
             .map_err(|e| grpc(e.to_string()))?;
-        clients.push(
-            proto::collector_ingest_client::CollectorIngestClient::new(ch)
-                .max_encoding_message_size(64 << 20),
-        );
+        clients.push(tonic::client::Grpc::new(ch).max_encoding_message_size(64 << 20));
     }
     let mut out = Vec::new();
     for t in 0..trials {
@@ -117,7 +122,10 @@ pub async fn run(
     Ok(out)
 }
 
-type Client = proto::collector_ingest_client::CollectorIngestClient<Channel>;
+type Client = tonic::client::Grpc<Channel>;
+
+/// The gRPC path of `CollectorIngest.Ingest` (proto/rankscope/v1/ingest.proto).
+const INGEST_PATH: &str = "/rankscope.v1.CollectorIngest/Ingest";
 
 /// The trial job: `ranks` ranks, [`SLOW_RANK`] 1.5x slower, one-layer steps.
 fn job_config(job: &str, ranks: u32) -> SimConfig {
@@ -183,22 +191,26 @@ async fn trial(
             agent_session: session,
             seq,
             node: format!("sim-node-{node}"),
-            sent_at_ns: now_ns(),
+            // Stamped per call (`StampedBatch`).
+            sent_at_ns: 0,
             ranks,
             ..Default::default()
         }
     };
+    let encoded = |b: &proto::AgentBatch| Bytes::from(b.encode_to_vec());
     let d = DECISIVE_STEP as usize;
-    let warm: Vec<_> = (0..nodes).map(|n| batch(n, 1, 0, d)).collect();
+    let warm: Vec<_> = (0..nodes).map(|n| encoded(&batch(n, 1, 0, d))).collect();
     send_all(clients, warm).await?;
     wait_breakdown(http, http_url, job, DECISIVE_STEP - 1, world).await?;
 
-    let decisive: Vec<_> = (0..nodes).map(|n| batch(n, 2, d, d + 1)).collect();
-    let step_events = decisive
-        .iter()
-        .flat_map(|b| b.ranks.iter())
-        .map(|r| r.events.len() as u64)
-        .sum();
+    let mut step_events = 0;
+    let decisive: Vec<_> = (0..nodes)
+        .map(|n| {
+            let b = batch(n, 2, d, d + 1);
+            step_events += b.ranks.iter().map(|r| r.events.len() as u64).sum::<u64>();
+            encoded(&b)
+        })
+        .collect();
     let (tx, mut handed) = tokio::sync::mpsc::unbounded_channel();
     let n = decisive.len();
     let sends = spawn_sends(clients, decisive, Some(tx));
@@ -370,7 +382,7 @@ async fn agent_trial(
 /// when the last was acknowledged, retries).
 async fn send_all(
     clients: &[Client],
-    batches: Vec<proto::AgentBatch>,
+    batches: Vec<Bytes>,
 ) -> Result<(Instant, u64, Instant, u64), BenchError> {
     let (last_sent, last_ack, retries) = join_acks(spawn_sends(clients, batches, None)).await?;
     Ok((last_sent.0, last_sent.1, last_ack, retries))
@@ -383,12 +395,12 @@ type Handed = (Instant, u64);
 /// acknowledged, retries) or the refusal.
 type Sends = tokio::task::JoinSet<(Handed, Result<(Instant, u32), tonic::Status>)>;
 
-/// One task per batch: sends it, retrying UNAVAILABLE with the agent's
-/// default backoff (100 ms doubling, equal jitter); each task reports its
-/// first hand-over on `handed`.
+/// One task per encoded batch: sends it, retrying UNAVAILABLE with the
+/// agent's default backoff (100 ms doubling, equal jitter); each task
+/// reports its first hand-over on `handed`.
 fn spawn_sends(
     clients: &[Client],
-    batches: Vec<proto::AgentBatch>,
+    batches: Vec<Bytes>,
     handed: Option<tokio::sync::mpsc::UnboundedSender<Handed>>,
 ) -> Sends {
     let mut set = tokio::task::JoinSet::new();
@@ -403,7 +415,7 @@ fn spawn_sends(
             let mut rng = SmallRng::seed_from_u64(sent.1 ^ i as u64);
             let mut retries = 0u32;
             loop {
-                match c.ingest(b.clone()).await {
+                match ingest(&mut c, &b).await {
                     Ok(_) => return (sent, Ok((Instant::now(), retries))),
                     Err(s) if s.code() == tonic::Code::Unavailable && retries < 20 => {
                         let base = 100.0 * 2f64.powi(retries.min(7) as i32);
@@ -418,6 +430,22 @@ fn spawn_sends(
         });
     }
     set
+}
+
+/// `CollectorIngest.Ingest` with the encoded batch `body`, stamped now (as
+/// the agent's uplink sends a batch).
+async fn ingest(c: &mut Client, body: &Bytes) -> Result<proto::IngestAck, tonic::Status> {
+    c.ready()
+        .await
+        .map_err(|e| tonic::Status::unknown(format!("Service was not ready: {e}")))?;
+    let request = tonic::Request::new(StampedBatch {
+        body: body.clone(),
+        sent_at_ns: now_ns(),
+    });
+    let path = PathAndQuery::from_static(INGEST_PATH);
+    c.unary(request, path, StampedCodec::<proto::IngestAck>::default())
+        .await
+        .map(tonic::Response::into_inner)
 }
 
 /// Waits for every send of `set`: (the last hand-over, the last
