@@ -49,8 +49,6 @@ use crate::kineto::{KinetoDaemon, RankTrace, TraceMode, TraceRequest, TraceState
 pub(crate) const MAX_PARSED: usize = 16;
 /// Events per queued chunk of an import.
 const IMPORT_CHUNK: usize = 1024;
-/// How often the daemon's state is looked at.
-const TICK: Duration = Duration::from_millis(200);
 /// An empty report at least this often (keeps the stream's liveness known).
 const KEEPALIVE: Duration = Duration::from_secs(5);
 
@@ -88,6 +86,14 @@ struct Parsed {
 /// most self time; ~40 bytes each on the wire): they name what fills an
 /// `other` straggler's gap.
 const MAX_HOST_OPS: usize = 16_384;
+
+/// Returns once `changed` is notified or at `deadline`.
+async fn changed_or(changed: &tokio::sync::Notify, deadline: tokio::time::Instant) {
+    tokio::select! {
+        () = changed.notified() => {}
+        () = tokio::time::sleep_until(deadline) => {}
+    }
+}
 
 fn now_ns() -> u64 {
     std::time::SystemTime::now()
@@ -146,7 +152,11 @@ impl Control {
             }
             failures = 0;
             logged.clear();
-            let mut tick = tokio::time::interval(TICK);
+            // The daemon's state is looked at when it changed (its
+            // registry's wake-up; a change made meanwhile keeps a permit)
+            // or when a keepalive is due: an idle agent's control stream
+            // no longer wakes 5 times a second to find nothing.
+            let changed = self.daemon.changed();
             let mut last_sent = tokio::time::Instant::now();
             loop {
                 tokio::select! {
@@ -167,7 +177,7 @@ impl Control {
                             last_sent = tokio::time::Instant::now();
                         }
                     }
-                    _ = tick.tick() => {
+                    _ = changed_or(&changed, last_sent + KEEPALIVE) => {
                         for t in self.daemon.take_captured() {
                             self.parse(t, &parse_tx, parsed.len());
                         }

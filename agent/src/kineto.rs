@@ -9,14 +9,18 @@
 //! Out: replies to the polling processes, and [`TraceUpdate`]s — delivered,
 //! captured, failed with the reason — for the collector.
 //!
-//! Threads: one blocking thread owns the socket (a 250 ms receive timeout,
-//! its only wake-up when no process polls; [`KinetoDaemon::stop`] wakes it
-//! with an empty datagram), answers each datagram at once (libkineto waits
-//! about 90 ms for a reply) and every 250 ms looks at delivered traces' files
-//! (a file must keep its size for 1 s and parse as JSON before it counts as
-//! captured; reading a large one delays replies, and libkineto simply polls
-//! again). It shares the [`Registry`] with the agent (requests in, states
-//! out) behind a mutex held only for in-memory work.
+//! Threads: one blocking thread owns the socket, answers each datagram at
+//! once (libkineto waits about 90 ms for a reply) and, while a request is
+//! open or a delivered trace unfinished, looks at delivered traces' files
+//! every 250 ms (a file must keep its size for 1 s and parse as JSON before
+//! it counts as captured; reading a large one delays replies, and libkineto
+//! simply polls again): its receive timeout. With nothing to look at it
+//! wakes for datagrams only, and every 5 s for the trace directory's
+//! budget (an idle agent's thread no longer wakes 4 times a second);
+//! [`KinetoDaemon::stop`] wakes it with an empty datagram. It shares the
+//! [`Registry`] with the agent (requests in, states out) behind a mutex
+//! held only for in-memory work; the registry's [`Registry::changed`]
+//! wakes the control stream when there is something to report.
 //!
 //! Requests arrive over the collector's control channel and captured
 //! traces are imported on the node by [`crate::control`]
@@ -80,20 +84,24 @@ pub struct KinetoDaemon {
 }
 
 /// Looks at delivered traces' files (on the socket thread, every
-/// [`WATCH_INTERVAL`]).
+/// [`WATCH_INTERVAL`] while there are any) and at the directory's budget.
 struct Watcher {
     config: DaemonConfig,
     /// Size seen at the previous look and since when, per trace file.
     sizes: HashMap<PathBuf, (u64, u64)>,
-    /// Looks since the directory's size was last checked.
-    since_budget: u32,
+    /// When the directory's size was last checked (none yet: at the first
+    /// look).
+    last_budget: Option<std::time::Instant>,
 }
 
-/// The trace directory's size is checked every this many looks (~5 s).
-const BUDGET_EVERY: u32 = 20;
+/// How often the trace directory's size is checked.
+const BUDGET_INTERVAL: Duration = Duration::from_secs(5);
 
-/// How often delivered traces' files are looked at.
+/// How often delivered traces' files are looked at (the socket's receive
+/// timeout while the registry [needs a watch](Registry::needs_watch)).
 const WATCH_INTERVAL: Duration = Duration::from_millis(250);
+/// The receive timeout otherwise: a look for the directory's budget.
+const IDLE_WATCH_INTERVAL: Duration = BUDGET_INTERVAL;
 
 fn now_ns() -> u64 {
     std::time::SystemTime::now()
@@ -148,7 +156,7 @@ impl KinetoDaemon {
         let watcher = Watcher {
             config: config.clone(),
             sizes: HashMap::new(),
-            since_budget: BUDGET_EVERY,
+            last_budget: None,
         };
         let thread = std::thread::Builder::new()
             .name("kineto-daemon".into())
@@ -186,6 +194,12 @@ impl KinetoDaemon {
         lock(&self.registry).processes()
     }
 
+    /// Notified when trace states, captured traces or the processes
+    /// polling change ([`Registry::changed`]).
+    pub fn changed(&self) -> Arc<tokio::sync::Notify> {
+        lock(&self.registry).changed()
+    }
+
     /// State changes since the last call.
     pub fn take_updates(&self) -> Vec<TraceUpdate> {
         lock(&self.registry).take_updates()
@@ -214,7 +228,7 @@ impl KinetoDaemon {
         self.stop.store(true, Relaxed);
         let t = self.thread.lock().ok().and_then(|mut t| t.take());
         if let Some(t) = t {
-            // Wake its receive now (else it notices within WATCH_INTERVAL).
+            // Wake its receive now (else it notices at its timeout).
             let _ = abstract_addr(&self.config.name)
                 .and_then(|addr| UnixDatagram::unbound().and_then(|s| s.send_to_addr(&[], &addr)));
             let _ = t.join();
@@ -228,9 +242,11 @@ impl Watcher {
     /// over the size cap, or one that stays unparseable is `failed`.
     fn watch(&mut self, registry: &Mutex<Registry>) -> Vec<RankTrace> {
         let now = now_ns();
-        self.since_budget += 1;
-        if self.since_budget >= BUDGET_EVERY {
-            self.since_budget = 0;
+        if self
+            .last_budget
+            .is_none_or(|t| t.elapsed() >= BUDGET_INTERVAL)
+        {
+            self.last_budget = Some(std::time::Instant::now());
             let open: Vec<PathBuf> = lock(registry)
                 .open_traces()
                 .into_iter()
@@ -431,8 +447,17 @@ fn serve(
     let mut last_watch = std::time::Instant::now();
     let mut identities: HashMap<i32, Option<ProcessIdentity>> = HashMap::new();
     let mut bad_logged = false;
+    let mut timeout = WATCH_INTERVAL;
     while !stop.load(Relaxed) {
-        if last_watch.elapsed() >= WATCH_INTERVAL {
+        let want = if lock(&registry).needs_watch() {
+            WATCH_INTERVAL
+        } else {
+            IDLE_WATCH_INTERVAL
+        };
+        if want != timeout && socket.set_read_timeout(Some(want)).is_ok() {
+            timeout = want;
+        }
+        if last_watch.elapsed() >= timeout {
             last_watch = std::time::Instant::now();
             // Captured traces wait for the node-side import
             // (`crate::control`), which ends them through `finish`.

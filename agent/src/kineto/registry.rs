@@ -4,8 +4,9 @@
 //! In: registrations and config polls (already attributed to a job and
 //! rank by the caller), trace requests, and observations of trace files
 //! and processes; the clock as an argument. Out: the config text a poll
-//! receives, and [`TraceUpdate`]s (state changes) for the collector. Pure:
-//! no I/O.
+//! receives, and [`TraceUpdate`]s (state changes) for the collector, with a
+//! wake-up ([`Registry::changed`]) whenever what the collector is told
+//! changes: trace states, captured traces, the attributed processes. No I/O.
 //!
 //! A request names a job and ranks (empty: all ranks of the job seen on
 //! this node). Each matching process receives the request's config once,
@@ -17,6 +18,9 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use tokio::sync::Notify;
 
 /// Most processes remembered; the least recently polling go first.
 pub const MAX_PROCESSES: usize = 4096;
@@ -132,6 +136,9 @@ pub struct Registry {
     /// Set while the trace directory is over its budget with open traces
     /// alone: why new deliveries fail.
     over_budget: Option<String>,
+    /// Notified at each change of what [`Registry::take_updates`],
+    /// [`Registry::take_captured`] or [`Registry::processes`] return.
+    changed: Arc<Notify>,
 }
 
 impl Registry {
@@ -145,7 +152,23 @@ impl Registry {
             updates: Vec::new(),
             captured: Vec::new(),
             over_budget: None,
+            changed: Arc::new(Notify::new()),
         }
+    }
+
+    /// Notified whenever trace states, captured traces or the attributed
+    /// processes change. It keeps one permit, so a change made while
+    /// nobody waits wakes the next wait: the agent's control stream
+    /// reports on these wake-ups instead of looking every 200 ms.
+    pub fn changed(&self) -> Arc<Notify> {
+        Arc::clone(&self.changed)
+    }
+
+    /// Whether the file watcher has work: requests that expire, or traces
+    /// delivered and not finished. Without, the socket thread sleeps until
+    /// a datagram (or its idle look, for the directory budget).
+    pub fn needs_watch(&self) -> bool {
+        !self.requests.is_empty() || self.traces.values().any(|t| !t.state.finished())
     }
 
     /// A registration of process `pid`: the number of processes of its job.
@@ -239,8 +262,12 @@ impl Registry {
     pub fn expire(&mut self, now_ns: u64, ttl_ns: u64) {
         self.requests
             .retain(|r| now_ns.saturating_sub(r.requested_at_ns) < ttl_ns);
+        let before = self.processes.len();
         self.processes
             .retain(|_, p| now_ns.saturating_sub(p.last_poll_ns) < PROCESS_TTL_NS);
+        if self.processes.len() != before {
+            self.changed.notify_one();
+        }
     }
 
     /// Traces delivered and not yet finished (for the file watcher).
@@ -275,6 +302,9 @@ impl Registry {
 
     /// Queues captured traces for the importer.
     pub fn push_captured(&mut self, traces: Vec<RankTrace>) {
+        if !traces.is_empty() {
+            self.changed.notify_one();
+        }
         self.captured.extend(traces);
         let over = self.captured.len().saturating_sub(MAX_TRACES);
         self.captured.drain(..over);
@@ -320,6 +350,7 @@ impl Registry {
             at_ns: now_ns,
         });
         self.traces.insert((t.trace_id.clone(), t.rank), t);
+        self.changed.notify_one();
         while self.traces.len() > MAX_TRACES {
             let oldest = self
                 .traces
@@ -341,6 +372,7 @@ impl Registry {
         if self.processes.len() >= MAX_PROCESSES && !self.processes.contains_key(&pid) {
             if let Some((&old, _)) = self.processes.iter().min_by_key(|(_, p)| p.last_poll_ns) {
                 self.processes.remove(&old);
+                self.changed.notify_one();
             }
         }
         let p = self.processes.entry(pid).or_insert(Process {
@@ -348,8 +380,9 @@ impl Registry {
             last_poll_ns: now_ns,
         });
         p.last_poll_ns = now_ns;
-        if identity.is_some() {
+        if identity.is_some() && p.identity != identity {
             p.identity = identity;
+            self.changed.notify_one();
         }
     }
 }
@@ -455,5 +488,57 @@ mod tests {
         r.request(req("T", vec![]));
         r.expire(100, 50);
         assert_eq!(r.poll(1, id(0), 100), "", "the request expired");
+    }
+
+    /// Whether `n` holds a wake-up (consumed by asking).
+    fn woken(n: &Notify) -> bool {
+        let f = n.notified();
+        std::pin::pin!(f).enable()
+    }
+
+    #[test]
+    fn what_the_collector_is_told_wakes_the_control_stream_and_nothing_else_does() {
+        let mut r = Registry::new("/t".into());
+        let changed = r.changed();
+        assert!(!woken(&changed), "a new registry holds no wake-up");
+        assert!(!r.needs_watch(), "nothing to look at");
+
+        // A new attributed process changes `processes()`; its later polls
+        // with the same identity, and an unattributed one, do not.
+        r.register(10, id(0), 1);
+        assert!(woken(&changed));
+        r.poll(10, id(0), 2);
+        r.poll(11, None, 2);
+        assert!(!woken(&changed));
+        // Several changes before anyone waits: one wake-up, not lost.
+        r.register(12, id(1), 3);
+        r.register(13, id(1), 3);
+        assert!(woken(&changed));
+        assert!(!woken(&changed));
+
+        // A request alone is not reported (the collector sent it) but
+        // needs the watcher (it expires); its delivery is a state change.
+        r.request(req("T", vec![0]));
+        assert!(!woken(&changed));
+        assert!(r.needs_watch());
+        assert!(r.poll(10, id(0), 4).contains("ACTIVITIES_LOG_FILE"));
+        assert!(woken(&changed));
+        r.expire(5, 1);
+        assert!(r.needs_watch(), "the delivered trace is not finished");
+        assert!(!woken(&changed), "no process went silent");
+
+        r.push_captured(Vec::new());
+        assert!(!woken(&changed));
+        let t = r.open_traces().remove(0);
+        r.push_captured(vec![t]);
+        assert!(woken(&changed));
+        r.transition("T", 0, TraceState::Imported, 6);
+        assert!(woken(&changed));
+        assert!(!r.needs_watch(), "finished, and the request expired");
+
+        // Processes going silent change `processes()` too.
+        r.expire(PROCESS_TTL_NS + 10, u64::MAX);
+        assert!(r.processes().is_empty());
+        assert!(woken(&changed));
     }
 }
