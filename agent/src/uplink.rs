@@ -61,7 +61,7 @@ mod lanes;
 mod tried;
 use lanes::Lane;
 
-use rankscope_proto::codec::{StampedBatch, StampedCodec};
+use rankscope_proto::codec::StampedBatch;
 
 /// What to do after a failed call.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -462,24 +462,8 @@ pub(crate) fn answered(status: &Status) -> bool {
         && matches!(status.code(), Code::Unavailable | Code::Internal)
 }
 
-/// `CollectorIngest.Ingest` with a pre-encoded `AgentBatch` (what the
-/// generated client does, minus encoding).
-pub(crate) async fn ingest(
-    channel: Channel,
-    request: tonic::Request<StampedBatch>,
-) -> Result<proto::IngestAck, Status> {
-    let mut grpc = tonic::client::Grpc::new(channel);
-    grpc.ready()
-        .await
-        .map_err(|e| Status::unknown(format!("Service was not ready: {e}")))?;
-    let path = tonic::codegen::http::uri::PathAndQuery::from_static(INGEST_PATH);
-    grpc.unary(request, path, StampedCodec::<proto::IngestAck>::default())
-        .await
-        .map(tonic::Response::into_inner)
-}
-
-/// The gRPC path of `CollectorIngest.Ingest` (proto/rankscope/v1/ingest.proto).
-const INGEST_PATH: &str = "/rankscope.v1.CollectorIngest/Ingest";
+/// `CollectorIngest.Ingest` with a pre-encoded `AgentBatch`.
+pub(crate) use rankscope_proto::codec::ingest_stamped as ingest;
 
 pub(crate) fn now_ns() -> u64 {
     SystemTime::now()

@@ -9,8 +9,8 @@
 //! by the simulator's own model): this driver plays the 128 node agents and
 //! sends `AgentBatch`es straight to the collector's `CollectorIngest.Ingest`
 //! as an agent sends them: each batch encoded once when it is built, and
-//! every call stamping its own `sent_at_ns` (`codec::StampedBatch`). Steps 0 and 1 go first (one batch per node)
-//! and are acknowledged; the driver then waits until their breakdown is
+//! every call stamping its own `sent_at_ns` (`codec::ingest_stamped`).
+//! Steps 0 and 1 go first (one batch per node) and are acknowledged; the driver then waits until their breakdown is
 //! queryable, so the collector's writer is idle. Under the default policy
 //! (flagged in 3 of the last 5 steps) step 2 is the first step in which the
 //! straggler crosses the threshold. Its 128 batches are built and encoded
@@ -45,9 +45,8 @@ use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use rankscope_cli::simulate::model::{event_name_id, identity, name_text, plan_iter};
 use rankscope_cli::simulate::{SimConfig, Straggler};
-use rankscope_proto::codec::{StampedBatch, StampedCodec};
+use rankscope_proto::codec::{ingest_stamped, StampedBatch};
 use rankscope_proto::v1 as proto;
-use tonic::codegen::http::uri::PathAndQuery;
 use tonic::transport::Channel;
 
 use crate::http::HttpClient;
@@ -112,7 +111,7 @@ pub async fn run(
             .connect()
             .await
             .map_err(|e| grpc(e.to_string()))?;
-        clients.push(tonic::client::Grpc::new(ch).max_encoding_message_size(64 << 20));
+        clients.push(ch);
     }
     let mut out = Vec::new();
     for t in 0..trials {
@@ -122,10 +121,7 @@ pub async fn run(
     Ok(out)
 }
 
-type Client = tonic::client::Grpc<Channel>;
-
-/// The gRPC path of `CollectorIngest.Ingest` (proto/rankscope/v1/ingest.proto).
-const INGEST_PATH: &str = "/rankscope.v1.CollectorIngest/Ingest";
+type Client = Channel;
 
 /// The trial job: `ranks` ranks, [`SLOW_RANK`] 1.5x slower, one-layer steps.
 fn job_config(job: &str, ranks: u32) -> SimConfig {
@@ -405,7 +401,7 @@ fn spawn_sends(
 ) -> Sends {
     let mut set = tokio::task::JoinSet::new();
     for (i, b) in batches.into_iter().enumerate() {
-        let mut c = clients[i % clients.len()].clone();
+        let c = clients[i % clients.len()].clone();
         let handed = handed.clone();
         set.spawn(async move {
             let sent = (Instant::now(), now_ns());
@@ -415,7 +411,11 @@ fn spawn_sends(
             let mut rng = SmallRng::seed_from_u64(sent.1 ^ i as u64);
             let mut retries = 0u32;
             loop {
-                match ingest(&mut c, &b).await {
+                let request = tonic::Request::new(StampedBatch {
+                    body: b.clone(),
+                    sent_at_ns: now_ns(),
+                });
+                match ingest_stamped(c.clone(), request).await {
                     Ok(_) => return (sent, Ok((Instant::now(), retries))),
                     Err(s) if s.code() == tonic::Code::Unavailable && retries < 20 => {
                         let base = 100.0 * 2f64.powi(retries.min(7) as i32);
@@ -430,22 +430,6 @@ fn spawn_sends(
         });
     }
     set
-}
-
-/// `CollectorIngest.Ingest` with the encoded batch `body`, stamped now (as
-/// the agent's uplink sends a batch).
-async fn ingest(c: &mut Client, body: &Bytes) -> Result<proto::IngestAck, tonic::Status> {
-    c.ready()
-        .await
-        .map_err(|e| tonic::Status::unknown(format!("Service was not ready: {e}")))?;
-    let request = tonic::Request::new(StampedBatch {
-        body: body.clone(),
-        sent_at_ns: now_ns(),
-    });
-    let path = PathAndQuery::from_static(INGEST_PATH);
-    c.unary(request, path, StampedCodec::<proto::IngestAck>::default())
-        .await
-        .map(tonic::Response::into_inner)
 }
 
 /// Waits for every send of `set`: (the last hand-over, the last

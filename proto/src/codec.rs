@@ -269,6 +269,26 @@ impl Encoder for StampedEncoder {
     }
 }
 
+/// `CollectorIngest.Ingest` with a pre-encoded batch (what the generated
+/// client does, minus encoding): the agent's uplink, spool and dump replay
+/// send their batches this way, and so does the straggler benchmark.
+pub async fn ingest_stamped(
+    channel: tonic::transport::Channel,
+    request: tonic::Request<StampedBatch>,
+) -> Result<v1::IngestAck, Status> {
+    let mut grpc = tonic::client::Grpc::new(channel);
+    grpc.ready()
+        .await
+        .map_err(|e| Status::unknown(format!("Service was not ready: {e}")))?;
+    let path = tonic::codegen::http::uri::PathAndQuery::from_static(INGEST_PATH);
+    grpc.unary(request, path, StampedCodec::<v1::IngestAck>::default())
+        .await
+        .map(tonic::Response::into_inner)
+}
+
+/// The gRPC path of `CollectorIngest.Ingest` (proto/rankscope/v1/ingest.proto).
+const INGEST_PATH: &str = "/rankscope.v1.CollectorIngest/Ingest";
+
 /// Field number of `AgentBatch.sent_at_ns` (proto/rankscope/v1/ingest.proto).
 const SENT_AT_NS_FIELD: u32 = 5;
 
